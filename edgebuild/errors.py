@@ -1,0 +1,36 @@
+"""One exception class per kind of failure.
+
+The CLI prints these without a traceback: their message is the whole story
+(file, key, what was expected, what was found).
+"""
+
+from __future__ import annotations
+
+
+class EdgebuildError(Exception):
+    """Base of every error edgebuild reports to a user."""
+
+
+class ManifestError(EdgebuildError):
+    """The manifest is malformed: YAML, schema, references or matrix."""
+
+
+class CheckpointError(EdgebuildError):
+    """A checkpoint is missing, incomplete, or not of the expected architecture."""
+
+
+class ParameterError(EdgebuildError):
+    """Parameters are well-typed but impossible for this checkpoint (an image size that
+    does not divide into patches, a layer count outside the model)."""
+
+
+class ExportError(EdgebuildError):
+    """The exporter failed, or the module to export does not match the model."""
+
+
+class VerificationFailed(EdgebuildError):
+    """At least one verification check failed; the message lists every failed check."""
+
+
+class StoreError(EdgebuildError):
+    """The content-addressed store or a remote holds something it must not serve."""

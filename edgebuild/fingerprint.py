@@ -1,0 +1,234 @@
+"""Hashes of files, of byte ranges inside files, and of code; the stat cache.
+
+doit's own checker hashes whole files and trusts an unchanged mtime without
+looking at the size. Here a file is identified by (device, inode, size,
+mtime_ns, ctime_ns): while that tuple is unchanged its bytes are never read
+again; when it changes (a ``touch``), the bytes are hashed once and the new
+tuple is remembered. Checkpoints are hashed per tensor byte range, so a kind
+that reads 1 GB of a 50 GB shard hashes 1 GB, and a change to ``lm_head`` in
+the same shard does not touch the tower's fingerprint.
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import blake3
+
+STAT_CACHE_FORMAT = 1
+HASH_NAME = "blake3"
+READ_CHUNK = 16 * 1024 * 1024
+# Hashing less than this is quick enough that progress lines would only be noise.
+PROGRESS_THRESHOLD = 256 * 1024 * 1024
+TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "safetensors")
+
+
+def digest_bytes(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def digest_json(value: Any) -> str:
+    return digest_bytes(canonical_json(value).encode())
+
+
+def _stat_key(stat: os.stat_result) -> list[int]:
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+class StatCache:
+    """Digests of byte ranges of files, valid while the file's stat tuple is unchanged.
+
+    Persisted as JSON under ``cache/``; concurrent doit processes merge their
+    entries under a file lock rather than overwrite each other's.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: dict[str, dict[str, Any]] = self._read()
+        self.dirty: set[str] = set()
+        self.bytes_hashed = 0
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        if data.get("format") != STAT_CACHE_FORMAT or data.get("hash") != HASH_NAME:
+            return {}
+        return data.get("files", {})
+
+    def range_digests(self, path: Path, ranges: Iterable[tuple[int, int]], label: str | None = None) -> dict[tuple[int, int], str]:
+        """Digest of each ``[start, end)`` range of ``path``, reading only the ranges not cached."""
+        path = Path(path).resolve()
+        key = str(path)
+        stat = os.stat(path)
+        entry = self.entries.get(key)
+        if entry is None or entry.get("stat") != _stat_key(stat):
+            entry = {"stat": _stat_key(stat), "ranges": {}}
+            self.entries[key] = entry
+        wanted = sorted(set(ranges))
+        cached = entry["ranges"]
+        missing = [span for span in wanted if f"{span[0]}-{span[1]}" not in cached]
+        if missing:
+            for span, digest in _hash_ranges(path, missing, label or path.name):
+                cached[f"{span[0]}-{span[1]}"] = digest
+                self.bytes_hashed += span[1] - span[0]
+            # A file rewritten while we read it must not be cached under the new stat.
+            if _stat_key(os.stat(path)) != entry["stat"]:
+                del self.entries[key]
+                return self.range_digests(path, wanted, label)
+            self.dirty.add(key)
+        return {span: cached[f"{span[0]}-{span[1]}"] for span in wanted}
+
+    def file_digest(self, path: Path) -> str:
+        size = os.stat(path).st_size
+        return self.range_digests(path, [(0, size)])[(0, size)]
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(self.path.with_suffix(".lock")):
+            on_disk = self._read()
+            for key in self.dirty:
+                if key in self.entries:
+                    on_disk[key] = self.entries[key]
+            payload = {"format": STAT_CACHE_FORMAT, "hash": HASH_NAME, "files": on_disk}
+            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(payload, sort_keys=True), encoding="utf-8")
+            os.replace(temporary, self.path)
+        self.dirty.clear()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterator[tuple[tuple[int, int], str]]:
+    total = sum(end - start for start, end in spans)
+    show_progress = total >= PROGRESS_THRESHOLD
+    done = 0
+    started = last_report = time.monotonic()
+    buffer = bytearray(READ_CHUNK)
+    view = memoryview(buffer)
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        for start, end in spans:
+            hasher = blake3.blake3()
+            offset = start
+            while offset < end:
+                count = os.preadv(descriptor, [view[: min(READ_CHUNK, end - offset)]], offset)
+                if count == 0:
+                    raise OSError(f"{path}: file ended at byte {offset}, expected {end}")
+                hasher.update(view[:count])
+                offset += count
+                done += count
+                now = time.monotonic()
+                if show_progress and now - last_report >= 1.0:
+                    rate = done / (now - started) / 1e6
+                    print(
+                        f"  hashing {label}: {done / 2**30:.2f} / {total / 2**30:.2f} GiB ({rate:.0f} MB/s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    last_report = now
+            yield (start, end), hasher.hexdigest()
+    finally:
+        os.close(descriptor)
+
+
+# --- code and tool versions ---------------------------------------------------
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent
+_CODE_CACHE: dict[str, dict[str, str]] = {}
+
+
+def _module_file(module: str) -> Path | None:
+    relative = module.split(".")[1:]
+    base = _PACKAGE_ROOT.joinpath(*relative)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _edgebuild_imports(path: Path, module: str) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "edgebuild")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "edgebuild":
+                continue
+            found.add(target)
+            # ``from . import f143`` names a module, not an attribute.
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {name for name in found if _module_file(name) is not None}
+
+
+def code_digests(module: str) -> dict[str, str]:
+    """Digest of every edgebuild source file ``module`` imports, transitively
+    (lazy imports inside functions included: they are found in the syntax tree).
+
+    The registry (``edgebuild.kinds``) is left out: it lists every kind, and
+    adding a kind must not make the others stale.
+    """
+    if module in _CODE_CACHE:
+        return _CODE_CACHE[module]
+    seen: set[str] = set()
+    pending = [module]
+    while pending:
+        current = pending.pop()
+        if current in seen or current == "edgebuild.kinds":
+            continue
+        seen.add(current)
+        path = _module_file(current)
+        if path is not None:
+            pending.extend(_edgebuild_imports(path, current))
+    digests = {}
+    for name in sorted(seen):
+        path = _module_file(name)
+        if path is not None:
+            relative = path.relative_to(_PACKAGE_ROOT.parent).as_posix()
+            digests[relative] = digest_bytes(path.read_bytes())
+    _CODE_CACHE[module] = digests
+    return digests
+
+
+def tool_versions() -> dict[str, str]:
+    versions = {}
+    for package in TOOL_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    versions["python"] = ".".join(map(str, sys.version_info[:3]))
+    return versions

@@ -1,0 +1,260 @@
+"""Tiny checkpoints of the real architectures, generated deterministically.
+
+No model hub is reachable from the machines this runs on, so the default
+manifest and the tests build from checkpoints generated here. They are laid
+out like the real ones: a Qwen3.5 VL checkpoint keeps its bf16 ``model.visual.*``
+tensors in a shard shared with ``lm_head`` and ``embed_tokens``, with a second
+shard and an index file; a SigLIP checkpoint has one ``model.safetensors`` with
+``vision_model.*`` and ``text_model.*`` and a ``preprocessor_config.json``.
+
+Tensor names and shapes come from instantiating transformers' own model
+classes; values are then redrawn from a seeded generator at scales that make
+the outputs (and so the verification numbers) meaningful, rather than the
+near-zero activations of a 0.02-std init.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import ManifestError
+
+FIXTURE_FORMAT = 1
+
+QWEN3_5_VL_TINY: dict[str, Any] = {
+    "vision_config": {
+        "depth": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_heads": 4,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 96,
+        "num_position_embeddings": 64,
+    },
+    "text_config": {
+        "hidden_size": 96,
+        "intermediate_size": 192,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 24,
+        "vocab_size": 512,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+    },
+}
+
+SIGLIP_TINY: dict[str, Any] = {
+    "vision_config": {
+        "hidden_size": 64,
+        "intermediate_size": 160,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "image_size": 64,
+        "patch_size": 8,
+    },
+    "text_config": {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "vocab_size": 128,
+        "max_position_embeddings": 16,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 1,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    summary: str
+    defaults: dict[str, Any]
+    write: Callable[[Path, dict[str, Any], int], None]
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _redraw(state: dict[str, Any], seed: int, *, uneven_norms: bool = False) -> dict[str, Any]:
+    """Deterministic values by role: weights ~ N(0, 1/fan_in), norms near 1, small biases.
+
+    With ``uneven_norms`` LayerNorm scales span about two orders of magnitude,
+    so that activation-aware equalization has something to balance.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    redrawn = {}
+    for name in sorted(state):
+        tensor = state[name]
+        shape = tuple(tensor.shape)
+        noise = torch.randn(shape, generator=generator, dtype=torch.float32)
+        leaf = name.rsplit(".", 1)[-1]
+        is_norm = "norm" in name.lower()
+        if is_norm and leaf == "weight":
+            if uneven_norms:
+                value = torch.exp2(noise.clamp(-3, 3) * 1.5)
+            else:
+                value = 1.0 + 0.2 * noise
+        elif leaf == "bias" or is_norm:
+            value = 0.05 * noise
+        elif len(shape) >= 2:
+            fan_in = 1
+            for size in shape[1:]:
+                fan_in *= size
+            value = noise / (fan_in ** 0.5)
+        else:
+            value = 0.5 * noise
+        redrawn[name] = value.to(tensor.dtype)
+    return redrawn
+
+
+def _write_qwen3_5_vl(directory: Path, config: dict[str, Any], seed: int) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    from transformers.initialization import no_init_weights
+
+    model_config = Qwen3_5Config(**config)
+    with no_init_weights():
+        model = Qwen3_5ForConditionalGeneration(model_config)
+    state = {name: tensor.to(torch.bfloat16) for name, tensor in model.state_dict().items()}
+    state = _redraw(state, seed)
+    # The real checkpoints share one shard between the tower, lm_head and the
+    # embeddings; the decoder layers live elsewhere.
+    shared = {
+        name: tensor
+        for name, tensor in state.items()
+        if name.startswith("model.visual.")
+        or name in ("lm_head.weight", "model.language_model.embed_tokens.weight")
+    }
+    rest = {name: tensor for name, tensor in state.items() if name not in shared}
+    shards = {
+        "model-00001-of-00002.safetensors": shared,
+        "model-00002-of-00002.safetensors": rest,
+    }
+    weight_map = {}
+    total = 0
+    for filename, tensors in shards.items():
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / filename), metadata={"format": "pt"})
+        for name, tensor in tensors.items():
+            weight_map[name] = filename
+            total += tensor.numel() * tensor.element_size()
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    config_dict = model_config.to_dict()
+    config_dict.pop("transformers_version", None)
+    config_dict["architectures"] = ["Qwen3_5ForConditionalGeneration"]
+    (directory / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+
+
+def _write_siglip(directory: Path, config: dict[str, Any], seed: int) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel
+    from transformers.initialization import no_init_weights
+
+    model_config = SiglipConfig(**config)
+    with no_init_weights():
+        model = SiglipModel(model_config)
+    state = {name: tensor.to(torch.float32) for name, tensor in model.state_dict().items()}
+    state = _redraw(state, seed, uneven_norms=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    config_dict = model_config.to_dict()
+    config_dict.pop("transformers_version", None)
+    config_dict["architectures"] = ["SiglipModel"]
+    (directory / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+    size = model_config.vision_config.image_size
+    processor = SiglipImageProcessor(size={"height": size, "width": size})
+    processor.save_pretrained(str(directory))
+
+
+FIXTURES: dict[str, Fixture] = {
+    fixture.name: fixture
+    for fixture in (
+        Fixture(
+            "qwen3_5_vl_tiny",
+            "Qwen3.5 VL (Qwen3_5ForConditionalGeneration), 2-block 64-wide vision tower, bf16, two shards + index",
+            QWEN3_5_VL_TINY,
+            _write_qwen3_5_vl,
+        ),
+        Fixture(
+            "siglip_tiny",
+            "SigLIP (SiglipModel), 2-layer 64-wide vision encoder, 64x64 images, uneven LayerNorm scales",
+            SIGLIP_TINY,
+            _write_siglip,
+        ),
+    )
+}
+
+
+def fixture_directory(cache_dir: Path, name: str, overrides: dict[str, Any], seed: int = 0) -> Path:
+    """The directory a fixture with these overrides lives in (content-keyed, so
+    two configurations never share one)."""
+    key = json.dumps(
+        {"format": FIXTURE_FORMAT, "name": name, "overrides": overrides, "seed": seed}, sort_keys=True
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_dir / "fixtures" / f"{name}-{digest}"
+
+
+def ensure_fixture(cache_dir: Path, name: str, overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
+    """Generate the fixture unless it already exists; return its directory.
+
+    Written into a temporary directory and renamed into place, so a reader
+    never sees half a checkpoint, and two processes racing both end up with
+    one complete copy.
+    """
+    overrides = overrides or {}
+    if name not in FIXTURES:
+        import difflib
+
+        match = difflib.get_close_matches(name, list(FIXTURES), n=1)
+        hint = f" (did you mean {match[0]!r}?)" if match else ""
+        raise ManifestError(f"unknown fixture {name!r}; expected one of {', '.join(map(repr, FIXTURES))}{hint}")
+    target = fixture_directory(cache_dir, name, overrides, seed)
+    if target.is_dir():
+        return target
+    fixture = FIXTURES[name]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        fixture.write(scratch, _merge(fixture.defaults, overrides), seed)
+        try:
+            os.rename(scratch, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def write_fixture(directory: Path, name: str, overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
+    """Write a fixture into ``directory`` (for tests and users who want a copy to edit)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    FIXTURES[name].write(directory, _merge(FIXTURES[name].defaults, overrides or {}), seed)
+    return directory

@@ -1,0 +1,138 @@
+"""What an artifact kind is: a parameter model, the inputs it reads, its outputs,
+``build`` and ``verify``.
+
+The task layer (``edgebuild/tasks.py``) only talks to this interface, so a new
+kind is one module plus one registration line in ``kinds/__init__.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpoint
+    from ..report import Check
+
+
+class Strict(BaseModel):
+    """Base of every manifest model: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ArtifactParams(Strict):
+    """Fields every artifact has. Kinds subclass it with ``kind: Literal[...]``."""
+
+    kind: str
+    description: str = ""
+
+    # Fields that never change an artifact's bytes: left out of its build fingerprint.
+    # ``verify`` thresholds are part of the verification fingerprint instead.
+    COSMETIC_FIELDS: ClassVar[frozenset[str]] = frozenset({"description", "verify"})
+
+    def build_parameters(self) -> dict[str, Any]:
+        """The canonical parameters that determine the built files."""
+        return self.model_dump(mode="json", exclude=set(self.COSMETIC_FIELDS))
+
+    def verify_parameters(self) -> dict[str, Any]:
+        verify = getattr(self, "verify", None)
+        return verify.model_dump(mode="json") if verify is not None else {}
+
+    def checkpoint_names(self) -> list[str]:
+        """Names of the manifest checkpoints this artifact reads."""
+        name = getattr(self, "checkpoint", None)
+        return [name] if name else []
+
+    def source_artifacts(self) -> list[str]:
+        """Names of the artifacts whose outputs this artifact consumes."""
+        name = getattr(self, "source", None)
+        return [name] if name else []
+
+    def input_files(self) -> list[str]:
+        """Extra input files (calibration data and the like), as written in the manifest."""
+        return []
+
+
+@dataclass(frozen=True)
+class TensorSelection:
+    """The part of a checkpoint a kind reads: tensors by name prefix, and one
+    top-level key of ``config.json``. Fingerprints cover exactly this part."""
+
+    prefixes: tuple[str, ...]
+    config_key: str | None = None
+
+
+@dataclass
+class BuildContext:
+    """Everything ``build`` may touch. ``out_dir`` is a fresh temporary directory
+    that is renamed into place only after ``build`` returned."""
+
+    name: str
+    params: ArtifactParams
+    out_dir: Path
+    checkpoints: dict[str, "Checkpoint"]
+    sources: dict[str, Path]
+    input_root: Path
+    log: Callable[[str], None] = print
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def checkpoint(self) -> "Checkpoint":
+        (name,) = self.params.checkpoint_names()
+        return self.checkpoints[name]
+
+
+@dataclass
+class VerifyContext:
+    """Everything ``verify`` may read: the built directory and the same inputs."""
+
+    name: str
+    params: ArtifactParams
+    out_dir: Path
+    checkpoints: dict[str, "Checkpoint"]
+    sources: dict[str, Path]
+    input_root: Path
+    build_info: dict[str, Any]
+    log: Callable[[str], None] = print
+
+    @property
+    def checkpoint(self) -> "Checkpoint":
+        (name,) = self.params.checkpoint_names()
+        return self.checkpoints[name]
+
+
+@dataclass
+class Verification:
+    """What ``verify`` measured: the pass/fail checks, plus numbers kept for the record."""
+
+    checks: list["Check"]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class ArtifactKind:
+    """One kind of artifact. Subclasses set the class variables and implement
+    ``build`` and ``verify``; ``@register`` checks that they did."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    Params: ClassVar[type[ArtifactParams]]
+    # The files ``build`` must leave in ``out_dir``; anything missing fails the build.
+    outputs: ClassVar[tuple[str, ...]]
+
+    def tensor_selection(self, params: ArtifactParams) -> TensorSelection | None:
+        """Which checkpoint tensors the artifact reads; ``None`` if it reads no checkpoint."""
+        return None
+
+    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
+        """Raise :class:`~edgebuild.errors.ParameterError` for parameters this checkpoint
+        cannot honour. Called before anything is built or written."""
+
+    def build(self, context: BuildContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def verify(self, context: VerifyContext) -> Verification:
+        raise NotImplementedError

@@ -1,0 +1,445 @@
+"""The typed manifest: ``artifacts.yaml`` -> :class:`Manifest`.
+
+Validation happens in full before any task runs, so a bad manifest never
+touches an output. Every error names the file, line, key path, what was
+expected and what was found, with a hint for a misspelt key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import os
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from .errors import ManifestError
+from .kinds import get_kind, kind_names
+from .kinds.base import ArtifactParams, Strict
+from .yamlsource import KeyPath, SourceMap, format_key_path, load_yaml
+
+MANIFEST_ENV = "EDGEBUILD_MANIFEST"
+DEFAULT_MANIFEST = "artifacts.yaml"
+MANIFEST_VERSION = 1
+
+# Artifact names become doit task names and directory names under build/.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# doit refuses tasks named like its commands; edgebuild adds its own.
+RESERVED_NAMES = frozenset(
+    {"build", "verify", "status", "publish", "gc", "list", "info", "clean", "forget",
+     "ignore", "dumpdb", "strace", "tabcompletion", "reset-dep", "help", "run", "auto"}
+)
+
+
+class CheckpointSpec(Strict):
+    """A checkpoint directory, or a built-in fixture that edgebuild generates.
+
+    With both, a non-empty ``path`` wins and the fixture is the fallback: the
+    default manifest says ``path: ${QWEN3_5_CHECKPOINT:-}`` so a user points it
+    at a real checkpoint without editing the file.
+    """
+
+    path: str | None = Field(default=None, description="Checkpoint directory (``${VAR:-default}`` allowed).")
+    fixture: str | None = Field(default=None, description="Name of a generated tiny checkpoint (used when path is empty).")
+    fixture_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of the fixture's config (e.g. ``vision_config: {depth: 3}``).",
+    )
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _a_source(self) -> "CheckpointSpec":
+        if not self.path and not self.fixture:
+            raise ValueError("give a non-empty 'path' or a 'fixture'")
+        if self.fixture_config and not self.fixture:
+            raise ValueError("'fixture_config' only applies to a 'fixture' checkpoint")
+        return self
+
+    @property
+    def uses_fixture(self) -> bool:
+        return not self.path
+
+
+class ManifestDocument(Strict):
+    """The top level of ``artifacts.yaml``. Artifacts are validated per kind afterwards."""
+
+    version: Literal[1] = MANIFEST_VERSION
+    checkpoints: dict[str, CheckpointSpec] = Field(default_factory=dict)
+    artifacts: dict[str, dict[str, Any]]
+    defaults: list[str] | None = Field(
+        default=None, description="Artifacts that a bare ``doit`` builds (all when omitted)."
+    )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    checkpoints: dict[str, CheckpointSpec]
+    artifacts: dict[str, ArtifactParams]
+    defaults: list[str]
+    source: SourceMap
+
+    @property
+    def root(self) -> Path:
+        """Relative paths in the manifest are relative to its directory."""
+        return self.path.parent
+
+    def dependencies(self, name: str) -> list[str]:
+        return self.artifacts[name].source_artifacts()
+
+    def order(self, names: list[str] | None = None) -> list[str]:
+        """``names`` and everything they depend on, dependencies first."""
+        ordered: list[str] = []
+        seen: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in seen:
+                return
+            seen.add(name)
+            for dependency in self.dependencies(name):
+                visit(dependency)
+            ordered.append(name)
+
+        for name in names if names is not None else list(self.artifacts):
+            visit(name)
+        return ordered
+
+
+def manifest_path(path: str | os.PathLike[str] | None = None) -> Path:
+    return Path(path or os.environ.get(MANIFEST_ENV) or DEFAULT_MANIFEST)
+
+
+def load_manifest(
+    path: str | os.PathLike[str] | None = None, environ: dict[str, str] | None = None
+) -> Manifest:
+    path = manifest_path(path)
+    raw, source = load_yaml(path, environ)
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{source.where(())}: expected a mapping at the top level, found {_type_name(raw)}")
+    try:
+        document = ManifestDocument.model_validate(raw)
+    except ValidationError as error:
+        raise _manifest_error(error, source, (), ManifestDocument) from None
+
+    artifacts: dict[str, ArtifactParams] = {}
+    origin: dict[str, str] = {}
+    errors: list[str] = []
+    for template, entry in document.artifacts.items():
+        try:
+            expanded = expand_matrix(template, entry, source)
+        except ManifestError as error:
+            errors.append(str(error))
+            continue
+        for name, values in expanded:
+            where = source.where(("artifacts", template))
+            if name in artifacts:
+                first = origin[name]
+                errors.append(
+                    f"{where}: artifacts -> {template}: duplicate artifact name {name!r}"
+                    + (f" (also produced by {first!r})" if first != template else "")
+                )
+                continue
+            problem = _name_problem(name)
+            if problem:
+                errors.append(f"{where}: artifacts -> {template}: {problem}")
+                continue
+            try:
+                artifacts[name] = _validate_artifact(name, template, values, source)
+                origin[name] = template
+            except ManifestError as error:
+                errors.append(str(error))
+    if errors:
+        raise ManifestError("\n".join(errors))
+
+    manifest = Manifest(
+        path=path,
+        checkpoints=dict(document.checkpoints),
+        artifacts=artifacts,
+        defaults=list(document.defaults) if document.defaults is not None else list(artifacts),
+        source=source,
+    )
+    _check_references(manifest, origin)
+    return manifest
+
+
+def expand_matrix(template: str, entry: dict[str, Any], source: SourceMap) -> list[tuple[str, dict[str, Any]]]:
+    """``{name_template: {..., matrix: {key: [values]}}}`` -> one entry per combination.
+
+    The name must use every matrix key (``tower_{image_size}_{dtype}``), so
+    that every combination gets its own name.
+    """
+    path: KeyPath = ("artifacts", template)
+    if not isinstance(entry, dict):
+        raise ManifestError(f"{source.where(path)}: {format_key_path(path)}: expected a mapping, found {_type_name(entry)}")
+    placeholders = _placeholders(template, source, path)
+    if "matrix" not in entry:
+        if placeholders:
+            raise ManifestError(
+                f"{source.where(path)}: {format_key_path(path)}: the name uses "
+                f"{{{placeholders[0]}}} but the entry has no 'matrix'"
+            )
+        return [(template, entry)]
+    matrix = entry["matrix"]
+    matrix_path = (*path, "matrix")
+    if not isinstance(matrix, dict) or not matrix:
+        raise ManifestError(
+            f"{source.where(matrix_path)}: {format_key_path(matrix_path)}: expected a mapping "
+            f"of key -> list of values, found {_type_name(matrix)}"
+        )
+    for key, values in matrix.items():
+        if not isinstance(values, list) or not values:
+            raise ManifestError(
+                f"{source.where((*matrix_path, key))}: {format_key_path((*matrix_path, key))}: "
+                f"expected a non-empty list of values, found {_type_name(values)}"
+            )
+        if key in entry:
+            raise ManifestError(
+                f"{source.where((*path, key))}: {format_key_path((*path, key))}: "
+                f"set both directly and in 'matrix'; keep one"
+            )
+    missing = [key for key in matrix if key not in placeholders]
+    if missing:
+        raise ManifestError(
+            f"{source.where(path)}: {format_key_path(path)}: the name must contain "
+            + ", ".join(f"{{{key}}}" for key in missing)
+            + " so that every matrix combination gets its own name"
+        )
+    unknown = [key for key in placeholders if key not in matrix]
+    if unknown:
+        hint = _did_you_mean(unknown[0], list(matrix))
+        raise ManifestError(
+            f"{source.where(path)}: {format_key_path(path)}: the name uses {{{unknown[0]}}}, "
+            f"which is not a matrix key{hint}"
+        )
+    base = {key: value for key, value in entry.items() if key != "matrix"}
+    keys = list(matrix)
+    expanded = []
+    for combination in itertools.product(*(matrix[key] for key in keys)):
+        values = dict(zip(keys, combination))
+        name = template.format_map({key: _name_part(value) for key, value in values.items()})
+        expanded.append((name, {**base, **values}))
+    return expanded
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """JSON Schema of the manifest (for editor completion): artifacts are a union
+    discriminated on ``kind`` over every registered kind."""
+    artifact_models = [get_kind(name).Params for name in kind_names()]
+    definitions: dict[str, Any] = {}
+    variants = []
+    for model in artifact_models:
+        schema = model.model_json_schema(ref_template="#/$defs/{model}")
+        definitions.update(schema.pop("$defs", {}))
+        definitions[model.__name__] = schema
+        variants.append({"$ref": f"#/$defs/{model.__name__}"})
+    document = ManifestDocument.model_json_schema(ref_template="#/$defs/{model}")
+    definitions.update(document.pop("$defs", {}))
+    artifact_schema = {
+        "oneOf": variants,
+        "discriminator": {
+            "propertyName": "kind",
+            "mapping": {name: f"#/$defs/{get_kind(name).Params.__name__}" for name in kind_names()},
+        },
+    }
+    # A matrix entry carries list-valued keys under 'matrix'; allow it on every kind.
+    document["properties"]["artifacts"] = {
+        "type": "object",
+        "description": "Artifact name (or name template using {matrix_key}) -> artifact.",
+        "additionalProperties": artifact_schema,
+    }
+    for model in artifact_models:
+        definitions[model.__name__]["properties"]["matrix"] = {
+            "type": "object",
+            "description": "key -> list of values; one artifact per combination.",
+            "additionalProperties": {"type": "array", "minItems": 1},
+        }
+    document["$defs"] = definitions
+    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    document["title"] = "edgebuild manifest"
+    return document
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def _validate_artifact(name: str, template: str, values: dict[str, Any], source: SourceMap) -> ArtifactParams:
+    path: KeyPath = ("artifacts", template)
+    label = template if name == template else f"{template} ({name})"
+    kind = values.get("kind")
+    if kind is None:
+        raise ManifestError(
+            f"{source.where(path)}: artifacts -> {label}: missing required key 'kind' "
+            f"(one of {', '.join(map(repr, kind_names()))})"
+        )
+    if kind not in kind_names():
+        hint = _did_you_mean(str(kind), kind_names())
+        raise ManifestError(
+            f"{source.where((*path, 'kind'))}: artifacts -> {label} -> kind: unknown artifact kind "
+            f"{kind!r}; expected one of {', '.join(map(repr, kind_names()))}{hint}"
+        )
+    model = get_kind(kind).Params
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise _manifest_error(error, source, path, model, label=("artifacts", label)) from None
+
+
+def _check_references(manifest: Manifest, origin: dict[str, str]) -> None:
+    errors = []
+    source = manifest.source
+    for name, params in manifest.artifacts.items():
+        path = ("artifacts", origin[name])
+        for checkpoint in params.checkpoint_names():
+            if checkpoint not in manifest.checkpoints:
+                hint = _did_you_mean(checkpoint, list(manifest.checkpoints))
+                declared = ", ".join(map(repr, manifest.checkpoints)) or "none"
+                errors.append(
+                    f"{source.where((*path, 'checkpoint'))}: artifacts -> {name} -> checkpoint: "
+                    f"undeclared checkpoint {checkpoint!r} (declared: {declared}){hint}"
+                )
+        for dependency in params.source_artifacts():
+            if dependency not in manifest.artifacts:
+                hint = _did_you_mean(dependency, list(manifest.artifacts))
+                errors.append(
+                    f"{source.where((*path, 'source'))}: artifacts -> {name} -> source: "
+                    f"undeclared artifact {dependency!r}{hint}"
+                )
+    for default in manifest.defaults:
+        if default not in manifest.artifacts:
+            hint = _did_you_mean(default, list(manifest.artifacts))
+            errors.append(f"{source.where(('defaults',))}: defaults: undeclared artifact {default!r}{hint}")
+    if errors:
+        raise ManifestError("\n".join(errors))
+    cycle = _find_cycle(manifest)
+    if cycle:
+        raise ManifestError(
+            f"{source.where(('artifacts', origin[cycle[0]]))}: artifacts: dependency cycle "
+            + " -> ".join(cycle)
+        )
+
+
+def _find_cycle(manifest: Manifest) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        state[name] = 1
+        stack.append(name)
+        for dependency in manifest.dependencies(name):
+            if state.get(dependency) == 1:
+                return stack[stack.index(dependency):] + [dependency]
+            if dependency not in state:
+                found = visit(dependency)
+                if found:
+                    return found
+        stack.pop()
+        state[name] = 2
+        return None
+
+    for name in manifest.artifacts:
+        if name not in state:
+            found = visit(name)
+            if found:
+                return found
+    return None
+
+
+def _manifest_error(
+    error: ValidationError,
+    source: SourceMap,
+    base: KeyPath,
+    model: type[BaseModel],
+    label: KeyPath | None = None,
+) -> ManifestError:
+    lines = []
+    for item in error.errors(include_url=False):
+        location = tuple(item["loc"])
+        # A discriminated or union field puts the chosen member's tag in loc; drop
+        # entries that are not keys of the document.
+        path = (*base, *location)
+        shown = (*(label or base), *location)
+        where = source.where(path)
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            allowed = _allowed_keys(model, location[:-1])
+            hint = _did_you_mean(str(location[-1]), allowed)
+            message = f"unknown key {location[-1]!r}{hint}"
+            if not hint and allowed:
+                message += f" (allowed: {', '.join(allowed)})"
+        elif kind == "missing":
+            message = "missing required key"
+        else:
+            message = f"{_lower_first(item['msg'])}; found {_describe(item.get('input'))}"
+        lines.append(f"{where}: {format_key_path(shown)}: {message}")
+    return ManifestError("\n".join(lines))
+
+
+def _allowed_keys(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
+    """Field names of the (nested) model at ``location``."""
+    current: Any = model
+    for part in location:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        nested = [
+            candidate
+            for candidate in (annotation, *getattr(annotation, "__args__", ()))
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel)
+        ]
+        current = nested[0] if nested else None
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [name for name in current.model_fields]
+    return []
+
+
+def _did_you_mean(found: str, candidates: list[str]) -> str:
+    match = difflib.get_close_matches(found, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _placeholders(template: str, source: SourceMap, path: KeyPath) -> list[str]:
+    try:
+        return [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+    except ValueError as error:
+        raise ManifestError(f"{source.where(path)}: {format_key_path(path)}: bad name template: {error}") from None
+
+
+def _name_part(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "x".join(str(item) for item in value)
+    return str(value)
+
+
+def _name_problem(name: str) -> str | None:
+    if not _NAME.match(name):
+        return (
+            f"artifact name {name!r} must start with a letter or digit and contain only "
+            "letters, digits, '_', '.' and '-'"
+        )
+    if name in RESERVED_NAMES:
+        return f"artifact name {name!r} is reserved (it is a doit command)"
+    return None
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return _type_name(value)
+    return repr(value)
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]

@@ -1,0 +1,158 @@
+"""A project: the manifest, its resolved checkpoints, and the fingerprint of every artifact.
+
+The fingerprint of an artifact is the digest of its *record*: kind, canonical
+parameters (cosmetic fields left out), the fingerprints of exactly the inputs
+it reads, the digest of the code that builds it and the versions of the tools
+involved. The record itself is kept next to the outputs, so that "why is this
+stale?" is a diff of two records rather than a guess.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import Checkpoint
+from .errors import CheckpointError, ManifestError
+from .fingerprint import StatCache, code_digests, digest_json, tool_versions
+from .fixtures import ensure_fixture
+from .kinds import get_kind
+from .kinds.base import ArtifactKind, ArtifactParams
+from .manifest import Manifest, load_manifest
+
+RECORD_FORMAT = 1
+RECORD_FILE = ".edgebuild.json"
+VERIFY_CODE_MODULE = "edgebuild.report"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a project keeps its outputs and caches."""
+
+    root: Path
+
+    @property
+    def build_dir(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "cache"
+
+    def artifact_dir(self, name: str) -> Path:
+        return self.build_dir / name
+
+
+class Project:
+    def __init__(self, manifest: Manifest, root: Path | None = None) -> None:
+        self.manifest = manifest
+        self.layout = Layout(Path(root) if root is not None else Path.cwd())
+        self.stat_cache = StatCache(self.layout.cache_dir / "statcache.json")
+        self._checkpoints: dict[str, Checkpoint] = {}
+        self._records: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def load(cls, manifest_path: str | os.PathLike[str] | None = None, root: Path | None = None) -> "Project":
+        return cls(load_manifest(manifest_path), root)
+
+    # --- inputs -----------------------------------------------------------------
+
+    def checkpoint(self, name: str) -> Checkpoint:
+        if name not in self._checkpoints:
+            spec = self.manifest.checkpoints[name]
+            where = self.manifest.source.where(("checkpoints", name))
+            if spec.uses_fixture:
+                try:
+                    directory = ensure_fixture(self.layout.cache_dir, spec.fixture, spec.fixture_config)
+                except ManifestError as error:
+                    raise ManifestError(f"{where}: checkpoints -> {name} -> fixture: {error}") from None
+            else:
+                directory = Path(spec.path).expanduser()
+                if not directory.is_absolute():
+                    directory = self.manifest.root / directory
+                if not directory.is_dir():
+                    raise CheckpointError(
+                        f"{where}: checkpoints -> {name} -> path: checkpoint directory {directory} does not exist"
+                    )
+            self._checkpoints[name] = Checkpoint(directory, label=f"checkpoint {name!r} ({directory})")
+        return self._checkpoints[name]
+
+    def checkpoints_for(self, params: ArtifactParams) -> dict[str, Checkpoint]:
+        return {name: self.checkpoint(name) for name in params.checkpoint_names()}
+
+    def input_path(self, written: str) -> Path:
+        path = Path(written).expanduser()
+        return path if path.is_absolute() else self.manifest.root / path
+
+    # --- fingerprints -------------------------------------------------------------
+
+    def kind(self, name: str) -> ArtifactKind:
+        return get_kind(self.manifest.artifacts[name].kind)
+
+    def record(self, name: str) -> dict[str, Any]:
+        """The build record of artifact ``name`` (memoised per process)."""
+        if name in self._records:
+            return self._records[name]
+        params = self.manifest.artifacts[name]
+        kind = self.kind(name)
+        checkpoints = self.checkpoints_for(params)
+        kind.check_parameters(params, checkpoints)
+        inputs: dict[str, Any] = {}
+        selection = kind.tensor_selection(params)
+        for checkpoint_name, checkpoint in checkpoints.items():
+            inputs[f"checkpoint:{checkpoint_name}"] = self._checkpoint_fingerprint(checkpoint, selection)
+        for written in params.input_files():
+            path = self.input_path(written)
+            if not path.is_file():
+                raise CheckpointError(f"{self.manifest.path}: artifacts -> {name}: input file {path} does not exist")
+            inputs[f"file:{written}"] = self.stat_cache.file_digest(path)
+        for source in params.source_artifacts():
+            inputs[f"artifact:{source}"] = self.fingerprint(source)
+        record = {
+            "format": RECORD_FORMAT,
+            "kind": params.kind,
+            "params": params.build_parameters(),
+            "inputs": inputs,
+            "code": code_digests(type(kind).__module__),
+            "versions": tool_versions(),
+        }
+        record["fingerprint"] = digest_json(record)
+        self._records[name] = record
+        return record
+
+    def fingerprint(self, name: str) -> str:
+        return self.record(name)["fingerprint"]
+
+    def verify_fingerprint(self, name: str) -> str:
+        params = self.manifest.artifacts[name]
+        return digest_json(
+            {
+                "build": self.fingerprint(name),
+                "verify": params.verify_parameters(),
+                "code": code_digests(VERIFY_CODE_MODULE),
+            }
+        )
+
+    def _checkpoint_fingerprint(self, checkpoint: Checkpoint, selection: Any) -> dict[str, Any]:
+        if selection is None:
+            return {"config": digest_json(checkpoint.config)}
+        entries = checkpoint.select(selection.prefixes)
+        by_file: dict[Path, list[Any]] = {}
+        for entry in entries.values():
+            by_file.setdefault(entry.file, []).append(entry)
+        tensors: dict[str, Any] = {}
+        for path, file_entries in by_file.items():
+            digests = self.stat_cache.range_digests(path, [(entry.start, entry.end) for entry in file_entries], label=path.name)
+            for entry in file_entries:
+                tensors[entry.name] = {
+                    "dtype": entry.dtype,
+                    "shape": list(entry.shape),
+                    "digest": digests[(entry.start, entry.end)],
+                }
+        config = checkpoint.config_section(selection.config_key) if selection.config_key else checkpoint.config
+        return {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
+
+    def save_caches(self) -> None:
+        self.stat_cache.save()

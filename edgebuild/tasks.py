@@ -1,0 +1,148 @@
+"""Manifest -> doit task dicts.
+
+Each artifact is one task named after it (so ``doit list`` lists artifacts,
+and ``doit info NAME`` / ``doit forget NAME`` / ``doit clean NAME`` work on
+them), plus a ``verify:NAME`` subtask. Staleness is decided by edgebuild's own
+fingerprints (``uptodate``), not by doit's file checker, which re-hashes whole
+multi-GB files.
+
+Actions receive only names and paths, never live objects: with ``doit -n 2``
+they run in other processes, which load the project themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import EdgebuildError
+
+_PROJECTS: dict[tuple[str, str], Any] = {}
+
+
+def project_for(manifest_path: str, root: str) -> Any:
+    """The process-wide :class:`Project` for this manifest (loaded once per process)."""
+    from .project import Project
+
+    key = (manifest_path, root)
+    if key not in _PROJECTS:
+        _PROJECTS[key] = Project.load(manifest_path, Path(root))
+    return _PROJECTS[key]
+
+
+def load_or_exit(manifest_path: str | None = None) -> Any:
+    """Load the project for ``dodo.py``; a bad manifest prints its error and exits 2
+    before doit does anything (no traceback, no output touched)."""
+    from .manifest import manifest_path as resolve
+
+    path = str(resolve(manifest_path))
+    try:
+        return project_for(path, os.getcwd())
+    except EdgebuildError as error:
+        print(f"edgebuild: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def doit_config(project: Any) -> dict[str, Any]:
+    return {
+        "default_tasks": list(project.manifest.defaults),
+        "dep_file": str(project.layout.cache_dir / "doit.json"),
+        "backend": "json",
+        "verbosity": 2,
+    }
+
+
+def artifact_tasks(project: Any) -> Iterator[dict[str, Any]]:
+    from .kinds import get_kind
+
+    manifest_path = str(project.manifest.path)
+    root = str(project.layout.root)
+    for name in project.manifest.order():
+        params = project.manifest.artifacts[name]
+        kind = get_kind(params.kind)
+        description = params.description or kind.summary
+        yield {
+            "basename": name,
+            "doc": f"[{kind.name}] {description}",
+            "actions": [(_build_action, [manifest_path, root, name])],
+            "uptodate": [(_build_uptodate, [manifest_path, root, name])],
+            "task_dep": list(params.source_artifacts()),
+            "clean": [(_clean_action, [str(project.layout.artifact_dir(name))])],
+            "verbosity": 2,
+        }
+    yield {"basename": "verify", "name": None, "doc": "build what is stale, then verify every artifact"}
+    for name in project.manifest.order():
+        yield {
+            "basename": "verify",
+            "name": name,
+            "doc": f"verify {name} against its thresholds; writes build/{name}/report.json",
+            "actions": [(_verify_action, [manifest_path, root, name])],
+            "uptodate": [(_verify_uptodate, [manifest_path, root, name])],
+            "task_dep": [name],
+            "verbosity": 2,
+        }
+
+
+def _failed(error: EdgebuildError) -> Any:
+    from doit.exceptions import TaskFailed
+
+    return TaskFailed(str(error))
+
+
+def _build_action(manifest_path: str, root: str, name: str) -> Any:
+    from .builder import build_artifact
+
+    project = project_for(manifest_path, root)
+    try:
+        record = build_artifact(project, name)
+    except EdgebuildError as error:
+        return _failed(error)
+    finally:
+        project.save_caches()
+    return {"fingerprint": record["fingerprint"]}
+
+
+def _verify_action(manifest_path: str, root: str, name: str) -> Any:
+    from .builder import verify_artifact
+
+    project = project_for(manifest_path, root)
+    try:
+        verify_artifact(project, name)
+    except EdgebuildError as error:
+        return _failed(error)
+    finally:
+        project.save_caches()
+    return {"verify_fingerprint": project.verify_fingerprint(name)}
+
+
+def _build_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root: str, name: str) -> bool:
+    from .builder import is_built
+
+    project = project_for(manifest_path, root)
+    try:
+        current = values.get("fingerprint") == project.fingerprint(name) and is_built(project, name)
+    except EdgebuildError:
+        # Not up to date: the action runs and reports the error properly.
+        return False
+    finally:
+        project.save_caches()
+    return current
+
+
+def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root: str, name: str) -> bool:
+    from .builder import is_verified
+
+    project = project_for(manifest_path, root)
+    try:
+        return values.get("verify_fingerprint") == project.verify_fingerprint(name) and is_verified(project, name)
+    except EdgebuildError:
+        return False
+
+
+def _clean_action(directory: str) -> None:
+    if os.path.isdir(directory):
+        shutil.rmtree(directory)
+        print(f"removed {directory}")
