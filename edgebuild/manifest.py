@@ -83,11 +83,18 @@ class Manifest:
     artifacts: dict[str, ArtifactParams]
     defaults: list[str]
     source: SourceMap
+    # Artifact name -> the manifest entry (or matrix template) it came from.
+    origins: dict[str, str]
 
     @property
     def root(self) -> Path:
         """Relative paths in the manifest are relative to its directory."""
         return self.path.parent
+
+    def where(self, name: str, *keys: str) -> str:
+        """``file:line:column: artifacts -> name -> key`` for messages about an artifact."""
+        location = self.source.where(("artifacts", self.origins[name], *keys))
+        return f"{location}: " + " -> ".join(("artifacts", name, *keys))
 
     def dependencies(self, name: str) -> list[str]:
         return self.artifacts[name].source_artifacts()
@@ -138,10 +145,10 @@ def load_manifest(
         for name, values in expanded:
             where = source.where(("artifacts", template))
             if name in artifacts:
-                first = origin[name]
+                first_line, _ = source.positions[("artifacts", origin[name])]
                 errors.append(
-                    f"{where}: artifacts -> {template}: duplicate artifact name {name!r}"
-                    + (f" (also produced by {first!r})" if first != template else "")
+                    f"{where}: artifacts -> {template}: duplicate artifact name {name!r} "
+                    f"(first declared on line {first_line})"
                 )
                 continue
             problem = _name_problem(name)
@@ -162,6 +169,7 @@ def load_manifest(
         artifacts=artifacts,
         defaults=list(document.defaults) if document.defaults is not None else list(artifacts),
         source=source,
+        origins=origin,
     )
     _check_references(manifest, origin)
     return manifest
@@ -372,7 +380,11 @@ def _manifest_error(
             if not hint and allowed:
                 message += f" (allowed: {', '.join(allowed)})"
         elif kind == "missing":
-            message = "missing required key"
+            message = f"missing required key {location[-1]!r}" if location else "missing required key"
+        elif kind == "value_error":
+            message = _lower_first(item["msg"].removeprefix("Value error, "))
+            if not isinstance(item.get("input"), (dict, list)):
+                message += f"; found {_describe(item.get('input'))}"
         else:
             message = f"{_lower_first(item['msg'])}; found {_describe(item.get('input'))}"
         lines.append(f"{where}: {format_key_path(shown)}: {message}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint
-from .errors import CheckpointError, ManifestError
+from .errors import CheckpointError, ManifestError, ParameterError
 from .fingerprint import StatCache, code_digests, digest_json, tool_versions
 from .fixtures import ensure_fixture
 from .kinds import get_kind
@@ -98,7 +98,10 @@ class Project:
         params = self.manifest.artifacts[name]
         kind = self.kind(name)
         checkpoints = self.checkpoints_for(params)
-        kind.check_parameters(params, checkpoints)
+        try:
+            kind.check_parameters(params, checkpoints)
+        except ParameterError as error:
+            raise ParameterError(f"{self.manifest.where(name)} -> {error}") from None
         inputs: dict[str, Any] = {}
         selection = kind.tensor_selection(params)
         for checkpoint_name, checkpoint in checkpoints.items():

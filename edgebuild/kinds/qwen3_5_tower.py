@@ -113,19 +113,19 @@ class TowerGeometry:
         return [1, self.grid_h, self.grid_w]
 
 
-def tower_geometry(vision_config: dict[str, Any], image_size: tuple[int, int], where: str = "") -> TowerGeometry:
+def tower_geometry(vision_config: dict[str, Any], image_size: tuple[int, int]) -> TowerGeometry:
     """Geometry at ``image_size``, or a :class:`ParameterError` naming the nearest valid sizes."""
     patch = vision_config.get("patch_size", 16)
     merge = vision_config.get("spatial_merge_size", 2)
     if not isinstance(patch, int) or not isinstance(merge, int):
-        raise CheckpointError(f"{where}vision_config: expected integer patch_size and spatial_merge_size, found {patch!r}, {merge!r}")
+        raise CheckpointError(f"vision_config: expected integer patch_size and spatial_merge_size, found {patch!r}, {merge!r}")
     step = patch * merge
     for axis, size in zip(("height", "width"), image_size):
         if size % step:
             below = (size // step) * step
             nearest = [candidate for candidate in (below, below + step) if candidate > 0]
             raise ParameterError(
-                f"{where}image_size: {axis} {size} is not a multiple of patch_size x spatial_merge_size "
+                f"{axis} {size} is not a multiple of patch_size x spatial_merge_size "
                 f"= {patch} x {merge} = {step}; nearest valid sizes: {', '.join(map(str, nearest))}"
             )
     grid_h, grid_w = image_size[0] // patch, image_size[1] // patch
@@ -262,7 +262,10 @@ class Qwen3_5VisionTower(ArtifactKind):
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         assert isinstance(params, TowerParams)
         checkpoint = checkpoints[params.checkpoint]
-        tower_geometry(checkpoint.config_section("vision_config"), params.image_size, f"{checkpoint.label}: ")
+        try:
+            tower_geometry(checkpoint.config_section("vision_config"), params.image_size)
+        except ParameterError as error:
+            raise ParameterError(f"image_size: {error} (vision_config of {checkpoint.label})") from None
 
     def build(self, context: BuildContext) -> dict[str, Any]:
         import json

@@ -1,0 +1,303 @@
+"""The manifest: every error names file, line, key path, expected and found."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgebuild.errors import ManifestError
+from edgebuild.kinds import base as kinds_base
+from edgebuild.kinds import kind_names
+from edgebuild.manifest import load_manifest
+
+HEAD = """\
+version: 1
+checkpoints:
+  qwen:
+    fixture: qwen3_5_vl_tiny
+artifacts:
+"""
+
+TOWER = """\
+  t:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 448
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "artifacts.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(path: Path, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path, environ=environ or {})
+    return str(caught.value)
+
+
+def test_valid_manifest_normalises_values(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER + "    dtype: fp16\n    description: shown in doit list\n")
+    manifest = load_manifest(path, environ={})
+    params = manifest.artifacts["t"]
+    assert params.image_size == (448, 448)
+    assert params.dtype == "float16"
+    assert params.opset == 21
+    assert params.attn_implementation == "sdpa"
+    assert manifest.defaults == ["t"]
+    # Cosmetic fields never reach the build fingerprint.
+    assert "description" not in params.build_parameters()
+    assert "verify" not in params.build_parameters()
+
+
+def test_rectangular_image_size(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("448", "[224, 448]"))
+    assert load_manifest(path, environ={}).artifacts["t"].image_size == (224, 448)
+
+
+def test_misspelt_key_has_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("image_size", "image_sise"))
+    assert error_of(path) == (
+        f"{path}:6:3: artifacts -> t -> image_size: missing required key 'image_size'\n"
+        f"{path}:9:5: artifacts -> t -> image_sise: unknown key 'image_sise' (did you mean 'image_size'?)"
+    )
+
+
+def test_misspelt_nested_verify_key(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER + "    verify:\n      cosine_mn: 0.9\n")
+    assert error_of(path) == (
+        f"{path}:11:7: artifacts -> t -> verify -> cosine_mn: unknown key 'cosine_mn' (did you mean 'cosine_min'?)"
+    )
+
+
+def test_wrong_type(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER + "    opset: twenty\n")
+    assert error_of(path) == (
+        f"{path}:10:5: artifacts -> t -> opset: input should be a valid integer, "
+        "unable to parse string as an integer; found 'twenty'"
+    )
+
+
+def test_opset_below_dynamo_minimum(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER + "    opset: 17\n")
+    assert error_of(path) == (
+        f"{path}:10:5: artifacts -> t -> opset: input should be greater than or equal to 18; found 17"
+    )
+
+
+def test_unknown_dtype(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER + "    dtype: int8\n")
+    assert error_of(path) == f"{path}:10:5: artifacts -> t -> dtype: input should be 'float32' or 'float16'; found 'int8'"
+
+
+def test_negative_image_size(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("448", "-448"))
+    assert error_of(path) == f"{path}:9:5: artifacts -> t -> image_size: image sizes must be positive; found -448"
+
+
+def test_missing_kind(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("    kind: qwen3_5_vision_tower\n", ""))
+    kinds = ", ".join(repr(name) for name in kind_names())
+    assert error_of(path) == f"{path}:6:3: artifacts -> t: missing required key 'kind' (one of {kinds})"
+    assert "'qwen3_5_vision_tower'" in kinds
+
+
+def test_unknown_kind_has_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("qwen3_5_vision_tower", "qwen3_5_vision_towr"))
+    message = error_of(path)
+    assert message.startswith(f"{path}:7:5: artifacts -> t -> kind: unknown artifact kind 'qwen3_5_vision_towr'; expected one of ")
+    assert message.endswith("(did you mean 'qwen3_5_vision_tower'?)")
+
+
+def test_undeclared_checkpoint(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("checkpoint: qwen", "checkpoint: qwn"))
+    assert error_of(path) == (
+        f"{path}:8:5: artifacts -> t -> checkpoint: undeclared checkpoint 'qwn' (declared: 'qwen') (did you mean 'qwen'?)"
+    )
+
+
+def test_duplicate_yaml_key(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER + TOWER)
+    assert error_of(path) == f"{path}:10:3: artifacts -> t: duplicate key (first defined on line 6)"
+
+
+def test_matrix_expansion(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEAD
+        + """\
+  tower_{image_size}_{dtype}:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    matrix:
+      image_size: [224, [448, 224]]
+      dtype: [fp32, fp16]
+""",
+    )
+    manifest = load_manifest(path, environ={})
+    assert list(manifest.artifacts) == ["tower_224_fp32", "tower_224_fp16", "tower_448x224_fp32", "tower_448x224_fp16"]
+    assert manifest.artifacts["tower_448x224_fp16"].image_size == (448, 224)
+    assert manifest.artifacts["tower_448x224_fp16"].dtype == "float16"
+
+
+def test_matrix_name_collision(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEAD
+        + """\
+  tower_448_fp32:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 448
+  tower_{image_size}_fp32:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    matrix:
+      image_size: [448, 224]
+""",
+    )
+    assert error_of(path) == (
+        f"{path}:10:3: artifacts -> tower_{{image_size}}_fp32: duplicate artifact name 'tower_448_fp32' "
+        "(first declared on line 6)"
+    )
+
+
+def test_matrix_key_missing_from_name(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEAD + "  tower:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    matrix:\n      image_size: [448, 224]\n",
+    )
+    assert error_of(path) == (
+        f"{path}:6:3: artifacts -> tower: the name must contain {{image_size}} so that every matrix "
+        "combination gets its own name"
+    )
+
+
+def test_matrix_error_names_the_expanded_artifact(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEAD
+        + "  t_{dtype}:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 448\n"
+        + "    matrix:\n      dtype: [fp32, int4]\n",
+    )
+    assert error_of(path) == (
+        f"{path}:6:3: artifacts -> t_{{dtype}} (t_int4) -> dtype: input should be 'float32' or 'float16'; found 'int4'"
+    )
+
+
+def test_environment_interpolation(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt"
+    path = write(
+        tmp_path,
+        "checkpoints:\n  qwen:\n    path: ${QWEN_DIR:-fallback}/sub\n    fixture: qwen3_5_vl_tiny\n"
+        "  other:\n    path: ${EMPTY:-}\n    fixture: qwen3_5_vl_tiny\nartifacts: {}\n",
+    )
+    manifest = load_manifest(path, environ={"QWEN_DIR": str(checkpoint)})
+    assert manifest.checkpoints["qwen"].path == f"{checkpoint}/sub"
+    assert not manifest.checkpoints["qwen"].uses_fixture
+    assert load_manifest(path, environ={}).checkpoints["qwen"].path == "fallback/sub"
+    assert manifest.checkpoints["other"].uses_fixture
+
+
+def test_unset_environment_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, "checkpoints:\n  qwen:\n    path: ${NO_SUCH_VARIABLE}\nartifacts: {}\n")
+    assert error_of(path) == (
+        f"{path}:3:11: checkpoints -> qwen -> path: environment variable NO_SUCH_VARIABLE is not set "
+        "(write ${NO_SUCH_VARIABLE:-default} to give a default)"
+    )
+
+
+def test_checkpoint_without_source(tmp_path: Path) -> None:
+    path = write(tmp_path, "checkpoints:\n  qwen: {}\nartifacts: {}\n")
+    assert error_of(path) == f"{path}:2:3: checkpoints -> qwen: give a non-empty 'path' or a 'fixture'"
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "checkpoint: {}\nartifacts: {}\n")
+    assert error_of(path) == f"{path}:1:1: checkpoint: unknown key 'checkpoint' (did you mean 'checkpoints'?)"
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + "  t:\n    kind: [qwen\n")
+    assert error_of(path) == f"{path}:8:1: invalid YAML: expected ',' or ']', but got '<stream end>'"
+
+
+def test_missing_manifest(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    assert error_of(path) == f"{path}: manifest not found"
+
+
+def test_undeclared_default(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER + "defaults: [tt]\n")
+    assert error_of(path) == f"{path}:10:1: defaults: undeclared artifact 'tt' (did you mean 't'?)"
+
+
+def test_reserved_name(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("  t:", "  list:"))
+    assert error_of(path) == f"{path}:6:3: artifacts -> list: artifact name 'list' is reserved (it is a doit command)"
+
+
+def test_dependency_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cycles through ``source:`` references; a test-only kind stands in for the
+    artifact-to-artifact kinds."""
+    from typing import Literal
+
+    from edgebuild import kinds
+
+    class ChainParams(kinds_base.ArtifactParams):
+        kind: Literal["test_chain"]
+        source: str
+
+    class Chain(kinds_base.ArtifactKind):
+        name = "test_chain"
+        summary = "test-only"
+        Params = ChainParams
+        outputs = ()
+
+    monkeypatch.setitem(kinds._KINDS, "test_chain", Chain())
+    path = write(
+        tmp_path,
+        "artifacts:\n  a:\n    kind: test_chain\n    source: b\n  b:\n    kind: test_chain\n    source: c\n"
+        "  c:\n    kind: test_chain\n    source: a\n",
+    )
+    assert error_of(path) == f"{path}:2:3: artifacts: dependency cycle a -> b -> c -> a"
+    path = write(tmp_path, "artifacts:\n  a:\n    kind: test_chain\n    source: z\n")
+    assert error_of(path) == f"{path}:4:5: artifacts -> a -> source: undeclared artifact 'z'"
+
+
+def test_schema_command_prints_json_schema() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "edgebuild", "schema"], capture_output=True, text=True, check=True
+    )
+    schema = json.loads(result.stdout)
+    artifact = schema["properties"]["artifacts"]["additionalProperties"]
+    assert artifact["discriminator"]["propertyName"] == "kind"
+    assert "qwen3_5_vision_tower" in artifact["discriminator"]["mapping"]
+    tower = schema["$defs"]["TowerParams"]
+    assert tower["additionalProperties"] is False
+    assert {"image_size", "dtype", "opset", "attn_implementation", "verify", "matrix"} <= set(tower["properties"])
+
+
+def test_registration_is_checked() -> None:
+    from typing import Literal
+
+    from edgebuild.kinds import register
+
+    class WrongParams(kinds_base.ArtifactParams):
+        kind: Literal["other"]
+
+    class Wrong(kinds_base.ArtifactKind):
+        name = "wrong"
+        summary = "x"
+        Params = WrongParams
+        outputs = ()
+
+    with pytest.raises(TypeError, match=r"Wrong.Params.kind must be Literal\['wrong'\], found \('other',\)"):
+        register(Wrong)

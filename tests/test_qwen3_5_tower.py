@@ -1,0 +1,91 @@
+"""The Qwen3.5 vision tower kind: geometry, strict loading, the fixed-shape wrapper."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgebuild.checkpoint import Checkpoint
+from edgebuild.errors import CheckpointError, ParameterError
+from edgebuild.kinds.qwen3_5_tower import _fixed_shape_tower_class, load_tower, sample_patches, tower_geometry
+
+TINY_VISION = {"patch_size": 16, "spatial_merge_size": 2, "in_channels": 3, "temporal_patch_size": 2, "out_hidden_size": 96}
+
+
+def test_geometry_at_448() -> None:
+    geometry = tower_geometry(TINY_VISION, (448, 448))
+    assert (geometry.grid_h, geometry.grid_w, geometry.patches) == (28, 28, 784)
+    assert geometry.patch_dim == 3 * 2 * 16 * 16 == 1536
+    assert geometry.merged_tokens == 196
+    assert geometry.grid_thw == [1, 28, 28]
+
+
+def test_rectangular_geometry() -> None:
+    geometry = tower_geometry(TINY_VISION, (224, 448))
+    assert (geometry.grid_h, geometry.grid_w, geometry.patches, geometry.merged_tokens) == (14, 28, 392, 98)
+
+
+def test_indivisible_image_size_names_nearest_valid_sizes() -> None:
+    with pytest.raises(ParameterError) as caught:
+        tower_geometry(TINY_VISION, (448, 450))
+    assert str(caught.value) == (
+        "width 450 is not a multiple of patch_size x spatial_merge_size "
+        "= 16 x 2 = 32; nearest valid sizes: 448, 480"
+    )
+    with pytest.raises(ParameterError, match="height 20 .* nearest valid sizes: 32$"):
+        tower_geometry(TINY_VISION, (20, 32))
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16"])
+@pytest.mark.parametrize("image_size", [(448, 448), (224, 448)])
+def test_wrapper_reproduces_model_forward(qwen_checkpoint: Path, dtype_name: str, image_size: tuple[int, int]) -> None:
+    import torch
+
+    checkpoint = Checkpoint(qwen_checkpoint)
+    dtype = getattr(torch, dtype_name)
+    tower = load_tower(checkpoint, dtype)
+    geometry = tower_geometry(checkpoint.config_section("vision_config"), image_size)
+    wrapper = _fixed_shape_tower_class()(tower, geometry).eval()
+    grid = torch.tensor([geometry.grid_thw])
+    for patches in sample_patches(geometry, 2, seed=3):
+        with torch.no_grad():
+            wrapped = wrapper(patches.to(dtype))
+            reference = tower(patches.to(dtype), grid).pooler_output
+        assert wrapped.shape == (geometry.merged_tokens, geometry.out_hidden_size)
+        assert torch.equal(wrapped, reference)
+        # Not a vacuous equality: the output depends on the input.
+        assert wrapped.float().std() > 0
+
+
+def test_rotary_frequencies_stay_float32(qwen_checkpoint: Path) -> None:
+    import torch
+
+    tower = load_tower(Checkpoint(qwen_checkpoint), torch.float16)
+    assert tower.rotary_pos_emb.inv_freq.dtype == torch.float32
+    assert tower.blocks[0].attn.qkv.weight.dtype == torch.float16
+
+
+def _rewrite_shard_without(checkpoint_dir: Path, tensor: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    shard = checkpoint_dir / "model-00001-of-00002.safetensors"
+    state = load_file(str(shard))
+    del state[tensor]
+    save_file(state, str(shard), metadata={"format": "pt"})
+
+
+def test_strict_loading_refuses_a_missing_tensor(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    import torch
+
+    copy = tmp_path / "copy"
+    shutil.copytree(qwen_checkpoint, copy)
+    (copy / "model.safetensors.index.json").unlink()
+    _rewrite_shard_without(copy, "model.visual.blocks.1.mlp.linear_fc2.bias")
+    with pytest.raises(CheckpointError) as caught:
+        load_tower(Checkpoint(copy, label="checkpoint 'q'"), torch.float32)
+    assert str(caught.value) == (
+        "checkpoint 'q': the model.visual.* tensors do not match Qwen3_5VisionModel: "
+        "missing 1 (blocks.1.mlp.linear_fc2.bias); unexpected none"
+    )
