@@ -1,15 +1,16 @@
-"""Building and verifying one artifact, atomically.
+"""Building and verifying one artifact, atomically, through the store.
 
 A build writes into a fresh directory under ``build/.tmp/`` and is renamed
 into ``build/<name>/`` only once every declared output and the record exist,
 so nothing half-written ever looks built: a build killed at any point leaves
-at most a stray temporary directory, which the next build ignores.
+at most a stray temporary directory, which later builds ignore. A per-artifact
+lock keeps two doit processes from building the same artifact at once; the
+second one waits, then finds it built.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import EdgebuildError, ExportError, VerificationFailed
+from .fingerprint import file_digest, locked
 from .kinds.base import BuildContext, VerifyContext
 from .project import RECORD_FILE, RECORD_FORMAT, Project
 from .report import Check, Report, read_report
+from .store import outputs_intact, remove_leftovers, replace_directory, scratch_prefix
 
 Log = Callable[[str], None]
 
@@ -40,16 +43,6 @@ def read_record(directory: Path) -> dict[str, Any] | None:
     return record if record.get("format") == RECORD_FORMAT else None
 
 
-def file_digest(path: Path) -> str:
-    import blake3
-
-    hasher = blake3.blake3()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(16 * 1024 * 1024):
-            hasher.update(chunk)
-    return hasher.hexdigest()
-
-
 def output_manifest(directory: Path) -> dict[str, dict[str, Any]]:
     """Size and digest of every file an artifact directory holds (but the record and reports)."""
     skipped = {RECORD_FILE, "report.json", "report.md"}
@@ -64,12 +57,12 @@ def output_manifest(directory: Path) -> dict[str, dict[str, Any]]:
 def is_built(project: Project, name: str) -> bool:
     """Whether ``build/<name>/`` holds the outputs of the artifact's current fingerprint.
 
-    Cheap: compares fingerprints and file sizes; digests are checked by ``verify``.
+    Cheap (fingerprint and sizes); digests are checked by ``verify`` and on restore.
     """
-    existing = read_record(project.layout.artifact_dir(name))
+    directory = project.layout.artifact_dir(name)
+    existing = read_record(directory)
     if existing is None or existing.get("fingerprint") != project.fingerprint(name):
         return False
-    directory = project.layout.artifact_dir(name)
     for relative, meta in existing.get("outputs", {}).items():
         path = directory / relative
         if not path.is_file() or path.stat().st_size != meta["size"]:
@@ -78,18 +71,33 @@ def is_built(project: Project, name: str) -> bool:
 
 
 def build_artifact(project: Project, name: str, log: Log | None = None) -> dict[str, Any]:
-    """Build ``name`` unless it is current; return its record."""
+    """Make ``build/<name>/`` current: nothing if it is, a restore if the store has
+    the fingerprint, a build otherwise. Returns the record."""
     log = log or stderr_log(name)
     record = project.record(name)
-    if is_built(project, name):
-        log("up to date")
-        return record
+    with locked(project.layout.lock_file(name)):
+        if is_built(project, name):
+            log("up to date")
+            return record
+        remove_leftovers(name, project.layout.scratch_dir)
+        fingerprint = record["fingerprint"]
+        target = project.layout.artifact_dir(name)
+        started = time.perf_counter()
+        restored = project.store.restore(fingerprint, target, project.layout.scratch_dir)
+        if restored is not None:
+            log(f"restored from the store in {time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})")
+            return restored
+        complete = _build_into_place(project, name, record, log)
+        project.store.put(fingerprint, target)
+        return complete
+
+
+def _build_into_place(project: Project, name: str, record: dict[str, Any], log: Log) -> dict[str, Any]:
     params = project.manifest.artifacts[name]
     kind = project.kind(name)
     layout = project.layout
-    scratch_root = layout.build_dir / ".tmp"
-    scratch_root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{name}.", dir=scratch_root))
+    layout.scratch_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix(name), dir=layout.scratch_dir))
     try:
         context = BuildContext(
             name=name,
@@ -112,24 +120,14 @@ def build_artifact(project: Project, name: str, log: Log | None = None) -> dict[
             "build_seconds": elapsed,
             "outputs": output_manifest(scratch),
         }
+        # The record is written last: a directory without it never counts as built.
         (scratch / RECORD_FILE).write_text(json.dumps(complete, indent=2, sort_keys=True) + "\n")
-        _replace_directory(scratch, layout.artifact_dir(name), scratch_root)
+        replace_directory(scratch, layout.artifact_dir(name), layout.scratch_dir)
         log(f"built in {elapsed:.1f} s")
         return complete
     finally:
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _replace_directory(new: Path, target: Path, scratch_root: Path) -> None:
-    """Move ``new`` to ``target``; an old ``target`` is moved aside first and removed after."""
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f"{target.name}.old.", dir=scratch_root))
-        os.rename(target, old / "content")
-    os.rename(new, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def is_verified(project: Project, name: str) -> bool:
@@ -152,7 +150,16 @@ def verify_artifact(project: Project, name: str, log: Log | None = None) -> Repo
         raise EdgebuildError(f"{name}: build/{name} is not the current build; run `doit build {name}` first")
     params = project.manifest.artifacts[name]
     kind = project.kind(name)
-    checks = [_integrity_check(directory, built)]
+    changed = outputs_intact(directory, built.get("outputs", {}))
+    checks = [
+        Check.measure(
+            "outputs_intact",
+            len(built.get("outputs", {})) - len(changed),
+            "==",
+            len(built.get("outputs", {})),
+            f"changed since build: {', '.join(changed)}" if changed else "every output matches its recorded digest",
+        )
+    ]
     context = VerifyContext(
         name=name,
         params=params,
@@ -176,26 +183,10 @@ def verify_artifact(project: Project, name: str, log: Log | None = None) -> Repo
         extra={"verify_fingerprint": project.verify_fingerprint(name), "verify": params.verify_parameters()},
     )
     report.write(directory)
+    if report.passed and not changed:
+        project.store.put_report(record["fingerprint"], directory)
     print(report.summary(), file=sys.stderr, flush=True)
     if not report.passed:
         failed = "; ".join(check.describe() for check in report.failed_checks)
         raise VerificationFailed(f"{name}: verification failed: {failed}")
     return report
-
-
-def _integrity_check(directory: Path, built: dict[str, Any]) -> Check:
-    """Every recorded output file still has its recorded digest (a tampered or truncated
-    output fails verification with its name)."""
-    recorded = built.get("outputs", {})
-    changed = []
-    for relative, meta in recorded.items():
-        path = directory / relative
-        if not path.is_file() or path.stat().st_size != meta["size"] or file_digest(path) != meta["digest"]:
-            changed.append(relative)
-    return Check.measure(
-        "outputs_intact",
-        len(recorded) - len(changed),
-        "==",
-        len(recorded),
-        f"changed since build: {', '.join(changed)}" if changed else "every output matches its recorded digest",
-    )

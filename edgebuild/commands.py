@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+from doit.cmd_base import Command
 from doit.cmd_run import Run
 from doit.exceptions import InvalidCommand
 
@@ -55,3 +56,84 @@ class Verify(Run):
     def execute(self, params, args):  # noqa: D102 - doit's signature
         selected = _selected(args, _artifact_names())
         return super().execute(params, [f"verify:{name}" for name in selected])
+
+
+def _project():
+    from .tasks import load_or_exit
+
+    return load_or_exit()
+
+
+class Status(Command):
+    name = "status"
+    doc_purpose = "say which artifacts are up to date, stale (and why) or missing"
+    doc_usage = "[ARTIFACT ...]"
+    doc_description = "Reads fingerprints only (through the stat cache); builds nothing."
+    cmd_options = (
+        {"name": "as_json", "short": "", "long": "json", "type": bool, "default": False, "help": "print JSON"},
+    )
+
+    def execute(self, params, args):  # noqa: D102 - doit's signature
+        import json
+        import sys
+
+        from .status import artifact_status
+
+        project = _project()
+        selected = _selected(args, list(project.manifest.order()))
+        states = [artifact_status(project, name) for name in selected]
+        project.save_caches()
+        if params["as_json"]:
+            print(json.dumps(states, indent=2))
+            return 0
+        width = max(len(name) for name in selected)
+        for state in states:
+            line = f"{state['artifact']:<{width}}  {state['state']}"
+            if state.get("note"):
+                line += f" ({state['note']})"
+            print(line)
+            for reason in state.get("reasons", []):
+                print(f"{'':<{width}}    - {reason}")
+        sys.stdout.flush()
+        return 0
+
+
+class Gc(Command):
+    name = "gc"
+    doc_purpose = "prune the content-addressed store (cache/store) by size and/or age"
+    doc_usage = "[--max-size 20G] [--max-age 30d] [--dry-run]"
+    doc_description = "The entries of the current builds are always kept."
+    cmd_options = (
+        {"name": "max_size", "short": "", "long": "max-size", "type": str, "default": "",
+         "help": "keep the store under this size (e.g. 500M, 20G)"},
+        {"name": "max_age", "short": "", "long": "max-age", "type": str, "default": "",
+         "help": "remove entries unused for longer than this (e.g. 12h, 30d)"},
+        {"name": "dry_run", "short": "", "long": "dry-run", "type": bool, "default": False,
+         "help": "only say what would be removed"},
+    )
+
+    def execute(self, params, args):  # noqa: D102 - doit's signature
+        from .errors import EdgebuildError
+        from .status import parse_age, parse_size
+
+        try:
+            max_bytes = parse_size(params["max_size"]) if params["max_size"] else None
+            max_age = parse_age(params["max_age"]) if params["max_age"] else None
+        except ValueError as error:
+            raise InvalidCommand(str(error)) from None
+        if max_bytes is None and max_age is None:
+            raise InvalidCommand("give --max-size and/or --max-age")
+        project = _project()
+        keep = set()
+        for name in project.manifest.artifacts:
+            try:
+                keep.add(project.fingerprint(name))
+            except EdgebuildError:
+                continue
+        removed = project.store.gc(max_bytes, max_age, keep, dry_run=params["dry_run"])
+        verb = "would remove" if params["dry_run"] else "removed"
+        for entry in removed:
+            print(f"{verb} {entry.fingerprint[:16]} ({entry.size / 2**20:.1f} MiB)")
+        total = sum(entry.size for entry in removed)
+        print(f"{verb} {len(removed)} entries, {total / 2**20:.1f} MiB")
+        return 0

@@ -44,6 +44,15 @@ def digest_json(value: Any) -> str:
     return digest_bytes(canonical_json(value).encode())
 
 
+def file_digest(path: Path) -> str:
+    """Digest of a whole file, read now (outputs are checked against their recorded digests)."""
+    hasher = blake3.blake3()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(READ_CHUNK):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
 def _stat_key(stat: os.stat_result) -> list[int]:
     return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
 
@@ -101,7 +110,7 @@ class StatCache:
         if not self.dirty:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(self.path.with_suffix(".lock")):
+        with locked(self.path.with_suffix(".lock")):
             on_disk = self._read()
             for key in self.dirty:
                 if key in self.entries:
@@ -114,7 +123,8 @@ class StatCache:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` for the duration of the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -187,6 +187,11 @@ def gptq_quantize(
             f"factors of shape {tuple(factors.shape)} do not match a width of {width} "
             f"in blocks of {block_size}"
         )
+    if tuple(exponents.shape) != (math.ceil(rows / block_size), blocks):
+        raise ValueError(
+            f"exponents of shape {tuple(exponents.shape)} do not tile a {rows}x{width} "
+            f"weight in blocks of {block_size}"
+        )
     padded = torch.nn.functional.pad(weight.to(torch.float32), (0, blocks * block_size - width))
     working = padded.reshape(rows, blocks, block_size).permute(2, 0, 1).contiguous()
     row_exponents = exponents.repeat_interleave(block_size, dim=0)[:rows].to(torch.float32)

@@ -21,6 +21,7 @@ from .fixtures import ensure_fixture
 from .kinds import get_kind
 from .kinds.base import ArtifactKind, ArtifactParams
 from .manifest import Manifest, load_manifest
+from .store import Store
 
 RECORD_FORMAT = 1
 RECORD_FILE = ".edgebuild.json"
@@ -44,12 +45,25 @@ class Layout:
     def artifact_dir(self, name: str) -> Path:
         return self.build_dir / name
 
+    @property
+    def scratch_dir(self) -> Path:
+        """Temporary build directories: on the same filesystem as build/, for atomic renames."""
+        return self.build_dir / ".tmp"
+
+    @property
+    def store_dir(self) -> Path:
+        return self.cache_dir / "store"
+
+    def lock_file(self, name: str) -> Path:
+        return self.cache_dir / "locks" / f"{name}.lock"
+
 
 class Project:
     def __init__(self, manifest: Manifest, root: Path | None = None) -> None:
         self.manifest = manifest
         self.layout = Layout(Path(root) if root is not None else Path.cwd())
         self.stat_cache = StatCache(self.layout.cache_dir / "statcache.json")
+        self.store = Store(self.layout.store_dir)
         self._checkpoints: dict[str, Checkpoint] = {}
         self._records: dict[str, dict[str, Any]] = {}
 

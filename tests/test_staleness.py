@@ -1,0 +1,265 @@
+"""Precise staleness: exactly what changed is rebuilt, nothing else, and a no-op reads nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from edgebuild.builder import build_artifact, is_built
+from edgebuild.checkpoint import Checkpoint
+from edgebuild.kinds.qwen3_5_tower import Qwen3_5VisionTower
+from edgebuild.project import Project
+from edgebuild.staleness import explain
+from edgebuild.status import artifact_status, parse_age, parse_size
+
+pytestmark = pytest.mark.slow
+
+MANIFEST = """\
+checkpoints:
+  qwen:
+    path: ckpt
+artifacts:
+  tower_a:
+    kind: qwen3_5_vision_tower
+    description: {description}
+    checkpoint: qwen
+    image_size: 64
+    opset: {opset}
+  tower_b:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: [64, 96]
+"""
+
+
+def write_manifest(root: Path, description: str = "first", opset: int = 21) -> None:
+    (root / "artifacts.yaml").write_text(MANIFEST.format(description=description, opset=opset))
+
+
+def fresh(root: Path) -> Project:
+    """A new Project, as a new doit process would see it (nothing memoised)."""
+    return Project.load(root / "artifacts.yaml", root)
+
+
+def build_all(root: Path) -> dict[str, list[str]]:
+    project = fresh(root)
+    logs: dict[str, list[str]] = {}
+    for name in project.manifest.order():
+        messages: list[str] = []
+        build_artifact(project, name, log=messages.append)
+        logs[name] = messages
+    project.save_caches()
+    return logs
+
+
+def exported(messages: list[str]) -> bool:
+    return any(message.startswith("built in") for message in messages)
+
+
+def patch_tensor_bytes(checkpoint: Path, tensor: str) -> None:
+    """Flip the lowest mantissa bit of the first bf16 value of ``tensor`` in place
+    (same size, new content, still a finite number)."""
+    entry = Checkpoint(checkpoint).tensors[tensor]
+    with open(entry.file, "r+b") as handle:
+        handle.seek(entry.start)
+        byte = handle.read(1)
+        handle.seek(entry.start)
+        handle.write(bytes([byte[0] ^ 0x01]))
+
+
+@pytest.fixture
+def root(tmp_path: Path, qwen_checkpoint: Path) -> Path:
+    shutil.copytree(qwen_checkpoint, tmp_path / "ckpt")
+    write_manifest(tmp_path)
+    return tmp_path
+
+
+def test_only_what_changed_is_rebuilt(root: Path) -> None:
+    logs = build_all(root)
+    assert exported(logs["tower_a"]) and exported(logs["tower_b"])
+    shard = root / "ckpt" / "model-00001-of-00002.safetensors"
+    visual_bytes = sum(entry.nbytes for entry in Checkpoint(root / "ckpt").select(("model.visual.",)).values())
+    assert visual_bytes < shard.stat().st_size
+
+    # No-op: nothing built, nothing read.
+    project = fresh(root)
+    assert all(is_built(project, name) for name in ("tower_a", "tower_b"))
+    assert project.stat_cache.bytes_hashed == 0
+
+    # Touch: nothing built; the tower's bytes (not the whole shard) hashed once.
+    os.utime(shard, ns=(time.time_ns(), time.time_ns()))
+    project = fresh(root)
+    assert all(is_built(project, name) for name in ("tower_a", "tower_b"))
+    assert project.stat_cache.bytes_hashed == visual_bytes
+    project.save_caches()
+    project = fresh(root)
+    assert all(is_built(project, name) for name in ("tower_a", "tower_b"))
+    assert project.stat_cache.bytes_hashed == 0
+
+    # A non-visual tensor in the shared shard: nothing stale.
+    patch_tensor_bytes(root / "ckpt", "lm_head.weight")
+    project = fresh(root)
+    assert all(is_built(project, name) for name in ("tower_a", "tower_b"))
+    project.save_caches()
+
+    # A visual tensor: both towers stale, with the tensor named; both re-export.
+    patch_tensor_bytes(root / "ckpt", "model.visual.blocks.1.mlp.linear_fc1.weight")
+    project = fresh(root)
+    status = artifact_status(project, "tower_a")
+    assert status["state"] == "stale"
+    assert status["reasons"] == ["tensor model.visual.blocks.1.mlp.linear_fc1.weight changed"]
+    logs = build_all(root)
+    assert exported(logs["tower_a"]) and exported(logs["tower_b"])
+
+    # An opset change: that artifact only.
+    write_manifest(root, opset=20)
+    project = fresh(root)
+    assert artifact_status(project, "tower_a")["reasons"] == ["opset 21 → 20"]
+    assert artifact_status(project, "tower_b")["state"] == "up to date"
+    logs = build_all(root)
+    assert exported(logs["tower_a"]) and logs["tower_b"] == ["up to date"]
+
+    # Switching back restores from the store: no export.
+    write_manifest(root, opset=21)
+    logs = build_all(root)
+    assert logs["tower_a"][0].startswith("restored from the store")
+    assert logs["tower_b"] == ["up to date"]
+
+    # A description is cosmetic: nothing stale.
+    write_manifest(root, description="second")
+    assert build_all(root) == {"tower_a": ["up to date"], "tower_b": ["up to date"]}
+
+
+def test_deleting_build_restores_without_exporting(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    build_all(root)
+    first = (root / "build" / "tower_a" / "model.onnx").read_bytes()
+    shutil.rmtree(root / "build")
+
+    def no_export(self, context):
+        raise AssertionError("exported although the store holds this fingerprint")
+
+    monkeypatch.setattr(Qwen3_5VisionTower, "build", no_export)
+    logs = build_all(root)
+    assert all(messages[0].startswith("restored from the store") for messages in logs.values())
+    assert (root / "build" / "tower_a" / "model.onnx").read_bytes() == first
+
+
+def test_corrupt_store_entry_is_dropped_and_rebuilt(root: Path) -> None:
+    build_all(root)
+    project = fresh(root)
+    fingerprint = project.fingerprint("tower_a")
+    shutil.rmtree(root / "build")
+    stored = project.store.entry_dir(fingerprint) / "model.onnx.data"
+    # Same size, different bytes: only the digest can tell.
+    data = bytearray(stored.read_bytes())
+    data[100] ^= 0xFF
+    stored.unlink()
+    stored.write_bytes(bytes(data))
+    logs = build_all(root)
+    assert exported(logs["tower_a"])
+    assert logs["tower_b"][0].startswith("restored from the store")
+
+
+def test_explain_names_code_and_tool_versions() -> None:
+    built = {
+        "kind": "k",
+        "params": {"opset": 21, "verify": {}},
+        "inputs": {"artifact:src": "a" * 64, "checkpoint:q": {"config": "x", "config_key": "vision_config", "tensors": {}}},
+        "code": {"edgebuild/kinds/qwen3_5_tower.py": "1", "edgebuild/report.py": "2"},
+        "versions": {"transformers": "5.24.0", "torch": "2.13.0"},
+        "fingerprint": "old",
+    }
+    current = {
+        "kind": "k",
+        "params": {"opset": 21, "verify": {}},
+        "inputs": {"artifact:src": "b" * 64, "checkpoint:q": {"config": "y", "config_key": "vision_config", "tensors": {}}},
+        "code": {"edgebuild/kinds/qwen3_5_tower.py": "3", "edgebuild/report.py": "2", "edgebuild/new.py": "4"},
+        "versions": {"transformers": "5.25.0", "torch": "2.13.0"},
+        "fingerprint": "new",
+    }
+    assert explain(built, current) == [
+        "source artifact src changed (aaaaaaaaaaaa → bbbbbbbbbbbb)",
+        "checkpoint q: config.json vision_config changed",
+        "edgebuild/kinds/qwen3_5_tower.py changed",
+        "edgebuild/new.py added",
+        "transformers 5.24.0 → 5.25.0",
+    ]
+
+
+def test_gc_keeps_current_and_drops_least_recently_used(root: Path) -> None:
+    build_all(root)
+    write_manifest(root, opset=20)
+    build_all(root)
+    project = fresh(root)
+    entries = {entry.fingerprint: entry for entry in project.store.entries()}
+    assert len(entries) == 3
+    keep = {project.fingerprint("tower_a"), project.fingerprint("tower_b")}
+    removed = project.store.gc(max_bytes=0, max_age_seconds=None, keep=keep)
+    assert len(removed) == 1 and removed[0].fingerprint not in keep
+    assert {entry.fingerprint for entry in project.store.entries()} == keep
+
+
+def test_size_and_age_parsing() -> None:
+    assert parse_size("500M") == 500 * 2**20
+    assert parse_size("1.5g") == int(1.5 * 2**30)
+    assert parse_age("12h") == 43200
+    assert parse_age("30d") == 30 * 86400
+    with pytest.raises(ValueError, match=r"--max-size: expected a size like 500M or 20G, found 'lots'"):
+        parse_size("lots")
+
+
+def _doit(project_dir, *args: str) -> subprocess.Popen[str]:
+    doit = Path(sys.executable).with_name("doit")
+    return subprocess.Popen(
+        [str(doit), *args], cwd=project_dir.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_sigkill_mid_build_leaves_nothing_built(project_dir, qwen_checkpoint: Path) -> None:
+    shutil.copytree(qwen_checkpoint, project_dir.root / "ckpt")
+    write_manifest(project_dir.root)
+    process = _doit(project_dir, "build", "tower_a")
+    # Kill once the export has started: the scratch directory exists, the record does not.
+    deadline = time.monotonic() + 120
+    scratch = project_dir.root / "build" / ".tmp"
+    while time.monotonic() < deadline:
+        if scratch.is_dir() and any(path.name.startswith("tower_a~") for path in scratch.iterdir()):
+            break
+        time.sleep(0.05)
+    else:
+        process.kill()
+        pytest.fail("the build never started")
+    time.sleep(1.0)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    project = fresh(project_dir.root)
+    assert not is_built(project, "tower_a")
+    assert not project.store.has(project.fingerprint("tower_a"))
+    assert artifact_status(project, "tower_a")["state"] == "missing"
+
+    again = project_dir.doit("build", "tower_a")
+    assert again.returncode == 0, again.stderr
+    assert "built in" in again.stderr
+    assert is_built(fresh(project_dir.root), "tower_a")
+    # The killed build's scratch directory is gone.
+    assert not any(path.name.startswith("tower_a~") for path in scratch.iterdir())
+
+
+def test_two_processes_build_once(project_dir, qwen_checkpoint: Path) -> None:
+    shutil.copytree(qwen_checkpoint, project_dir.root / "ckpt")
+    write_manifest(project_dir.root)
+    first, second = _doit(project_dir, "build", "tower_a"), _doit(project_dir, "build", "tower_a")
+    outputs = [process.communicate(timeout=300) for process in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, outputs
+    stderr = "".join(error for _, error in outputs)
+    assert stderr.count("built in") == 1
+    assert stderr.count("[tower_a] up to date") == 1
+    assert is_built(fresh(project_dir.root), "tower_a")
