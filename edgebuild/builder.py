@@ -106,6 +106,7 @@ def _build_into_place(project: Project, name: str, record: dict[str, Any], log: 
             checkpoints=project.checkpoints_for(params),
             sources={source: layout.artifact_dir(source) for source in params.source_artifacts()},
             input_root=project.manifest.root,
+            fingerprint=record["fingerprint"],
             log=log,
         )
         started = time.perf_counter()

@@ -21,7 +21,12 @@ class CheckpointError(EdgebuildError):
 
 class ParameterError(EdgebuildError):
     """Parameters are well-typed but impossible for this checkpoint (an image size that
-    does not divide into patches, a layer count outside the model)."""
+    does not divide into patches, a layer count outside the model). ``key`` names the
+    manifest key at fault, so the message can point at its line."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class ExportError(EdgebuildError):

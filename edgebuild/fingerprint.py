@@ -27,6 +27,8 @@ import blake3
 STAT_CACHE_FORMAT = 1
 HASH_NAME = "blake3"
 READ_CHUNK = 16 * 1024 * 1024
+# How far ahead of the hashing position the kernel is asked to read.
+READ_AHEAD = 256 * 1024 * 1024
 # Hashing less than this is quick enough that progress lines would only be noise.
 PROGRESS_THRESHOLD = 256 * 1024 * 1024
 TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "safetensors")
@@ -135,6 +137,10 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterator[tuple[tuple[int, int], str]]:
+    """Digest each span, reading it once. The kernel is asked to read ahead
+    (``POSIX_FADV_WILLNEED``) one window beyond the current position, so that the
+    disk works while blake3 hashes: measured on a cold 0.9 GB tower, reading
+    and hashing in turn ran at about 60% of ``dd``'s throughput."""
     total = sum(end - start for start, end in spans)
     show_progress = total >= PROGRESS_THRESHOLD
     done = 0
@@ -142,11 +148,14 @@ def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterat
     buffer = bytearray(READ_CHUNK)
     view = memoryview(buffer)
     descriptor = os.open(path, os.O_RDONLY)
+    advised = 0
     try:
-        for start, end in spans:
-            hasher = blake3.blake3()
+        for index, (start, end) in enumerate(spans):
+            hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
             offset = start
             while offset < end:
+                if offset + READ_AHEAD > advised:
+                    advised = _advise_ahead(descriptor, spans, index, offset, max(advised, offset))
                 count = os.preadv(descriptor, [view[: min(READ_CHUNK, end - offset)]], offset)
                 if count == 0:
                     raise OSError(f"{path}: file ended at byte {offset}, expected {end}")
@@ -165,6 +174,24 @@ def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterat
             yield (start, end), hasher.hexdigest()
     finally:
         os.close(descriptor)
+
+
+def _advise_ahead(descriptor: int, spans: list[tuple[int, int]], index: int, offset: int, advised: int) -> int:
+    """Ask for the next READ_AHEAD bytes of the spans from ``offset``; return how far was advised."""
+    budget = READ_AHEAD
+    position = max(offset, advised)
+    for start, end in spans[index:]:
+        if end <= position:
+            continue
+        begin = max(start, position)
+        length = min(end - begin, budget)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(descriptor, begin, length, os.POSIX_FADV_WILLNEED)
+        budget -= length
+        position = begin + length
+        if budget <= 0:
+            break
+    return position
 
 
 # --- code and tool versions ---------------------------------------------------

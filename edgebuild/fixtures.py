@@ -58,7 +58,8 @@ QWEN3_5_VL_TINY: dict[str, Any] = {
 
 SIGLIP_TINY: dict[str, Any] = {
     "vision_config": {
-        "hidden_size": 64,
+        # Widths that are not multiples of 64 exercise the padded edge tiles.
+        "hidden_size": 96,
         "intermediate_size": 160,
         "num_hidden_layers": 2,
         "num_attention_heads": 4,
@@ -202,7 +203,7 @@ FIXTURES: dict[str, Fixture] = {
         ),
         Fixture(
             "siglip_tiny",
-            "SigLIP (SiglipModel), 2-layer 64-wide vision encoder, 64x64 images, uneven LayerNorm scales",
+            "SigLIP (SiglipModel), 2-layer 96-wide vision encoder, 64x64 images, uneven LayerNorm scales",
             SIGLIP_TINY,
             _write_siglip,
         ),

@@ -18,6 +18,7 @@ from .checkpoint import Checkpoint
 from .errors import CheckpointError, ManifestError, ParameterError
 from .fingerprint import StatCache, code_digests, digest_json, tool_versions
 from .fixtures import ensure_fixture
+from .inputs import expand_inputs
 from .kinds import get_kind
 from .kinds.base import ArtifactKind, ArtifactParams
 from .manifest import Manifest, load_manifest
@@ -96,10 +97,6 @@ class Project:
     def checkpoints_for(self, params: ArtifactParams) -> dict[str, Checkpoint]:
         return {name: self.checkpoint(name) for name in params.checkpoint_names()}
 
-    def input_path(self, written: str) -> Path:
-        path = Path(written).expanduser()
-        return path if path.is_absolute() else self.manifest.root / path
-
     # --- fingerprints -------------------------------------------------------------
 
     def kind(self, name: str) -> ArtifactKind:
@@ -115,16 +112,22 @@ class Project:
         try:
             kind.check_parameters(params, checkpoints)
         except ParameterError as error:
-            raise ParameterError(f"{self.manifest.where(name)} -> {error}") from None
+            keys = [error.key] if error.key else []
+            raise ParameterError(f"{self.manifest.where(name, *keys)}: {error}", error.key) from None
         inputs: dict[str, Any] = {}
         selection = kind.tensor_selection(params)
         for checkpoint_name, checkpoint in checkpoints.items():
             inputs[f"checkpoint:{checkpoint_name}"] = self._checkpoint_fingerprint(checkpoint, selection)
-        for written in params.input_files():
-            path = self.input_path(written)
-            if not path.is_file():
-                raise CheckpointError(f"{self.manifest.path}: artifacts -> {name}: input file {path} does not exist")
-            inputs[f"file:{written}"] = self.stat_cache.file_digest(path)
+        try:
+            paths = expand_inputs(params.input_files(), self.manifest.root, self.manifest.where(name))
+        except CheckpointError as error:
+            raise CheckpointError(str(error)) from None
+        for path in paths:
+            try:
+                key = path.resolve().relative_to(self.manifest.root.resolve()).as_posix()
+            except ValueError:
+                key = str(path)
+            inputs[f"file:{key}"] = self.stat_cache.file_digest(path)
         for source in params.source_artifacts():
             inputs[f"artifact:{source}"] = self.fingerprint(source)
         record = {

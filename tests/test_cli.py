@@ -107,7 +107,7 @@ def test_impossible_image_size_fails_before_writing(project_dir) -> None:
     result = project_dir.doit("build", "odd")
     assert result.returncode != 0
     assert (
-        "artifacts.yaml:6:3: artifacts -> odd -> image_size: height 450 is not a multiple of patch_size x "
+        "artifacts.yaml:9:5: artifacts -> odd -> image_size: height 450 is not a multiple of patch_size x "
         "spatial_merge_size = 16 x 2 = 32; nearest valid sizes: 448, 480 (vision_config of checkpoint 'qwen' ("
     ) in result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr

@@ -77,8 +77,8 @@ class BuildContext:
     checkpoints: dict[str, "Checkpoint"]
     sources: dict[str, Path]
     input_root: Path
+    fingerprint: str = ""
     log: Callable[[str], None] = print
-    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> "Checkpoint":

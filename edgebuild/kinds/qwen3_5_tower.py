@@ -265,7 +265,7 @@ class Qwen3_5VisionTower(ArtifactKind):
         try:
             tower_geometry(checkpoint.config_section("vision_config"), params.image_size)
         except ParameterError as error:
-            raise ParameterError(f"image_size: {error} (vision_config of {checkpoint.label})") from None
+            raise ParameterError(f"{error} (vision_config of {checkpoint.label})", key="image_size") from None
 
     def build(self, context: BuildContext) -> dict[str, Any]:
         import json

@@ -1,0 +1,201 @@
+"""The siglip_f143 kind: identical weights to the seed's algorithm in every mode,
+a verifiable, reloadable, packable output, and clear errors for bad inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from edgebuild.builder import build_artifact, verify_artifact
+from edgebuild.checkpoint import Checkpoint
+from edgebuild.errors import CheckpointError, ParameterError, VerificationFailed
+from edgebuild.fixtures import write_fixture
+from edgebuild.kinds.siglip_f143 import load_packed, load_pixel_batches, load_vision_model
+from edgebuild.manifest import load_manifest
+from edgebuild.project import Project
+
+import seed_pipeline
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def siglip_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fixture(tmp_path_factory.mktemp("siglip") / "ckpt", "siglip_tiny")
+
+
+@pytest.fixture
+def root(tmp_path: Path, siglip_checkpoint: Path) -> Path:
+    shutil.copytree(siglip_checkpoint, tmp_path / "ckpt")
+    shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
+    shutil.copytree(REPO / "data" / "held_out", tmp_path / "held_out")
+    generator = torch.Generator().manual_seed(5)
+    save_file({"pixel_values": torch.randn(2, 3, 64, 64, generator=generator)}, str(tmp_path / "pixels.safetensors"))
+    return tmp_path
+
+
+def manifest(root: Path, options: str = "", verify: str = "") -> Project:
+    text = textwrap.dedent(
+        """\
+        checkpoints:
+          siglip:
+            path: ckpt
+        artifacts:
+          q:
+            kind: siglip_f143
+            checkpoint: siglip
+            calibration:
+              pixel_values: [pixels.safetensors]
+              images: ["images/*.png"]
+            held_out:
+              images: ["held_out/*.png"]
+        """
+    )
+    text += "".join(f"    {line}\n" for line in options.splitlines() if line.strip())
+    if verify:
+        text += "    verify:\n" + "".join(f"      {line}\n" for line in verify.splitlines() if line.strip())
+    (root / "artifacts.yaml").write_text(text)
+    return Project.load(root / "artifacts.yaml", root)
+
+
+MODES = {
+    "gptq": ("", seed_pipeline.SeedOptions()),
+    "nearest": ("algorithm: nearest", seed_pipeline.SeedOptions(algorithm="nearest")),
+    "sequential": ("sequential_layers: true", seed_pipeline.SeedOptions(sequential_layers=True)),
+    "equalization": ("equalize_layernorm: true", seed_pipeline.SeedOptions(equalize_layernorm=True)),
+    "equalization_sequential": (
+        "equalize_layernorm: true\nsequential_layers: true\ndamp: 0.1",
+        seed_pipeline.SeedOptions(equalize_layernorm=True, sequential_layers=True, damp=0.1),
+    ),
+    "no_bias_correction": ("bias_correction: false", seed_pipeline.SeedOptions(bias_correction=False)),
+    "layer_subset": ("layers: 1", seed_pipeline.SeedOptions(layers=1)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(MODES))
+def test_weights_identical_to_the_seed_algorithm(root: Path, mode: str) -> None:
+    options, seed_options = MODES[mode]
+    project = manifest(root, options)
+    logs: list[str] = []
+    build_artifact(project, "q", log=logs.append)
+    built = load_file(str(root / "build" / "q" / "model.safetensors"))
+
+    checkpoint = Checkpoint(root / "ckpt")
+    model, _ = load_vision_model(checkpoint)
+    params = project.manifest.artifacts["q"]
+    batches = load_pixel_batches(params.calibration, root, checkpoint, "calibration")
+    reference = seed_pipeline.run_seed(model, batches, seed_options)
+
+    assert sorted(built) == sorted(reference.state)
+    different = [name for name in built if not torch.equal(built[name], reference.state[name])]
+    assert different == []
+    quantized = [name for name in reference.objectives]
+    assert len(quantized) == (6 if mode == "layer_subset" else 12)
+    # The weights did change: this is not a comparison of two unquantized models.
+    original = load_file(str(root / "ckpt" / "model.safetensors"))
+    changed = [name for name in quantized if not torch.equal(built[f"{name}.weight"], original[f"vision_model.{name}.weight"])]
+    assert changed == quantized
+    report = json.loads((root / "build" / "q" / "quantization.json").read_text())
+    assert report["forward_passes"] < reference.forward_passes
+    for name, objective in reference.objectives.items():
+        assert report["objectives"][name]["reconstructed"] == pytest.approx(objective["reconstructed"], rel=1e-5)
+    if seed_options.equalize_layernorm:
+        assert {name: item["alpha"] for name, item in report["equalization"].items()} == {
+            name: item["alpha"] for name, item in reference.equalization.items()
+        }
+
+
+@pytest.mark.slow
+def test_artifact_verifies_reloads_and_packs(root: Path) -> None:
+    project = manifest(root, "equalize_layernorm: true")
+    build_artifact(project, "q", log=lambda message: None)
+    out = root / "build" / "q"
+    assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == [
+        "config.json", "model.f143.safetensors", "model.safetensors", "preprocessor_config.json", "quantization.json",
+    ]
+    report = verify_artifact(project, "q", log=lambda message: None)
+    checks = {check.name: check for check in report.checks}
+    assert all(check.passed for check in report.checks)
+    assert checks["off_grid_weights"].value == 0
+    assert checks["packed_round_trip_mismatches"].value == 0
+    assert checks["calibration.reload_reproduces_build"].passed
+    assert 0.99 < checks["held_out.cosine"].value < 1.0
+    # Codes plus tile exponents: about a quarter of float32.
+    assert 0.25 < report.metrics["packed_ratio"] < 0.26
+
+    saved = load_file(str(out / "model.safetensors"))
+    unpacked = load_packed(out / "model.f143.safetensors")
+    for name, tensor in saved.items():
+        assert unpacked[name].dtype == tensor.dtype
+        assert torch.equal(unpacked[name].view(torch.int32), tensor.view(torch.int32)) if tensor.dtype == torch.float32 else torch.equal(unpacked[name], tensor)
+
+    from transformers import SiglipVisionModel
+
+    model = SiglipVisionModel.from_pretrained(str(out), local_files_only=True)
+    assert torch.equal(model.encoder.layers[0].mlp.fc1.weight, saved["encoder.layers.0.mlp.fc1.weight"])
+
+
+@pytest.mark.slow
+def test_unmeetable_threshold_fails_verification(root: Path) -> None:
+    project = manifest(root, "algorithm: nearest", verify="cosine_min: 1.0")
+    build_artifact(project, "q", log=lambda message: None)
+    with pytest.raises(VerificationFailed, match=r"q: verification failed: calibration.cosine = 0\.99\d+ \(limit >= 1\): "):
+        verify_artifact(project, "q", log=lambda message: None)
+    report = json.loads((root / "build" / "q" / "report.json").read_text())
+    assert report["passed"] is False
+
+
+def test_no_calibration_is_a_manifest_error(tmp_path: Path) -> None:
+    path = tmp_path / "artifacts.yaml"
+    path.write_text("checkpoints:\n  s:\n    fixture: siglip_tiny\nartifacts:\n  q:\n    kind: siglip_f143\n    checkpoint: s\n    calibration: {}\n")
+    with pytest.raises(Exception) as caught:
+        load_manifest(path, environ={})
+    assert str(caught.value) == f"{path}:5:3: artifacts -> q: calibration needs at least one pixel_values file or image"
+
+
+def test_negative_damp_is_a_manifest_error(tmp_path: Path) -> None:
+    path = tmp_path / "artifacts.yaml"
+    path.write_text(
+        "checkpoints:\n  s:\n    fixture: siglip_tiny\nartifacts:\n  q:\n    kind: siglip_f143\n    checkpoint: s\n"
+        "    calibration: {images: [x.png]}\n    damp: -0.1\n"
+    )
+    with pytest.raises(Exception) as caught:
+        load_manifest(path, environ={})
+    assert str(caught.value) == f"{path}:9:5: artifacts -> q -> damp: input should be greater than or equal to 0; found -0.1"
+
+
+def test_layer_count_out_of_range(root: Path) -> None:
+    project = manifest(root, "layers: 3")
+    with pytest.raises(ParameterError) as caught:
+        project.record("q")
+    assert str(caught.value) == (
+        f"{root / 'artifacts.yaml'}:13:5: artifacts -> q -> layers: 3 is outside the model "
+        "(vision_config.num_hidden_layers = 2)"
+    )
+    assert not (root / "build").exists()
+
+
+def test_checkpoint_without_vision_model(root: Path) -> None:
+    state = load_file(str(root / "ckpt" / "model.safetensors"))
+    save_file({name: value for name, value in state.items() if not name.startswith("vision_model.")}, str(root / "ckpt" / "model.safetensors"))
+    project = manifest(root)
+    with pytest.raises(CheckpointError, match=r"checkpoint 'siglip' \(.*\): no tensors named vision_model\.\* in "):
+        project.record("q")
+
+
+def test_calibration_glob_matching_nothing(root: Path) -> None:
+    project = manifest(root)
+    (root / "artifacts.yaml").write_text((root / "artifacts.yaml").read_text().replace("images/*.png", "imgs/*.png"))
+    project = Project.load(root / "artifacts.yaml", root)
+    with pytest.raises(CheckpointError) as caught:
+        project.record("q")
+    assert str(caught.value) == (
+        f"{root / 'artifacts.yaml'}:5:3: artifacts -> q: 'imgs/*.png' matches no file (relative to {root})"
+    )
