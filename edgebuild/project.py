@@ -95,7 +95,14 @@ class Project:
         return self._checkpoints[name]
 
     def checkpoints_for(self, params: ArtifactParams) -> dict[str, Checkpoint]:
-        return {name: self.checkpoint(name) for name in params.checkpoint_names()}
+        """The checkpoints an artifact's build and verification may read: its own and,
+        transitively, those of the artifacts it consumes (an ONNX export of a quantized
+        encoder is verified against the float encoder its source was made from)."""
+        found = {name: self.checkpoint(name) for name in params.checkpoint_names()}
+        for source in params.source_artifacts():
+            for name, checkpoint in self.checkpoints_for(self.manifest.artifacts[source]).items():
+                found.setdefault(name, checkpoint)
+        return found
 
     # --- fingerprints -------------------------------------------------------------
 
@@ -109,6 +116,7 @@ class Project:
         params = self.manifest.artifacts[name]
         kind = self.kind(name)
         checkpoints = self.checkpoints_for(params)
+        own = params.checkpoint_names()
         try:
             kind.check_parameters(params, checkpoints)
         except ParameterError as error:
@@ -116,7 +124,9 @@ class Project:
             raise ParameterError(f"{self.manifest.where(name, *keys)}: {error}", error.key) from None
         inputs: dict[str, Any] = {}
         selection = kind.tensor_selection(params)
-        for checkpoint_name, checkpoint in checkpoints.items():
+        # Only the artifact's own checkpoints: a source's are covered by its fingerprint.
+        for checkpoint_name in own:
+            checkpoint = checkpoints[checkpoint_name]
             inputs[f"checkpoint:{checkpoint_name}"] = self._checkpoint_fingerprint(checkpoint, selection)
         try:
             paths = expand_inputs(params.input_files(), self.manifest.root, self.manifest.where(name))
