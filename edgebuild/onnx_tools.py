@@ -42,7 +42,7 @@ def export_onnx(
         # Graphs under the exporter's size threshold come back inline; keep one layout.
         model = onnx.load(str(path))
         onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=weights.name, size_threshold=0)
+                  location=weights.name, size_threshold=1024)
 
 
 def sanitize_allowzero(path: Path) -> int:
@@ -154,3 +154,94 @@ def provider_placement(path: Path, provider: str, feed: dict[str, Any]) -> dict[
         "nodes": dict(placed),
         "fraction": placed[provider] / total if total else 0.0,
     }
+
+
+def initializer_arrays(model: Any) -> dict[str, Any]:
+    """name -> numpy array of every initializer of a loaded model (external data included)."""
+    from onnx import numpy_helper
+
+    return {initializer.name: numpy_helper.to_array(initializer) for initializer in model.graph.initializer}
+
+
+def replace_with_blocked_fp8(
+    model: Any,
+    initializer_name: str,
+    codes: Any,
+    scales: Any,
+    axis: int,
+    block_size: int,
+    output_dtype: int | None = None,
+) -> None:
+    """Replace initializer ``initializer_name`` by FLOAT8E4M3FNUZ ``codes`` and a blocked
+    ``DequantizeLinear`` (opset 21) whose output keeps the initializer's name, so
+    every consumer is untouched. ``codes`` is a uint8 array of float8_e4m3fnuz bit
+    patterns in the initializer's layout; ``scales`` has the same shape except
+    ``ceil(dim / block_size)`` along ``axis``. With ``output_dtype`` (e.g. float16)
+    a ``Cast`` follows the dequantization.
+    """
+    import numpy
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    index = next((i for i, item in enumerate(graph.initializer) if item.name == initializer_name), None)
+    if index is None:
+        raise KeyError(initializer_name)
+    del graph.initializer[index]
+    codes_name, scale_name = f"{initializer_name}_f143", f"{initializer_name}_f143_scale"
+    packed = helper.make_tensor(codes_name, TensorProto.FLOAT8E4M3FNUZ, list(codes.shape), numpy.ascontiguousarray(codes, dtype=numpy.uint8).tobytes(), raw=True)
+    graph.initializer.extend([packed, numpy_helper.from_array(numpy.ascontiguousarray(scales, dtype=numpy.float32), scale_name)])
+    dequantized = initializer_name if output_dtype is None else f"{initializer_name}_f143_dequantized"
+    nodes = [
+        helper.make_node(
+            "DequantizeLinear", [codes_name, scale_name], [dequantized], name=f"{initializer_name}_DequantizeLinear",
+            axis=axis, block_size=block_size,
+        )
+    ]
+    if output_dtype is not None:
+        nodes.append(helper.make_node("Cast", [dequantized], [initializer_name], name=f"{initializer_name}_Cast", to=output_dtype))
+    # Topological order: the new nodes have only initializer inputs, so they go first.
+    for position, node in enumerate(nodes):
+        graph.node.insert(position, node)
+
+
+def save_with_external_data(model: Any, path: Path) -> None:
+    """Save ``model`` with its weights in one ``<name>.data`` file beside it (replacing any
+    old one). Tensors under 1 KiB stay inline: onnxruntime's shape inference cannot read
+    a ``Split``'s sizes from external data."""
+    import onnx
+
+    weights = path.with_name(path.name + ".data")
+    if weights.exists():
+        weights.unlink()
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=weights.name, size_threshold=1024)
+
+
+def blocked_fp8_weights(model: Any) -> dict[str, dict[str, Any]]:
+    """Every ``DequantizeLinear`` fed by a FLOAT8E4M3FNUZ initializer, keyed by the name of
+    the initializer it replaced: its decoded float32 weight (codes x scales, computed
+    here with numpy, independently of onnxruntime)."""
+    import numpy
+    from onnx import TensorProto, numpy_helper
+
+    initializers = {item.name: item for item in model.graph.initializer}
+    found = {}
+    for node in model.graph.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] not in initializers:
+            continue
+        codes = initializers[node.input[0]]
+        if codes.data_type != TensorProto.FLOAT8E4M3FNUZ:
+            continue
+        attributes = {attribute.name: attribute.i for attribute in node.attribute}
+        axis, block = attributes.get("axis", 1), attributes.get("block_size", 0)
+        values = numpy_helper.to_array(codes).astype(numpy.float32)
+        scales = numpy_helper.to_array(initializers[node.input[1]]).astype(numpy.float32)
+        expanded = numpy.repeat(scales, block, axis=axis).take(range(values.shape[axis]), axis=axis) if block else scales
+        found[node.input[0].removesuffix("_f143")] = {
+            "codes": node.input[0],
+            "decoded": values * expanded,
+            "axis": axis,
+            "block_size": block,
+            "code_bytes": values.size,
+            "scale_bytes": scales.size * 4,
+        }
+    return found

@@ -5,10 +5,10 @@
 build restores it instead of exporting again: switching a parameter back, or
 deleting ``build/``, costs a few links, not an export.
 
-Entries share inodes with ``build/`` (hard links, falling back to copies), so
-a file edited in place in ``build/`` would also change the stored one. That is
-why a restore re-checks every file against the digests in the record and
-throws a mismatching entry away rather than serve it.
+Entries are clones of the built files (reflinks where the filesystem has
+them, copies otherwise). A restore still re-checks every file against the
+digests in the record and throws a mismatching entry away rather than serve it:
+a store on disk can be damaged like anything else.
 """
 
 from __future__ import annotations
@@ -45,13 +45,30 @@ def remove_leftovers(name: str, scratch_root: Path) -> None:
 
 
 def link_or_copy(source: Path, target: Path) -> str:
-    """Hard link ``source`` at ``target``, or copy it (reflinking where the filesystem can)."""
-    try:
-        os.link(source, target)
-        return "link"
-    except OSError:
-        shutil.copy2(source, target)
-        return "copy"
+    """Give ``target`` the content of ``source``: a reflink (copy-on-write clone) where
+    the filesystem has them, an in-kernel copy otherwise.
+
+    Not a hard link, although that would be cheaper: ``onnx.load`` refuses external
+    data files with more than one link ("a potential hardlink attack"), so a
+    hard-linked ``model.onnx.data`` is unusable for anyone who loads it with onnx.
+    And a shared inode would let an in-place edit in ``build/`` change the store.
+    """
+    if hasattr(os, "copy_file_range"):
+        try:
+            with open(source, "rb") as reader, open(target, "wb") as writer:
+                remaining = os.fstat(reader.fileno()).st_size
+                while remaining > 0:
+                    copied = os.copy_file_range(reader.fileno(), writer.fileno(), min(remaining, 1 << 30))
+                    if copied == 0:
+                        break
+                    remaining -= copied
+            if remaining <= 0:
+                shutil.copystat(source, target)
+                return "clone"
+        except OSError:
+            pass
+    shutil.copy2(source, target)
+    return "copy"
 
 
 def materialise(source: Path, target: Path, scratch_root: Path, names: list[str]) -> None:

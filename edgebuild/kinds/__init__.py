@@ -50,3 +50,4 @@ def all_kinds() -> list[ArtifactKind]:
 # The registration list: one line per kind.
 from . import qwen3_5_tower  # noqa: E402,F401
 from . import siglip_f143  # noqa: E402,F401
+from . import siglip_f143_onnx  # noqa: E402,F401

@@ -9,13 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint
     from ..report import Check
+
+
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16"}
+
+
+def _normalise_dtype(value: Any) -> Any:
+    return _DTYPE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+# An activation dtype as the manifest writes it: float32 | float16, with fp32 / fp16 accepted.
+Dtype = Annotated[Literal["float32", "float16"], BeforeValidator(_normalise_dtype)]
 
 
 class Strict(BaseModel):

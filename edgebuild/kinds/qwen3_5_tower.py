@@ -20,7 +20,7 @@ from pydantic import BeforeValidator, Field, field_validator
 from ..errors import CheckpointError, ExportError, ParameterError
 from ..report import Check
 from . import register
-from .base import ArtifactKind, ArtifactParams, BuildContext, Strict, TensorSelection, Verification, VerifyContext
+from .base import ArtifactKind, ArtifactParams, BuildContext, Dtype, Strict, TensorSelection, Verification, VerifyContext
 
 if TYPE_CHECKING:
     import torch
@@ -35,8 +35,6 @@ GEOMETRY_FILE = "tower.json"
 # (or exactly) before it is exported; anything looser exports a different model.
 WRAPPER_TOLERANCE = 1e-4
 
-_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16"}
-
 # Per-dtype defaults for the manifest's ``verify:`` thresholds, against the
 # float32 model's own forward. float16 figures measured on the tiny fixture:
 # see the README's reference section.
@@ -44,10 +42,6 @@ DEFAULT_LIMITS: dict[str, dict[str, float]] = {
     "float32": {"cosine_min": 0.9999, "max_abs": 1e-4, "mean_abs": 1e-5},
     "float16": {"cosine_min": 0.999, "max_abs": 1e-2, "mean_abs": 1e-3},
 }
-
-
-def _normalise_dtype(value: Any) -> Any:
-    return _DTYPE_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 def _normalise_image_size(value: Any) -> Any:
@@ -78,7 +72,7 @@ class TowerParams(ArtifactParams):
     image_size: Annotated[tuple[int, int], BeforeValidator(_normalise_image_size)] = Field(
         description="Image side in pixels, or [height, width]."
     )
-    dtype: Annotated[Literal["float32", "float16"], BeforeValidator(_normalise_dtype)] = "float32"
+    dtype: Dtype = "float32"
     opset: int = Field(default=21, ge=18, description="ONNX opset (16-bit QDQ needs 21).")
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     verify: TowerVerify = Field(default_factory=TowerVerify)

@@ -1,0 +1,139 @@
+"""The siglip_f143_onnx kind: FP8 initializers with blocked DequantizeLinear that decode
+bit-exactly, a graph onnxruntime runs, and artifact-to-artifact staleness."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+
+from edgebuild.builder import build_artifact, verify_artifact
+from edgebuild.f143 import quantize_nearest
+from edgebuild.fixtures import write_fixture
+from edgebuild.kinds.siglip_f143_onnx import rewrite_fp8
+from edgebuild.onnx_tools import blocked_fp8_weights, export_onnx, run_session
+from edgebuild.project import Project
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class OneLinear(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        with torch.no_grad():
+            self.linear.weight.copy_(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fp8_rewrite_of_one_linear_decodes_bit_exactly(tmp_path: Path, dtype: str) -> None:
+    import onnx
+
+    generator = torch.Generator().manual_seed(0)
+    # 100 x 150: neither side a multiple of 64, tiles of very different scales.
+    weight = torch.randn(100, 150, generator=generator) * torch.logspace(-3, 1, 150)
+    weight = quantize_nearest(weight)
+    torch_dtype = getattr(torch, dtype)
+    example = torch.randn(7, 150, generator=generator)
+    float_path = tmp_path / "float" / "model.onnx"
+    float_path.parent.mkdir()
+    export_onnx(OneLinear(weight).to(torch_dtype).eval(), (example.to(torch_dtype),), float_path, ["x"], ["y"], 21)
+    fp8_path = tmp_path / "fp8" / "model.onnx"
+    shutil.copytree(float_path.parent, fp8_path.parent)
+
+    rewritten = rewrite_fp8(fp8_path, {"linear.weight": weight}, ["linear.weight"], 64, dtype)
+    meta = rewritten["linear.weight"]
+    model = onnx.load(str(fp8_path))
+    initializers = {item.name: item for item in model.graph.initializer}
+    assert initializers[meta["initializer"] + "_f143"].data_type == onnx.TensorProto.FLOAT8E4M3FNUZ
+    assert meta["initializer"] not in initializers
+    (node,) = [node for node in model.graph.node if node.op_type == "DequantizeLinear"]
+    assert {attribute.name: attribute.i for attribute in node.attribute} == {"axis": meta["axis"], "block_size": 64}
+    decoded = blocked_fp8_weights(model)[meta["initializer"]]["decoded"]
+    decoded = decoded.T if meta["axis"] == 0 else decoded
+    assert numpy.array_equal(decoded.view(numpy.uint32), weight.numpy().view(numpy.uint32))
+
+    # onnxruntime dequantizes exactly: the FP8 graph computes what the float graph computes.
+    feed = [{"x": example.numpy().astype(numpy.float16 if dtype == "float16" else numpy.float32)}]
+    (float_out,), (fp8_out,) = run_session(float_path, feed)[0], run_session(fp8_path, feed)[0]
+    assert numpy.array_equal(float_out, fp8_out)
+    size = lambda path: path.stat().st_size + path.with_name("model.onnx.data").stat().st_size  # noqa: E731
+    assert size(fp8_path) < 0.3 * size(float_path) * (2 if dtype == "float16" else 1)
+
+
+MANIFEST = """\
+checkpoints:
+  siglip:
+    path: ckpt
+artifacts:
+  q:
+    kind: siglip_f143
+    checkpoint: siglip
+    calibration:
+      images: ["images/*.png"]
+    held_out:
+      images: ["held_out/*.png"]
+    damp: {damp}
+  q_onnx:
+    kind: siglip_f143_onnx
+    source: q
+    opset: {opset}
+"""
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    write_fixture(tmp_path / "ckpt", "siglip_tiny")
+    shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
+    shutil.copytree(REPO / "data" / "held_out", tmp_path / "held_out")
+    (tmp_path / "artifacts.yaml").write_text(MANIFEST.format(damp=0.01, opset=21))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_onnx_artifact_builds_and_verifies(root: Path) -> None:
+    project = Project.load(root / "artifacts.yaml", root)
+    build_artifact(project, "q", log=lambda message: None)
+    build_artifact(project, "q_onnx", log=lambda message: None)
+    report = verify_artifact(project, "q_onnx", log=lambda message: None)
+    checks = {check.name: check for check in report.checks}
+    assert all(check.passed for check in report.checks), report.summary()
+    assert checks["fp8_weights"].value == 12
+    assert 0.25 < checks["quantized_weight_ratio"].value < 0.28
+    assert 0 < checks["vs_quantized_torch.max_rel"].value <= 1e-4
+    assert 0.99 < checks["vs_float.cosine"].value < 1.0
+    assert report.metrics["inputs"] == "2 held_out images of q"
+    assert report.metrics["graph_bytes"] < report.metrics["float_graph_bytes"]
+
+
+def test_changing_the_source_or_only_the_opset(root: Path) -> None:
+    before = Project.load(root / "artifacts.yaml", root)
+    (root / "artifacts.yaml").write_text(MANIFEST.format(damp=0.02, opset=21))
+    damp = Project.load(root / "artifacts.yaml", root)
+    assert damp.fingerprint("q") != before.fingerprint("q")
+    assert damp.fingerprint("q_onnx") != before.fingerprint("q_onnx")
+    (root / "artifacts.yaml").write_text(MANIFEST.format(damp=0.01, opset=22))
+    opset = Project.load(root / "artifacts.yaml", root)
+    assert opset.fingerprint("q") == before.fingerprint("q")
+    assert opset.fingerprint("q_onnx") != before.fingerprint("q_onnx")
+
+
+@pytest.mark.slow
+def test_building_the_onnx_artifact_builds_its_source_first(project_dir) -> None:
+    write_fixture(project_dir.root / "ckpt", "siglip_tiny")
+    shutil.copytree(REPO / "data" / "calibration", project_dir.root / "images")
+    shutil.copytree(REPO / "data" / "held_out", project_dir.root / "held_out")
+    project_dir.manifest(MANIFEST.format(damp=0.01, opset=21))
+    result = project_dir.doit("build", "q_onnx")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.index(".  q\n") < result.stdout.index(".  q_onnx\n")
+    info = json.loads((project_dir.root / "build" / "q_onnx" / "export.json").read_text())
+    assert len(info["rewritten"]) == 12
