@@ -62,13 +62,29 @@ def _linears(model: Any, layers: int) -> dict[str, torch.nn.Linear]:
     return selected
 
 
-def _collect(model: Any, modules: dict[str, Any], batches: list[torch.Tensor]) -> tuple[dict, dict, dict]:
-    inputs: dict[str, list[torch.Tensor]] = {name: [] for name in modules}
+def _collect(model: Any, modules: dict[str, Any], batches: list[torch.Tensor], block_size: int) -> dict[str, Any]:
+    """One full forward with the seed's hooks: per-block X^T X (one addmm per batch and
+    block), input sums, squared-input sums and counts, accumulated as the batches pass."""
+    stats: dict[str, dict[str, Any]] = {}
     hooks = []
     for name, module in modules.items():
+        width = module.in_features
+        stats[name] = {
+            "hessians": [torch.zeros((min(block_size, width - start),) * 2) for start in range(0, width, block_size)],
+            "sum": torch.zeros(width),
+            "square_sum": torch.zeros(width),
+            "count": 0,
+        }
 
         def hook(_module, args, name=name):
-            inputs[name].append(args[0].detach().float().reshape(-1, args[0].shape[-1]).clone())
+            values = args[0].detach().float().reshape(-1, args[0].shape[-1])
+            entry = stats[name]
+            entry["sum"].add_(values.sum(dim=0))
+            entry["square_sum"].add_(values.square().sum(dim=0))
+            entry["count"] += values.shape[0]
+            for index, start in enumerate(range(0, values.shape[1], block_size)):
+                block = values[:, start : start + block_size]
+                entry["hessians"][index].addmm_(block.T, block)
 
         hooks.append(module.register_forward_pre_hook(hook))
     with torch.inference_mode():
@@ -76,7 +92,7 @@ def _collect(model: Any, modules: dict[str, Any], batches: list[torch.Tensor]) -
             model(pixel_values=pixels, interpolate_pos_encoding=False)
     for handle in hooks:
         handle.remove()
-    return inputs
+    return stats
 
 
 def run_seed(model: Any, batches: list[torch.Tensor], options: SeedOptions) -> SeedResult:
@@ -93,16 +109,11 @@ def run_seed(model: Any, batches: list[torch.Tensor], options: SeedOptions) -> S
             attention = layer.self_attn
             groups.append((f"encoder_layer_{index:02}.norm1_qkv", layer.layer_norm1, [attention.q_proj, attention.k_proj, attention.v_proj]))
             groups.append((f"encoder_layer_{index:02}.norm2_fc1", layer.layer_norm2, [layer.mlp.fc1]))
-        inputs = _collect(model, {name: consumers[0] for name, _, consumers in groups}, batches)
+        stats = _collect(model, {name: consumers[0] for name, _, consumers in groups}, batches, options.block_size)
         result.forward_passes += 1
         with torch.no_grad():
             for name, norm, consumers in groups:
-                values = torch.cat(inputs[name])
-                # The seed sums squares batch by batch, then divides by the count.
-                moment = torch.zeros(values.shape[1])
-                for batch in inputs[name]:
-                    moment.add_(batch.square().sum(dim=0))
-                moment = moment / values.shape[0]
+                moment = stats[name]["square_sum"] / stats[name]["count"]
                 alpha, scale, objective, baseline = seed.choose_equalization(
                     [consumer.weight for consumer in consumers], moment, options.block_size, options.equalization_scale_limit
                 )
@@ -123,22 +134,18 @@ def run_seed(model: Any, batches: list[torch.Tensor], options: SeedOptions) -> S
         else [modules]
     )
     for group in layer_groups:
-        inputs = _collect(model, group, batches)
+        stats = _collect(model, group, batches, options.block_size)
         result.forward_passes += 1
         with torch.no_grad():
             for name, module in group.items():
                 started = time.perf_counter()
-                hessians = seed.block_hessians(inputs[name], options.block_size)
+                hessians = stats[name]["hessians"]
                 original = module.weight.detach().clone()
                 rebuilt, nearest, reconstructed = seed.reconstruct_linear(
                     original, hessians, options.block_size, options.damp, options.algorithm
                 )
                 if options.bias_correction and module.bias is not None:
-                    values = inputs[name]
-                    total = torch.zeros(values[0].shape[1])
-                    for batch in values:
-                        total.add_(batch.sum(dim=0))
-                    mean = total / sum(batch.shape[0] for batch in values)
+                    mean = stats[name]["sum"] / stats[name]["count"]
                     module.bias.add_(seed.bias_correction(original, rebuilt, mean).to(module.bias.dtype))
                 module.weight.copy_(rebuilt)
                 reconstruction += time.perf_counter() - started

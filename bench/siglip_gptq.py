@@ -1,0 +1,164 @@
+"""SigLIP F143 GPTQ on a SigLIP-so400m-shaped encoder: edgebuild vs the seed's algorithm.
+
+    .venv/bin/python bench/siglip_gptq.py [--layers 27] [--images 4]
+
+The encoder has so400m's shape (hidden 1152, intermediate 4304, 16 heads, 27
+layers, image 384, patch 14) with seeded random weights; calibration is the
+shipped images, resized to 384 by the checkpoint's processor. Each side runs in
+its own process (peak RSS is that process's): edgebuild's ``siglip_f143``
+build, and ``tests/seed_pipeline.py`` (the seed's script restated: its four
+full passes, per-column GPTQ). The weights must be identical, or the benchmark
+fails instead of reporting a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+SO400M_VISION = {
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "num_hidden_layers": 27,
+    "num_attention_heads": 16,
+    "image_size": 384,
+    "patch_size": 14,
+}
+
+
+def write_checkpoint(directory: Path, layers: int) -> Path:
+    """A SigLIP checkpoint with so400m's vision shape (and a token text tower, never read)."""
+    if (directory / ".complete").exists():
+        return directory
+    sys.path.insert(0, str(common.REPO))
+    import torch
+    from safetensors.torch import save_file
+    from transformers import SiglipConfig, SiglipImageProcessor, SiglipVisionModel
+
+    from edgebuild.fixtures import SIGLIP_TINY, _redraw
+
+    directory.mkdir(parents=True, exist_ok=True)
+    config = SiglipConfig(text_config=SIGLIP_TINY["text_config"], vision_config=dict(SO400M_VISION, num_hidden_layers=layers))
+    with torch.device("meta"):
+        model = SiglipVisionModel(config.vision_config)
+    state = {f"vision_model.{name}": torch.empty(tensor.shape) for name, tensor in model.state_dict().items()}
+    save_file({name: value.contiguous() for name, value in _redraw(state, seed=0).items()}, str(directory / "model.safetensors"))
+    payload = config.to_dict()
+    payload.pop("transformers_version", None)
+    (directory / "config.json").write_text(json.dumps(payload, indent=2))
+    SiglipImageProcessor(size={"height": 384, "width": 384}).save_pretrained(str(directory))
+    (directory / ".complete").write_text("")
+    return directory
+
+
+def run_side(side: str, root: Path, layers: int, images: int) -> dict:
+    """Run one side in this process; print its timings and peak RSS as JSON."""
+    sys.path.insert(0, str(common.REPO))
+    sys.path.insert(0, str(common.REPO / "tests"))
+    import torch
+    from safetensors.torch import save_file
+
+    from edgebuild.builder import build_artifact
+    from edgebuild.project import Project
+
+    project = Project.load(root / "artifacts.yaml", root)
+    started = time.perf_counter()
+    if side == "edgebuild":
+        record = build_artifact(project, "so400m", log=lambda message: None)
+        timings = record["build_info"]["timings"]
+        passes = record["build_info"]["forward_passes"]
+    else:
+        import seed_pipeline
+
+        from edgebuild.kinds.siglip_f143 import load_pixel_batches, load_vision_model
+
+        checkpoint = project.checkpoint("siglip")
+        model, _ = load_vision_model(checkpoint)
+        params = project.manifest.artifacts["so400m"]
+        batches = load_pixel_batches(params.calibration, root, checkpoint, "calibration")
+        result = seed_pipeline.run_seed(model, batches, seed_pipeline.SeedOptions())
+        save_file({name: value.contiguous() for name, value in result.state.items()}, str(root / "seed_state.safetensors"))
+        timings, passes = result.timings, result.forward_passes
+    total = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"total_s": total, "timings": timings, "forward_passes": passes, "peak_rss": peak, "threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=27)
+    parser.add_argument("--images", type=int, default=4)
+    parser.add_argument("--side", choices=["edgebuild", "seed"], help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        print(json.dumps(run_side(args.side, args.root, args.layers, args.images)))
+        return
+
+    work = common.work_dir()
+    checkpoint = write_checkpoint(work / f"siglip_so400m_{args.layers}", args.layers)
+    images = sorted((common.REPO / "data" / "calibration").glob("*.png"))[: args.images]
+    root = work / "project_siglip"
+    manifest = (
+        f"checkpoints:\n  siglip:\n    path: {checkpoint}\n"
+        "artifacts:\n  so400m:\n    kind: siglip_f143\n    checkpoint: siglip\n"
+        f"    calibration:\n      images: {json.dumps([str(path) for path in images])}\n"
+    )
+    common.project_dir(root, manifest)
+    for stale in (root / "build", root / "cache"):
+        subprocess.run(["rm", "-rf", str(stale)], check=True)
+
+    results = {}
+    for side in ("seed", "edgebuild"):
+        output = common.run([sys.executable, __file__, "--side", side, "--root", str(root), "--layers", str(args.layers),
+                             "--images", str(args.images)], common.REPO)
+        results[side] = json.loads(output.stdout.strip().splitlines()[-1])
+        print(side, json.dumps(results[side]), flush=True)
+
+    import torch
+    from safetensors.torch import load_file
+
+    ours = load_file(str(root / "build" / "so400m" / "model.safetensors"))
+    theirs = load_file(str(root / "seed_state.safetensors"))
+    assert sorted(ours) == sorted(theirs)
+    different = [name for name in ours if not torch.equal(ours[name], theirs[name])]
+    assert not different, f"weights differ: {different[:5]}"
+
+    seed, edge = results["seed"], results["edgebuild"]
+    reconstruction_ratio = seed["timings"]["reconstruction_s"] / edge["timings"]["reconstruction_s"]
+    total_ratio = seed["total_s"] / edge["total_s"]
+    rows = [
+        ["end to end (s)", f"{seed['total_s']:.1f}", f"{edge['total_s']:.1f}", f"{total_ratio:.2f}x", ">= 2x"],
+        ["reconstruction phase (s)", f"{seed['timings']['reconstruction_s']:.2f}", f"{edge['timings']['reconstruction_s']:.2f}",
+         f"{reconstruction_ratio:.1f}x", ">= 10x"],
+        ["full forward passes over the calibration set", seed["forward_passes"], edge["forward_passes"], "", ""],
+        ["peak RSS (GiB)", f"{seed['peak_rss'] / 2**30:.2f}", f"{edge['peak_rss'] / 2**30:.2f}",
+         f"{seed['peak_rss'] / edge['peak_rss']:.2f}x", ""],
+    ]
+    parts = ", ".join(f"{key} {value:.1f} s" for key, value in edge["timings"].items())
+    markdown = f"""## SigLIP F143 GPTQ: edgebuild vs the seed's algorithm (issue: SigLIP F143 kind)
+
+`.venv/bin/python bench/siglip_gptq.py --layers {args.layers} --images {args.images}` on {common.machine()}.
+A SigLIP-so400m-shaped encoder (hidden 1152, intermediate 4304, 16 heads, {args.layers} layers, image 384, patch 14;
+seeded random weights), {args.images} calibration images, GPTQ with the seed's defaults (damp 0.01, bias correction).
+Each side in its own process; torch threads: {edge['threads']}. The benchmark asserts that all {len(ours)} tensors of
+the two results are identical (`torch.equal`) before it reports a time.
+
+{common.table(["", "seed algorithm (tests/seed_pipeline.py)", "edgebuild", "speed-up", "target"], rows)}
+
+edgebuild's phases: {parts}.
+"""
+    common.write_section("siglip_gptq", markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
