@@ -63,16 +63,21 @@ def is_built(project: Project, name: str) -> bool:
     existing = read_record(directory)
     if existing is None or existing.get("fingerprint") != project.fingerprint(name):
         return False
-    for relative, meta in existing.get("outputs", {}).items():
-        path = directory / relative
-        if not path.is_file() or path.stat().st_size != meta["size"]:
-            return False
-    return True
+    return not resized_outputs(directory, existing)
+
+
+def resized_outputs(directory: Path, record: dict[str, Any]) -> list[str]:
+    """The recorded outputs that are missing or no longer have their recorded size."""
+    return [
+        relative
+        for relative, meta in record.get("outputs", {}).items()
+        if not (directory / relative).is_file() or (directory / relative).stat().st_size != meta["size"]
+    ]
 
 
 def build_artifact(project: Project, name: str, log: Log | None = None) -> dict[str, Any]:
     """Make ``build/<name>/`` current: nothing if it is, a restore if the store has
-    the fingerprint, a build otherwise. Returns the record."""
+    the fingerprint, a pull if the remote cache has it, a build otherwise. Returns the record."""
     log = log or stderr_log(name)
     record = project.record(name)
     with locked(project.layout.lock_file(name)):
@@ -82,11 +87,23 @@ def build_artifact(project: Project, name: str, log: Log | None = None) -> dict[
         remove_leftovers(name, project.layout.scratch_dir)
         fingerprint = record["fingerprint"]
         target = project.layout.artifact_dir(name)
+        existing = read_record(target)
+        if existing is not None and existing.get("fingerprint") == fingerprint:
+            # The current build, damaged since (a truncated or deleted file): say so, then replace it.
+            log(f"build/{name}: {', '.join(resized_outputs(target, existing))} missing or resized since the build; replacing it")
         started = time.perf_counter()
         restored = project.store.restore(fingerprint, target, project.layout.scratch_dir)
         if restored is not None:
             log(f"restored from the store in {time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})")
             return restored
+        if project.remote_cache is not None:
+            pulled = project.remote_cache.pull(name, fingerprint, project.store, target, project.layout.scratch_dir, log)
+            if pulled is not None:
+                log(
+                    f"pulled from the remote cache {project.remote_cache.label} in "
+                    f"{time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})"
+                )
+                return pulled
         complete = _build_into_place(project, name, record, log)
         project.store.put(fingerprint, target)
         return complete
@@ -184,10 +201,24 @@ def verify_artifact(project: Project, name: str, log: Log | None = None) -> Repo
         extra={"verify_fingerprint": project.verify_fingerprint(name), "verify": params.verify_parameters()},
     )
     report.write(directory)
-    if report.passed and not changed:
-        project.store.put_report(record["fingerprint"], directory)
     print(report.summary(), file=sys.stderr, flush=True)
+    if report.passed and not changed:
+        _keep_verified(project, name, record["fingerprint"], directory, log)
     if not report.passed:
         failed = "; ".join(check.describe() for check in report.failed_checks)
         raise VerificationFailed(f"{name}: verification failed: {failed}")
     return report
+
+
+def _keep_verified(project: Project, name: str, fingerprint: str, directory: Path, log: Log) -> None:
+    """Keep a verified build in the store, with its report, and push it to the
+    remote cache. Only verified builds are ever pushed."""
+    if not project.store.has(fingerprint):
+        # The store entry was pruned (or cache/ deleted) since the build.
+        project.store.put(fingerprint, directory)
+    project.store.put_report(fingerprint, directory)
+    if project.remote_cache is not None:
+        try:
+            project.remote_cache.push(fingerprint, project.store, log)
+        except EdgebuildError as error:
+            raise type(error)(f"{name}: verified, but not pushed to the remote cache: {error}") from None

@@ -39,3 +39,16 @@ class VerificationFailed(EdgebuildError):
 
 class StoreError(EdgebuildError):
     """The content-addressed store or a remote holds something it must not serve."""
+
+
+class RemoteError(EdgebuildError):
+    """A remote location (a directory or an fsspec URL) could not be read or written."""
+
+
+class PublishError(EdgebuildError):
+    """Publishing was refused: an artifact is not verified, or the destination already
+    holds different content under the same key."""
+
+
+class LockfileError(EdgebuildError):
+    """The lock file (``artifacts.lock``) exists but is not one this version can read."""

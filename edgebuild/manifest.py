@@ -74,6 +74,13 @@ class ManifestDocument(Strict):
     defaults: list[str] | None = Field(
         default=None, description="Artifacts that a bare ``doit`` builds (all when omitted)."
     )
+    remote_cache: str | None = Field(
+        default=None,
+        description=(
+            "A shared cache of verified builds: a directory (relative to this file) or an fsspec URL "
+            "(``s3://bucket/prefix``). ``EDGEBUILD_REMOTE_CACHE`` overrides it; ``off`` disables it."
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,8 @@ class Manifest:
     source: SourceMap
     # Artifact name -> the manifest entry (or matrix template) it came from.
     origins: dict[str, str]
+    # The top-level ``remote_cache`` as written (after ``${VAR}`` interpolation).
+    remote_cache: str | None = None
 
     @property
     def root(self) -> Path:
@@ -170,6 +179,7 @@ def load_manifest(
         defaults=list(document.defaults) if document.defaults is not None else list(artifacts),
         source=source,
         origins=origin,
+        remote_cache=document.remote_cache or None,
     )
     _check_references(manifest, origin)
     return manifest

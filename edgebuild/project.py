@@ -9,6 +9,7 @@ stale?" is a diff of two records rather than a guess.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,18 @@ from .store import Store
 RECORD_FORMAT = 1
 RECORD_FILE = ".edgebuild.json"
 VERIFY_CODE_MODULE = "edgebuild.report"
+# The keys of a record that its fingerprint is the digest of; the rest (outputs,
+# timings) is what the build produced, added afterwards.
+FINGERPRINTED_KEYS = ("format", "kind", "params", "inputs", "code", "versions")
+REMOTE_CACHE_ENV = "EDGEBUILD_REMOTE_CACHE"
+REMOTE_CACHE_OFF = "off"
+
+
+def record_fingerprint(record: dict[str, Any]) -> str:
+    """The fingerprint a record's inputs hash to. A record fetched from elsewhere
+    (the remote cache) must hash to the fingerprint it is filed under.
+    Raises ``KeyError`` for a record that lacks one of the keys."""
+    return digest_json({key: record[key] for key in FINGERPRINTED_KEYS})
 
 
 @dataclass(frozen=True)
@@ -148,7 +161,7 @@ class Project:
             "code": code_digests(type(kind).__module__),
             "versions": tool_versions(),
         }
-        record["fingerprint"] = digest_json(record)
+        record["fingerprint"] = record_fingerprint(record)
         self._records[name] = record
         return record
 
@@ -183,6 +196,32 @@ class Project:
                 }
         config = checkpoint.config_section(selection.config_key) if selection.config_key else checkpoint.config
         return {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
+
+    # --- sharing --------------------------------------------------------------------
+
+    @property
+    def remote_cache_spec(self) -> str | None:
+        """Where the remote cache is: ``EDGEBUILD_REMOTE_CACHE`` (``off`` disables
+        it), else the manifest's ``remote_cache``; ``None`` when there is none."""
+        spec = os.environ.get(REMOTE_CACHE_ENV) or self.manifest.remote_cache
+        return None if not spec or spec == REMOTE_CACHE_OFF else spec
+
+    @functools.cached_property
+    def remote_cache(self) -> Any:
+        """The :class:`~edgebuild.remote_cache.RemoteCache`, or ``None``."""
+        spec = self.remote_cache_spec
+        if spec is None:
+            return None
+        from .remote_cache import RemoteCache
+
+        # A relative directory in the manifest is relative to the manifest, like every path there.
+        base = self.manifest.root if spec == self.manifest.remote_cache else Path.cwd()
+        return RemoteCache.open(spec, base)
+
+    @property
+    def lock_path(self) -> Path:
+        """The lock file beside the manifest: ``artifacts.yaml`` -> ``artifacts.lock``."""
+        return self.manifest.path.with_suffix(".lock")
 
     def save_caches(self) -> None:
         self.stat_cache.save()

@@ -137,7 +137,11 @@ def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root
 
     project = project_for(manifest_path, root)
     try:
-        return values.get("verify_fingerprint") == project.verify_fingerprint(name) and is_verified(project, name)
+        if not (values.get("verify_fingerprint") == project.verify_fingerprint(name) and is_verified(project, name)):
+            return False
+        # Verified before the remote cache was set (or before it lost the entry):
+        # verify again, which pushes it, so that what is verified here is shared.
+        return project.remote_cache is None or project.remote_cache.has_entry(project.fingerprint(name))
     except EdgebuildError:
         return False
 

@@ -15,6 +15,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _no_ambient_remote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote cache set in the developer's environment is never used by a test
+    (nor by the doit processes tests start): a test names its own remote."""
+    monkeypatch.delenv("EDGEBUILD_REMOTE_CACHE", raising=False)
+
+
 @pytest.fixture(scope="session")
 def qwen_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from edgebuild.fixtures import write_fixture
@@ -25,13 +32,20 @@ def qwen_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class ProjectDir:
     """A project directory laid out as a user's: dodo.py, the doit config, a manifest."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, lay_out: bool = True) -> None:
         self.root = root
+        if not lay_out:
+            return
         shutil.copy(REPO / "dodo.py", root / "dodo.py")
         # The doit section of the repository's pyproject.toml: the build/verify plugins.
         text = (REPO / "pyproject.toml").read_text()
         section = text[text.index("[tool.doit]"):text.index("[tool.pytest")]
         (root / "pyproject.toml").write_text(section)
+
+    @classmethod
+    def existing(cls, root: Path) -> "ProjectDir":
+        """A project directory that is already laid out (a copy of another)."""
+        return cls(root, lay_out=False)
 
     def manifest(self, text: str, name: str = "artifacts.yaml") -> Path:
         path = self.root / name
@@ -55,3 +69,137 @@ class ProjectDir:
 @pytest.fixture
 def project_dir(tmp_path: Path) -> ProjectDir:
     return ProjectDir(tmp_path)
+
+
+# --- a verified artifact to share, and remotes to share it through -------------------
+
+TOWER_MANIFEST = """\
+checkpoints:
+  qwen:
+    fixture: qwen3_5_vl_tiny
+artifacts:
+  t:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 64
+"""
+
+
+@pytest.fixture(scope="session")
+def verified_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project whose one artifact ``t`` (the tiny tower at 64x64) is built and
+    verified, with no remote: exported once per session, copied by tests."""
+    seed = ProjectDir(tmp_path_factory.mktemp("seed"))
+    seed.manifest(TOWER_MANIFEST)
+    result = seed.doit("verify", env={"EDGEBUILD_REMOTE_CACHE": "off"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    return seed.root
+
+
+def clone_project(seed: Path, target: Path) -> ProjectDir:
+    """A copy of ``seed`` (build/, cache/ with its store and doit state, the lock file):
+    another checkout that has built and verified what the seed has."""
+    shutil.copytree(seed, target, symlinks=True)
+    return ProjectDir.existing(target)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory):
+    """A real S3 API (moto's server mode) on 127.0.0.1 at a free port, for the session."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("moto") / "server.log"
+    endpoint = f"http://127.0.0.1:{port}"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, env=_s3_environment(os.environ, endpoint),
+        )
+    try:
+        _wait_until_serving(endpoint, process, log_path)
+        yield endpoint
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point every S3 client of this process and its children at the loopback server,
+    with dummy credentials and nothing read from the user's AWS configuration."""
+    for key, value in _s3_environment(os.environ, s3_endpoint).items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    for key in [key for key in os.environ if key.startswith("AWS_") and key not in _S3_VARIABLES]:
+        monkeypatch.delenv(key)
+    return s3_endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_env: str) -> str:
+    """A fresh, empty bucket: ``s3://<name>``."""
+    import uuid
+
+    import fsspec
+
+    name = f"edgebuild-test-{uuid.uuid4().hex[:12]}"
+    filesystem = fsspec.filesystem("s3", endpoint_url=s3_env, skip_instance_cache=True)
+    filesystem.mkdir(name)
+    return f"s3://{name}"
+
+
+@pytest.fixture(params=["directory", "s3"])
+def remote_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A remote location of each kind: a local directory, and a prefix in an S3 bucket."""
+    if request.param == "directory":
+        return str(tmp_path / "remote")
+    return request.getfixturevalue("s3_bucket") + "/team/edgebuild"
+
+
+_S3_VARIABLES = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    # Never ask an instance-metadata service for anything.
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
+
+def _s3_environment(base: dict[str, str], endpoint: str) -> dict[str, str]:
+    environment = dict(_S3_VARIABLES)
+    environment["EDGEBUILD_S3_ENDPOINT_URL"] = endpoint
+    # Loopback traffic must not go through a proxy the machine may have configured.
+    for key in ("NO_PROXY", "no_proxy"):
+        existing = [part for part in base.get(key, "").split(",") if part]
+        environment[key] = ",".join(dict.fromkeys([*existing, "127.0.0.1", "localhost"]))
+    return environment | {key: value for key, value in base.items() if key not in environment and not key.startswith("AWS_")}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_until_serving(endpoint: str, process: subprocess.Popen, log_path: Path) -> None:
+    import time
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the moto server exited with {process.returncode}:\n{log_path.read_text()}")
+        try:
+            opener.open(f"{endpoint}/moto-api/", timeout=2).read()
+            return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"the moto server did not answer at {endpoint} within 60 s:\n{log_path.read_text()}")
