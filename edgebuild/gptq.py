@@ -176,9 +176,10 @@ def gptq_quantize(
     feedback can push a value past 240 * 2**e; it is saturated there, as in
     the seed.
 
-    The working copy is laid out column-major inside each block
-    ([block, rows, n_blocks]) so that the update of the columns right of `c`
-    is one contiguous slab.
+    The working copy is laid out [block column, block, row]: weight rows
+    are the innermost, contiguous dimension, so each step's update is long
+    vectorised runs with one factor entry broadcast along them (3x faster
+    than keeping blocks innermost, measured on a 1152x4304 weight).
     """
     rows, width = weight.shape
     blocks = _block_count(width, block_size)
@@ -193,20 +194,30 @@ def gptq_quantize(
             f"weight in blocks of {block_size}"
         )
     padded = torch.nn.functional.pad(weight.to(torch.float32), (0, blocks * block_size - width))
-    working = padded.reshape(rows, blocks, block_size).permute(2, 0, 1).contiguous()
-    row_exponents = exponents.repeat_interleave(block_size, dim=0)[:rows].to(torch.float32)
-    divisors = torch.diagonal(factors, dim1=-2, dim2=-1).clamp_min(torch.finfo(torch.float32).eps)
-    # [block, block, 1, n_blocks]: row c of every block's factor, broadcast over weight rows.
-    spread = factors.permute(1, 2, 0)[:, :, None, :]
+    working = padded.reshape(rows, blocks, block_size).permute(2, 1, 0).contiguous()
+    # [blocks, rows]: the exponent of every weight row within every block.
+    row_exponents = (
+        exponents.to(torch.float32).repeat_interleave(block_size, dim=0)[:rows].T.contiguous()
+    )
+    eps = torch.finfo(torch.float32).eps
+    # [column, blocks, 1]: each block's diagonal entry, broadcast along rows.
+    divisors = torch.diagonal(factors, dim1=-2, dim2=-1).clamp_min(eps).T[:, :, None]
+    # [column, later column, blocks, 1]: factor row `column` of every block.
+    spread = factors.permute(1, 2, 0).contiguous()[:, :, :, None]
     output = torch.empty_like(working)
+    # One scratch buffer for the error products: allocating tens of MB per
+    # column costs page faults that showed up as multi-second stalls here.
+    products = torch.empty_like(working[1:])
     for column in range(block_size):
         current = working[column]
         quantized = project(current, row_exponents)
         output[column] = quantized
-        if column + 1 < block_size:
-            error = (current - quantized) / divisors[:, column]
-            working[column + 1 :].sub_(error * spread[column, column + 1 :])
-    return output.permute(1, 2, 0).reshape(rows, blocks * block_size)[:, :width]
+        later = block_size - column - 1
+        if later:
+            error = (current - quantized) / divisors[column]
+            torch.mul(error, spread[column, column + 1 :], out=products[:later])
+            working[column + 1 :].sub_(products[:later])
+    return output.permute(2, 1, 0).reshape(rows, blocks * block_size)[:, :width]
 
 
 class Reconstruction(NamedTuple):
