@@ -155,7 +155,26 @@ def is_verified(project: Project, name: str) -> bool:
         and report.get("passed")
         and report.get("verify_fingerprint") == project.verify_fingerprint(name)
         and is_built(project, name)
+        and outputs_unchanged(project, name)
     )
+
+
+def outputs_unchanged(project: Project, name: str) -> bool:
+    """Whether every output of ``build/<name>/`` still has its recorded digest.
+
+    Through the stat cache: a file not written since it was last hashed is not
+    read again, while one edited in place (same size, new bytes) has a new
+    ctime and is hashed, so a tampered output is never taken as verified.
+    """
+    directory = project.layout.artifact_dir(name)
+    record = read_record(directory) or {}
+    for relative, meta in record.get("outputs", {}).items():
+        path = directory / relative
+        if not path.is_file() or path.stat().st_size != meta["size"]:
+            return False
+        if project.stat_cache.file_digest(path) != meta["digest"]:
+            return False
+    return True
 
 
 def verify_artifact(project: Project, name: str, log: Log | None = None) -> Report:

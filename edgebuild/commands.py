@@ -1,8 +1,11 @@
-"""doit commands: ``doit build [NAME...]`` and ``doit verify [NAME...]``.
+"""doit commands: ``doit build [NAME...]``, ``doit verify [NAME...]`` and
+``doit publish [NAME...] --to DEST``.
 
 They are doit's own ``run`` with the task selection translated from artifact
 names, so every ``run`` option (``-n 2``, ``--continue``, ``-v``) keeps working.
-Registered in ``pyproject.toml`` under ``[tool.doit.plugins.command]``.
+After running, each rewrites the lock file (``artifacts.lock``) for the
+artifacts it ran. Registered in ``pyproject.toml`` under
+``[tool.doit.plugins.command]``.
 """
 
 from __future__ import annotations
@@ -31,18 +34,55 @@ def _selected(args: list[str], names: list[str]) -> list[str]:
     return args or names
 
 
+def _option_first(args: list[str], option: str) -> list[str]:
+    """``args`` with every ``option VALUE`` / ``option=VALUE`` moved to the front."""
+    moved: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            rest.extend(args[index:])
+            break
+        if arg == option and index + 1 < len(args):
+            moved.extend(args[index:index + 2])
+            index += 2
+            continue
+        (moved if arg.startswith(option + "=") else rest).append(arg)
+        index += 1
+    return moved + rest
+
+
+def _run_and_lock(command: Run, params, selected: list[str], tasks: list[str]) -> int:
+    """doit's ``run`` of ``tasks``, then the lock file refreshed for ``selected`` and
+    what they depend on (also when a task failed: the lock says what is built now)."""
+    from .errors import LockfileError
+    from .lockfile import read_lock, update_lock
+
+    project = _project()
+    try:
+        # An unreadable lock file stops the command before it builds anything.
+        read_lock(project.lock_path)
+    except LockfileError as error:
+        raise InvalidCommand(str(error)) from None
+    result = Run.execute(command, params, tasks)
+    update_lock(project, project.manifest.order(selected))
+    project.save_caches()
+    return result
+
+
 class Build(Run):
     name = "build"
     doc_purpose = "build artifacts (all, or the ones named) and what they depend on"
     doc_usage = "[ARTIFACT ...]"
-    doc_description = "Rebuilds only what is stale; up-to-date artifacts are skipped."
+    doc_description = "Rebuilds only what is stale; up-to-date artifacts are skipped. Writes artifacts.lock."
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         try:
             selected = _selected(args, _artifact_names())
         except EdgebuildError as error:
             raise InvalidCommand(str(error)) from None
-        return super().execute(params, selected)
+        return _run_and_lock(self, params, selected, selected)
 
 
 class Verify(Run):
@@ -50,12 +90,52 @@ class Verify(Run):
     doc_purpose = "build what is stale, then verify artifacts (all, or the ones named)"
     doc_usage = "[ARTIFACT ...]"
     doc_description = (
-        "Writes build/<name>/report.json and report.md; exits non-zero if any check fails."
+        "Writes build/<name>/report.json and report.md, and artifacts.lock; exits non-zero if any check fails."
     )
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         selected = _selected(args, _artifact_names())
-        return super().execute(params, [f"verify:{name}" for name in selected])
+        return _run_and_lock(self, params, selected, [f"verify:{name}" for name in selected])
+
+
+class Publish(Run):
+    name = "publish"
+    doc_purpose = "verify artifacts (all, or the ones named), then publish them to DEST"
+    doc_usage = "[ARTIFACT ...] --to DEST"
+    doc_description = (
+        "DEST is a directory or an fsspec URL (file://, s3://bucket/prefix, ...). Each artifact goes to "
+        "DEST/<artifact>/<fingerprint>/ with its report, provenance.json and SHA256SUMS; DEST/index.json "
+        "lists them. Publishes nothing, and exits non-zero, unless every artifact named verified."
+    )
+    cmd_options = Run.cmd_options + (
+        {"name": "to", "short": "", "long": "to", "type": str, "default": "",
+         "help": "where to publish: a directory or an fsspec URL"},
+    )
+
+    def parse_execute(self, in_args):  # noqa: D102 - doit's signature
+        # doit's parser (getopt) stops at the first artifact name; `doit publish NAME --to DEST`
+        # is the natural order, so --to is moved ahead of the names.
+        return super().parse_execute(_option_first(list(in_args), "--to"))
+
+    def execute(self, params, args):  # noqa: D102 - doit's signature
+        import sys
+
+        from .errors import PublishError
+        from .publish import check_publishable, publish
+
+        if not params["to"]:
+            raise InvalidCommand("give --to DEST: a directory or an fsspec URL such as s3://bucket/artifacts")
+        selected = _selected(args, _artifact_names())
+        result = _run_and_lock(self, params, selected, [f"verify:{name}" for name in selected])
+        try:
+            check_publishable(_project(), selected)
+            if result != 0:
+                raise PublishError("nothing published: a task failed (see above)")
+            publish(_project(), selected, params["to"], log=lambda message: print(message, flush=True))
+        except EdgebuildError as error:
+            print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
+            return result or 1
+        return 0
 
 
 def _project():

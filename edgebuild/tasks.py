@@ -144,6 +144,8 @@ def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root
         return project.remote_cache is None or project.remote_cache.has_entry(project.fingerprint(name))
     except EdgebuildError:
         return False
+    finally:
+        project.save_caches()
 
 
 def _clean_action(directory: str) -> None:

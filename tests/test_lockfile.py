@@ -1,0 +1,125 @@
+"""artifacts.lock, written by `doit build` / `doit verify`; and verification catching
+outputs changed in build/ since they were built, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgebuild.lockfile import LOCK_FORMAT, read_lock, render_lock
+from edgebuild.errors import LockfileError
+
+from conftest import TOWER_MANIFEST, clone_project
+
+LOCK_KEYS = {"kind", "fingerprint", "inputs", "params", "code", "versions", "outputs", "verified", "verify_fingerprint"}
+
+
+def lock_of(root: Path) -> dict:
+    return json.loads((root / "artifacts.lock").read_text())
+
+
+@pytest.mark.slow
+def test_verify_writes_the_lock(verified_seed: Path) -> None:
+    lock = lock_of(verified_seed)
+    assert lock["format"] == LOCK_FORMAT and list(lock["artifacts"]) == ["t"]
+    entry = lock["artifacts"]["t"]
+    assert set(entry) == LOCK_KEYS
+    record = json.loads((verified_seed / "build" / "t" / ".edgebuild.json").read_text())
+    for key in ("kind", "fingerprint", "inputs", "params", "code", "versions", "outputs"):
+        assert entry[key] == record[key]
+    assert entry["params"]["image_size"] == [64, 64]
+    assert set(entry["inputs"]) == {"checkpoint:qwen"}
+    assert entry["versions"]["torch"] and entry["versions"]["onnxruntime"]
+    assert set(entry["outputs"]) == {"model.onnx", "model.onnx.data", "tower.json"}
+    assert all(set(meta) == {"size", "digest"} for meta in entry["outputs"].values())
+    assert entry["verified"] is True
+    report = json.loads((verified_seed / "build" / "t" / "report.json").read_text())
+    assert entry["verify_fingerprint"] == report["verify_fingerprint"]
+    # Canonical: sorted keys, no timestamps, so an unchanged build never changes it.
+    assert (verified_seed / "artifacts.lock").read_text() == render_lock(lock["artifacts"])
+
+
+@pytest.mark.slow
+def test_lock_follows_builds_failures_and_the_manifest(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "clone")
+    before = (project.root / "artifacts.lock").read_bytes()
+    # A no-op leaves it byte for byte.
+    assert project.doit("build").returncode == 0
+    assert (project.root / "artifacts.lock").read_bytes() == before
+
+    # A second artifact with the same build (restored from the store), whose
+    # verification cannot pass: it is in the lock, verified false.
+    project.manifest(
+        TOWER_MANIFEST
+        + "  strict:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
+        + "    verify:\n      providers: [DmlExecutionProvider]\n"
+    )
+    result = project.doit("verify")
+    assert result.returncode != 0
+    lock = lock_of(project.root)["artifacts"]
+    assert lock["t"]["verified"] is True and lock["strict"]["verified"] is False
+    assert lock["strict"]["fingerprint"] == lock["t"]["fingerprint"]
+
+    # `doit build t` refreshes t's entry only; dropping strict from the manifest drops its entry.
+    project.manifest(TOWER_MANIFEST)
+    assert project.doit("build", "t").returncode == 0
+    assert list(lock_of(project.root)["artifacts"]) == ["t"]
+
+
+@pytest.mark.slow
+def test_tampered_output_fails_verification_by_name(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "clone")
+    data = project.root / "build" / "t" / "model.onnx.data"
+    # Same size, one byte different, written in place: the build still looks current
+    # by its sizes; only the digests in the record can tell.
+    with open(data, "r+b") as handle:
+        handle.seek(1000)
+        byte = handle.read(1)
+        handle.seek(1000)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    result = project.doit("verify")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "t: verification failed: outputs_intact = 2 (limit == 3): changed since build: model.onnx.data" in output
+    assert lock_of(project.root)["artifacts"]["t"]["verified"] is False
+    report = json.loads((project.root / "build" / "t" / "report.json").read_text())
+    assert [check["name"] for check in report["checks"] if not check["passed"]] == ["outputs_intact"]
+
+
+@pytest.mark.slow
+def test_truncated_output_is_named_and_replaced(verified_seed: Path, tmp_path: Path) -> None:
+    """A truncated output no longer looks built (its size is off): `doit verify`
+    names it, replaces the build from the store, and verifies that."""
+    project = clone_project(verified_seed, tmp_path / "clone")
+    data = project.root / "build" / "t" / "model.onnx.data"
+    expected = data.read_bytes()
+    data.write_bytes(expected[:100])
+    result = project.doit("verify")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[t] build/t: model.onnx.data missing or resized since the build; replacing it" in result.stderr
+    assert "[t] restored from the store" in result.stderr
+    assert data.read_bytes() == expected
+    assert lock_of(project.root)["artifacts"]["t"]["verified"] is True
+
+
+def test_unreadable_lock_stops_before_building(tmp_path: Path, project_dir) -> None:
+    project_dir.manifest(TOWER_MANIFEST)
+    lock = project_dir.root / "artifacts.lock"
+    lock.write_text('{"format": 1, "artifacts": {<<<<<<< HEAD\n')
+    result = project_dir.doit("build")
+    assert result.returncode == 3
+    assert "ERROR: artifacts.lock: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 29 (char 28)); delete it and run `doit build` to write it afresh" in result.stderr
+    assert not (project_dir.root / "build").exists()
+
+
+def test_lock_of_another_format_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "artifacts.lock"
+    path.write_text('{"format": 2, "artifacts": {}}')
+    with pytest.raises(LockfileError) as error:
+        read_lock(path)
+    assert str(error.value) == (
+        f"{path}: expected a lock file of format 1, found format 2; delete it and run `doit build` to write it afresh"
+    )
+    assert read_lock(tmp_path / "missing.lock") == {}
