@@ -78,9 +78,10 @@ class TensorSelection:
 
 
 @dataclass
-class BuildContext:
-    """Everything ``build`` may touch. ``out_dir`` is a fresh temporary directory
-    that is renamed into place only after ``build`` returned."""
+class ArtifactContext:
+    """What a kind is handed: the artifact's parameters, its directory, and its inputs
+    (its checkpoints and, transitively, those of its sources; the built directories
+    of its source artifacts; the manifest's directory, for relative input paths)."""
 
     name: str
     params: ArtifactParams
@@ -88,7 +89,6 @@ class BuildContext:
     checkpoints: dict[str, "Checkpoint"]
     sources: dict[str, Path]
     input_root: Path
-    fingerprint: str = ""
     log: Callable[[str], None] = print
 
     @property
@@ -98,22 +98,18 @@ class BuildContext:
 
 
 @dataclass
-class VerifyContext:
-    """Everything ``verify`` may read: the built directory and the same inputs."""
+class BuildContext(ArtifactContext):
+    """For ``build``: ``out_dir`` is a fresh temporary directory, renamed into place only
+    after ``build`` returned. ``fingerprint`` is the artifact's (for output metadata)."""
 
-    name: str
-    params: ArtifactParams
-    out_dir: Path
-    checkpoints: dict[str, "Checkpoint"]
-    sources: dict[str, Path]
-    input_root: Path
-    build_info: dict[str, Any]
-    log: Callable[[str], None] = print
+    fingerprint: str = ""
 
-    @property
-    def checkpoint(self) -> "Checkpoint":
-        (name,) = self.params.checkpoint_names()
-        return self.checkpoints[name]
+
+@dataclass
+class VerifyContext(ArtifactContext):
+    """For ``verify``: ``out_dir`` is the built directory; ``build_info`` is what ``build`` returned."""
+
+    build_info: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
