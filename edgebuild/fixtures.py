@@ -174,10 +174,13 @@ def _write_qwen3_5_vl(directory: Path, config: dict[str, Any], seed: int) -> Non
 def _write_siglip(directory: Path, config: dict[str, Any], seed: int) -> None:
     import torch
     from safetensors.torch import save_file
-    from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel
+    from transformers import SiglipConfig, SiglipModel
     from transformers.initialization import no_init_weights
 
-    model_config = SiglipConfig(**config)
+    from .kinds.siglip_f143 import quiet_transformers
+
+    with quiet_transformers():
+        model_config = SiglipConfig(**config)
     with no_init_weights():
         model = SiglipModel(model_config)
     state = {name: tensor.to(torch.float32) for name, tensor in model.state_dict().items()}
@@ -188,8 +191,12 @@ def _write_siglip(directory: Path, config: dict[str, Any], seed: int) -> None:
     config_dict["architectures"] = ["SiglipModel"]
     (directory / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
     size = model_config.vision_config.image_size
-    processor = SiglipImageProcessor(size={"height": size, "width": size})
-    processor.save_pretrained(str(directory))
+    with quiet_transformers():
+        # Resolved inside: without torchvision the name falls back to the PIL processor, with a warning.
+        from transformers import SiglipImageProcessor
+
+        processor = SiglipImageProcessor(size={"height": size, "width": size})
+        processor.save_pretrained(str(directory))
 
 
 FIXTURES: dict[str, Fixture] = {
@@ -212,10 +219,20 @@ FIXTURES: dict[str, Fixture] = {
 
 
 def fixture_directory(cache_dir: Path, name: str, overrides: dict[str, Any], seed: int = 0) -> Path:
-    """The directory a fixture with these overrides lives in (content-keyed, so
-    two configurations never share one)."""
+    """The directory a fixture with these overrides lives in, keyed by everything that
+    decides its bytes: the full config (defaults included), the seed, and this file's
+    code. Two configurations never share a directory, and a changed generator never
+    serves a stale one."""
+    config = _merge(FIXTURES[name].defaults, overrides) if name in FIXTURES else overrides
     key = json.dumps(
-        {"format": FIXTURE_FORMAT, "name": name, "overrides": overrides, "seed": seed}, sort_keys=True
+        {
+            "format": FIXTURE_FORMAT,
+            "name": name,
+            "config": config,
+            "seed": seed,
+            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        },
+        sort_keys=True,
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir / "fixtures" / f"{name}-{digest}"

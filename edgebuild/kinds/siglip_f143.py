@@ -32,8 +32,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -125,6 +126,21 @@ class SiglipF143Params(ArtifactParams):
         ]
 
 
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' advisory warnings for one call: that the fast image
+    processor wants torchvision (the PIL one it falls back to is transformers' own),
+    and SiglipConfig's remarks about the text tower's token ids (never used here)."""
+    from transformers.utils import logging
+
+    previous = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(previous)
+
+
 def load_pixel_batches(inputs: InputSet, root: Path, checkpoint: "Checkpoint", what: str) -> list["torch.Tensor"]:
     """One batch per SafeTensors file, plus one batch of all images through the
     checkpoint's own image processor (the seed's layout)."""
@@ -141,7 +157,8 @@ def load_pixel_batches(inputs: InputSet, root: Path, checkpoint: "Checkpoint", w
         from PIL import Image
         from transformers import AutoImageProcessor
 
-        processor = AutoImageProcessor.from_pretrained(str(checkpoint.directory), local_files_only=True)
+        with quiet_transformers():
+            processor = AutoImageProcessor.from_pretrained(str(checkpoint.directory), local_files_only=True)
         loaded = []
         for path in images:
             with Image.open(path) as image:
@@ -156,7 +173,8 @@ def load_vision_model(checkpoint: "Checkpoint") -> tuple[Any, Any]:
     from transformers.initialization import no_init_weights
 
     try:
-        config = SiglipConfig(**checkpoint.config)
+        with quiet_transformers():
+            config = SiglipConfig(**checkpoint.config)
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{checkpoint.config_path}: not a SiglipConfig ({error})") from None
     entries = checkpoint.select((VISION_PREFIX,))
