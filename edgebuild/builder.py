@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import EdgebuildError, ExportError, VerificationFailed
+from .errors import EdgebuildError, ExportError, RemoteError, VerificationFailed
 from .fingerprint import file_digest, locked
 from .kinds.base import BuildContext, VerifyContext
 from .project import RECORD_FILE, RECORD_FORMAT, Project
@@ -97,7 +97,7 @@ def build_artifact(project: Project, name: str, log: Log | None = None) -> dict[
             log(f"restored from the store in {time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})")
             return restored
         if project.remote_cache is not None:
-            pulled = project.remote_cache.pull(name, fingerprint, project.store, target, project.layout.scratch_dir, log)
+            pulled = _pull(project, name, fingerprint, target, log)
             if pulled is not None:
                 log(
                     f"pulled from the remote cache {project.remote_cache.label} in "
@@ -107,6 +107,14 @@ def build_artifact(project: Project, name: str, log: Log | None = None) -> dict[
         complete = _build_into_place(project, name, record, log)
         project.store.put(fingerprint, target)
         return complete
+
+
+def _pull(project: Project, name: str, fingerprint: str, target: Path, log: Log) -> dict[str, Any] | None:
+    remote = project.remote_cache
+    try:
+        return remote.pull(name, fingerprint, project.store, target, project.layout.scratch_dir, log)
+    except RemoteError as error:
+        raise RemoteError(f"{name}: {error} (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)") from None
 
 
 def _build_into_place(project: Project, name: str, record: dict[str, Any], log: Log) -> dict[str, Any]:

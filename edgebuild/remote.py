@@ -32,10 +32,12 @@ S3_ENDPOINT_ENV = "EDGEBUILD_S3_ENDPOINT_URL"
 
 # Protocols whose single-object writes are atomic and that have no real rename.
 OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss", "memory", "hf"})
-# Errors a backend raises for an unreachable or refusing remote. s3fs maps the
-# S3 error codes onto OSError subclasses; connection failures surface as other
-# exception types, which are reported the same way (the message says which).
-_BACKEND_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, RuntimeError)
+# What a backend raises for an unreachable or refusing remote. s3fs maps S3's
+# error codes onto OSError subclasses, but a connection failure surfaces as the
+# client library's own type (botocore's EndpointConnectionError, aiohttp's
+# errors, ...), and every fsspec backend has its own: at this boundary any
+# exception is reported as a RemoteError that names its type.
+_BACKEND_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
 
 def is_url(spec: str) -> bool:

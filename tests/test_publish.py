@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from edgebuild.errors import PublishError
+from edgebuild.publish import publish, read_index
 from edgebuild.remote import Location
 
 from conftest import REPO, TOWER_MANIFEST, clone_project
@@ -89,21 +91,26 @@ def test_publish_twice_publishes_once(remote_url: str, verified_seed: Path, tmp_
 
 
 @pytest.mark.slow
-def test_failed_verification_publishes_nothing(remote_url: str, verified_seed: Path, tmp_path: Path) -> None:
+def test_failed_verification_publishes_nothing(verified_seed: Path, tmp_path: Path, s3_bucket: str) -> None:
     project = clone_project(verified_seed, tmp_path / "clone")
     project.manifest(TOWER_MANIFEST + STRICT)
-    result = project.doit("publish", "--to", remote_url)
+    directory = str(tmp_path / "published")
+    result = project.doit("publish", "--to", directory)
     assert result.returncode == 1
     assert result.stderr.endswith(
         "edgebuild: error: nothing published:\n  strict: verification failed (see build/strict/report.md)\n"
     )
-    destination = Location(remote_url)
-    assert destination.read("index.json") is None
-    assert not destination.fs.exists(destination.path("t"))
+    # The same refusal, in process, for an S3 destination (verifying once is enough).
+    with pytest.raises(PublishError) as error:
+        publish(project.project(), ["t", "strict"], s3_bucket)
+    assert str(error.value) == "nothing published:\n  strict: verification failed (see build/strict/report.md)"
+    for destination in (Location(directory), Location(s3_bucket)):
+        assert destination.read("index.json") is None
+        assert not destination.fs.exists(destination.path("t"))
     # Named alone, the verified one publishes.
-    alone = project.doit("publish", "t", "--to", remote_url)
+    alone = project.doit("publish", "t", "--to", s3_bucket)
     assert alone.returncode == 0, alone.stdout + alone.stderr
-    assert list(json.loads(destination.read("index.json"))["artifacts"]) == ["t"]
+    assert list(json.loads(Location(s3_bucket).read("index.json"))["artifacts"]) == ["t"]
 
 
 @pytest.mark.slow
@@ -143,9 +150,6 @@ def test_publish_needs_a_destination(project_dir) -> None:
 
 
 def test_unreadable_index_is_not_overwritten(tmp_path: Path) -> None:
-    from edgebuild.errors import PublishError
-    from edgebuild.publish import read_index
-
     (tmp_path / "index.json").write_text('{"format": 7}')
     with pytest.raises(PublishError) as error:
         read_index(Location(str(tmp_path)))

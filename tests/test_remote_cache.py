@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.builder import output_manifest
-from edgebuild.errors import ManifestError, StoreError
+from edgebuild.builder import build_artifact, output_manifest
+from edgebuild.errors import ManifestError, RemoteError, StoreError
 from edgebuild.fingerprint import file_digest
 from edgebuild.project import RECORD_FILE, Project, record_fingerprint
 from edgebuild.remote import Location
@@ -212,7 +212,7 @@ def fresh_clone(seed: Path, target: Path):
 
 
 @pytest.mark.slow
-def test_second_clone_pulls_what_the_first_verified(remote_url: str, verified_seed: Path, tmp_path: Path) -> None:
+def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str, verified_seed: Path, tmp_path: Path) -> None:
     env = {"EDGEBUILD_REMOTE_CACHE": remote_url}
     first = clone_project(verified_seed, tmp_path / "first")
     fingerprint = first.project().fingerprint("t")
@@ -240,31 +240,24 @@ def test_second_clone_pulls_what_the_first_verified(remote_url: str, verified_se
     assert ".  verify:t" in checked.stdout
     assert f"[t] remote cache: {fingerprint[:12]} already in {remote_url}" in checked.stderr
 
-
-@pytest.mark.slow
-def test_corrupt_remote_file_is_detected_and_rebuilt(remote_url: str, verified_seed: Path, tmp_path: Path) -> None:
-    env = {"EDGEBUILD_REMOTE_CACHE": remote_url}
-    first = clone_project(verified_seed, tmp_path / "first")
-    assert first.doit("verify", env=env).returncode == 0
-    fingerprint = first.project().fingerprint("t")
-    cache = RemoteCache.open(remote_url)
+    # One remote file corrupted (same size): detected on pull, never used, rebuilt.
     entry = json.loads(cache.location.read(entry_key(fingerprint)))
     digest = entry["files"]["model.onnx.data"]["digest"]
     flip_byte(cache.location, blob_key(digest))
-
-    second = fresh_clone(verified_seed, tmp_path / "second")
-    built = second.doit("build", "t", env=env)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert f"[t] remote cache: entry {fingerprint[:12]} is corrupt (model.onnx.data: digest " in built.stderr
-    assert f", expected {digest[:12]}); dropped, building instead" in built.stderr
-    assert "[t] built in" in built.stderr
+    shutil.rmtree(second.root / "build")
+    shutil.rmtree(second.root / "cache" / "store")
+    rebuilt = second.doit("build", "t", env=env)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert f"[t] remote cache: entry {fingerprint[:12]} is corrupt (model.onnx.data: digest " in rebuilt.stderr
+    assert f", expected {digest[:12]}); dropped, building instead" in rebuilt.stderr
+    assert "[t] built in" in rebuilt.stderr
     assert (second.root / "build" / "t" / "model.onnx.data").read_bytes() == (
         first.root / "build" / "t" / "model.onnx.data"
     ).read_bytes()
     # Verified, then pushed again: the remote is whole.
-    verified = second.doit("verify", env=env)
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote_url}" in verified.stderr
+    repaired = second.doit("verify", env=env)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote_url}" in repaired.stderr
     assert cache.has(fingerprint)
 
 
@@ -284,3 +277,24 @@ def test_unverified_build_is_not_pushed(verified_seed: Path, tmp_path: Path) -> 
     assert "t: verification failed: provider:DmlExecutionProvider" in result.stdout + result.stderr
     assert "remote cache" not in result.stderr
     assert not RemoteCache.open(str(remote)).has_entry(fingerprint)
+
+
+@pytest.mark.slow
+def test_unreachable_remote_is_an_error_that_says_how_to_go_without(
+    verified_seed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clone = clone_project(verified_seed, tmp_path / "clone")
+    shutil.rmtree(clone.root / "build")
+    shutil.rmtree(clone.root / "cache" / "store")
+    not_a_directory = tmp_path / "remote"
+    not_a_directory.write_text("a file where the remote's directory should be")
+    monkeypatch.setenv("EDGEBUILD_REMOTE_CACHE", str(not_a_directory))
+    project = clone.project()
+    fingerprint = project.fingerprint("t")
+    with pytest.raises(RemoteError) as error:
+        build_artifact(project, "t", log=lambda message: None)
+    assert str(error.value) == (
+        f"t: {not_a_directory}/{entry_key(fingerprint)}: cannot read: [Errno 20] Not a directory: "
+        f"'{not_a_directory}/{entry_key(fingerprint)}' (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
+    )
+    assert not (clone.root / "build" / "t").exists()
