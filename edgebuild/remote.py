@@ -60,8 +60,6 @@ class Location:
     """
 
     def __init__(self, spec: str, base: Path | None = None) -> None:
-        import fsspec.core
-
         self.label = spec
         if is_url(spec):
             protocol = spec.split("://", 1)[0]
@@ -71,17 +69,35 @@ class Location:
             if not path.is_absolute():
                 path = (base or Path.cwd()) / path
             protocol, url = "file", os.path.normpath(path)
-        try:
-            self.fs, root = fsspec.core.url_to_fs(url, **storage_options(protocol))
-        except (ImportError, ValueError) as error:
-            raise RemoteError(f"{spec}: cannot open this location: {error}") from None
+        self._url = url
+        self._options = storage_options(protocol)
+        self._pid = -1
+        filesystem, root = self._open()
         self.root = root.rstrip("/")
-        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        protocols = filesystem.protocol if isinstance(filesystem.protocol, tuple) else (filesystem.protocol,)
         self.is_object_store = bool(OBJECT_STORE_PROTOCOLS.intersection(protocols))
         self.is_local = "file" in protocols
+
+    def _open(self) -> tuple[Any, str]:
+        import fsspec.core
+
+        try:
+            self._fs, root = fsspec.core.url_to_fs(self._url, **self._options)
+        except (ImportError, ValueError) as error:
+            raise RemoteError(f"{self.label}: cannot open this location: {error}") from None
+        self._pid = os.getpid()
         # Listings cached by another call of this process could hide what another
         # process wrote meanwhile; every read below asks the backend.
-        self.fs.invalidate_cache()
+        self._fs.invalidate_cache()
+        return self._fs, root
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem; opened again in a forked process (``doit -n 2``),
+        where the parent's client and its event loop must not be used."""
+        if self._pid != os.getpid():
+            self._open()
+        return self._fs
 
     def path(self, key: str) -> str:
         return f"{self.root}/{key}" if key else self.root
