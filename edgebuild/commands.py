@@ -53,12 +53,30 @@ def _option_first(args: list[str], option: str) -> list[str]:
     return moved + rest
 
 
+def _parallel_workers(jobs: int) -> None:
+    """Prepare ``doit -n N``: workers are spawned, not forked, and share the cores.
+
+    By the time doit starts its workers this process has usually imported torch
+    (generating a fixture, fingerprinting); a forked child inherits torch's
+    OpenMP thread pool in a state it cannot use and hangs in its first parallel
+    op. Spawned workers start clean. Each then takes cores / N threads, so that
+    N exports do not fight over every core (``EDGEBUILD_JOBS``, read in tasks.py).
+    """
+    import multiprocessing
+    import os
+
+    multiprocessing.set_start_method("spawn", force=True)
+    os.environ["EDGEBUILD_JOBS"] = str(jobs)
+
+
 def _run_and_lock(command: Run, params, selected: list[str], tasks: list[str]) -> int:
     """doit's ``run`` of ``tasks``, then the lock file refreshed for ``selected`` and
     what they depend on (also when a task failed: the lock says what is built now)."""
     from .errors import LockfileError
     from .lockfile import read_lock, update_lock
 
+    if params.get("num_process"):
+        _parallel_workers(params["num_process"])
     project = _project()
     try:
         # An unreadable lock file stops the command before it builds anything.

@@ -92,9 +92,21 @@ def _failed(error: EdgebuildError) -> Any:
     return TaskFailed(str(error))
 
 
+def _share_cores() -> None:
+    """Under ``doit build -n N`` (EDGEBUILD_JOBS=N), give torch cores / N threads: N
+    processes each spinning up a thread per core leave OpenMP threads waiting on
+    each other, which slows small ops by orders of magnitude."""
+    jobs = int(os.environ.get("EDGEBUILD_JOBS", "0") or 0)
+    if jobs > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+
+
 def _build_action(manifest_path: str, root: str, name: str) -> Any:
     from .builder import build_artifact
 
+    _share_cores()
     project = project_for(manifest_path, root)
     try:
         record = build_artifact(project, name)
@@ -108,6 +120,7 @@ def _build_action(manifest_path: str, root: str, name: str) -> Any:
 def _verify_action(manifest_path: str, root: str, name: str) -> Any:
     from .builder import verify_artifact
 
+    _share_cores()
     project = project_for(manifest_path, root)
     try:
         verify_artifact(project, name)

@@ -153,3 +153,16 @@ artifacts:
     assert checks["input_shape"] == ["patches", "float", [108, 1176]]
     assert checks["output_shape"] == ["embeds", "float", [12, 40]]
     assert report["passed"] is True
+
+
+def test_parallel_build(project_dir) -> None:
+    """``-n 2`` once hung: workers forked after torch was imported deadlock in its thread pool."""
+    project_dir.manifest(
+        FIXTURE_HEAD
+        + "  t_{image_size}:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    matrix:\n      image_size: [64, 96]\n"
+    )
+    result = project_dir.doit("build", "-n", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr.count("] built in") == 2
+    assert (project_dir.root / "build" / "t_64" / "model.onnx").is_file()
+    assert (project_dir.root / "build" / "t_96" / "model.onnx").is_file()
