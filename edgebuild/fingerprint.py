@@ -29,6 +29,8 @@ HASH_NAME = "blake3"
 READ_CHUNK = 16 * 1024 * 1024
 # How far ahead of the hashing position the kernel is asked to read.
 READ_AHEAD = 256 * 1024 * 1024
+# Buffers the reader thread may fill ahead of the hasher.
+READ_DEPTH = 4
 # Hashing less than this is quick enough that progress lines would only be noise.
 PROGRESS_THRESHOLD = 256 * 1024 * 1024
 TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "safetensors")
@@ -137,30 +139,31 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterator[tuple[tuple[int, int], str]]:
-    """Digest each span, reading it once. The kernel is asked to read ahead
-    (``POSIX_FADV_WILLNEED``) one window beyond the current position, so that the
-    disk works while blake3 hashes: measured on a cold 0.9 GB tower, reading
-    and hashing in turn ran at about 60% of ``dd``'s throughput."""
+    """Digest each span, reading it once, with reading and hashing overlapped.
+
+    A reader thread fills a small ring of buffers (``os.preadv`` releases the GIL)
+    while this thread hashes the previous ones (so does blake3's ``update``), and
+    the kernel is asked to read ahead (``POSIX_FADV_WILLNEED``). Measured on a
+    cold 0.9 GB tower: reading and hashing in turn ran at about 60% of ``dd``'s
+    throughput on the same bytes.
+    """
     total = sum(end - start for start, end in spans)
     show_progress = total >= PROGRESS_THRESHOLD
     done = 0
     started = last_report = time.monotonic()
-    buffer = bytearray(READ_CHUNK)
-    view = memoryview(buffer)
     descriptor = os.open(path, os.O_RDONLY)
-    advised = 0
+    chunks = _ChunkReader(descriptor, spans, path)
     try:
-        for index, (start, end) in enumerate(spans):
-            hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-            offset = start
-            while offset < end:
-                if offset + READ_AHEAD > advised:
-                    advised = _advise_ahead(descriptor, spans, index, offset, max(advised, offset))
-                count = os.preadv(descriptor, [view[: min(READ_CHUNK, end - offset)]], offset)
-                if count == 0:
-                    raise OSError(f"{path}: file ended at byte {offset}, expected {end}")
+        for start, end in spans:
+            # Multi-threaded hashing pays off only on large inputs.
+            threads = blake3.blake3.AUTO if end - start >= READ_CHUNK else 1
+            hasher = blake3.blake3(max_threads=threads)
+            remaining = end - start
+            while remaining:
+                view, count, release = chunks.next()
                 hasher.update(view[:count])
-                offset += count
+                release()
+                remaining -= count
                 done += count
                 now = time.monotonic()
                 if show_progress and now - last_report >= 1.0:
@@ -173,7 +176,55 @@ def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterat
                     last_report = now
             yield (start, end), hasher.hexdigest()
     finally:
+        chunks.close()
         os.close(descriptor)
+
+
+class _ChunkReader:
+    """Reads ``spans`` of a file in order, in chunks of at most READ_CHUNK bytes, on a
+    background thread, READ_DEPTH buffers ahead of the consumer."""
+
+    def __init__(self, descriptor: int, spans: list[tuple[int, int]], path: Path) -> None:
+        import queue
+        import threading
+
+        self._free: queue.Queue = queue.Queue()
+        self._ready: queue.Queue = queue.Queue()
+        for _ in range(READ_DEPTH):
+            self._free.put(memoryview(bytearray(READ_CHUNK)))
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, args=(descriptor, spans, path), daemon=True)
+        self._thread.start()
+
+    def _run(self, descriptor: int, spans: list[tuple[int, int]], path: Path) -> None:
+        advised = 0
+        try:
+            for index, (start, end) in enumerate(spans):
+                offset = start
+                while offset < end:
+                    if offset + READ_AHEAD > advised:
+                        advised = _advise_ahead(descriptor, spans, index, offset, max(advised, offset))
+                    buffer = self._free.get()
+                    if self._stop:
+                        return
+                    count = os.preadv(descriptor, [buffer[: min(READ_CHUNK, end - offset)]], offset)
+                    if count == 0:
+                        raise OSError(f"{path}: file ended at byte {offset}, expected {end}")
+                    self._ready.put((buffer, count))
+                    offset += count
+        except BaseException as error:  # handed to the consumer, which raises it
+            self._ready.put((error, 0))
+
+    def next(self) -> tuple[memoryview, int, Any]:
+        buffer, count = self._ready.get()
+        if isinstance(buffer, BaseException):
+            raise buffer
+        return buffer, count, lambda: self._free.put(buffer)
+
+    def close(self) -> None:
+        self._stop = True
+        self._free.put(memoryview(bytearray(0)))
+        self._thread.join(timeout=5)
 
 
 def _advise_ahead(descriptor: int, spans: list[tuple[int, int]], index: int, offset: int, advised: int) -> int:
