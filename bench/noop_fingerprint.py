@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -84,7 +85,7 @@ def dvc_comparison(dvc: str | None, shard: Path, work: Path, repeats: int) -> li
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--dvc", default=shutil.which("dvc"), help="a dvc executable, for the comparison (skipped without one)")
     args = parser.parse_args()
     work = common.work_dir()
@@ -99,9 +100,17 @@ def main() -> None:
         common.run([common.DOIT, "build", "tower_448_fp32"], root)
         print(f"first build in {root.name}: {time.perf_counter() - started:.1f} s", flush=True)
 
-    noop_big, _ = common.median_time(lambda: noop(big), args.repeats)
-    noop_tiny, _ = common.median_time(lambda: noop(tiny), args.repeats)
-    listing, _ = common.median_time(lambda: common.run([common.DOIT, "list"], big), args.repeats)
+    # Interleaved rounds, so that a drift in the machine's load hits all three alike.
+    samples: dict[str, list[float]] = {"big": [], "tiny": [], "list": []}
+    for _ in range(args.repeats):
+        for key, function in (
+            ("big", lambda: noop(big)),
+            ("tiny", lambda: noop(tiny)),
+            ("list", lambda: common.run([common.DOIT, "list"], big)),
+        ):
+            elapsed, _ = common.median_time(function, 1)
+            samples[key].append(elapsed)
+    noop_big, noop_tiny, listing = (statistics.median(samples[key]) for key in ("big", "tiny", "list"))
 
     sys.path.insert(0, str(common.REPO))
     from edgebuild.checkpoint import Checkpoint
@@ -149,7 +158,8 @@ def main() -> None:
     throughput_ratio = dd_s / cold_s
     markdown = f"""## No-op builds and cold fingerprints (issue: precise staleness)
 
-`.venv/bin/python bench/noop_fingerprint.py --repeats {args.repeats}` on {common.machine()}.
+`.venv/bin/python bench/noop_fingerprint.py --repeats {args.repeats}{" --dvc DVC" if args.dvc else ""}` on {common.machine()}
+(DVC, when measured, from its own virtual environment: `pip install dvc`).
 Synthetic Qwen3.5 VL checkpoint: the real tower shape (461 M parameters, {visual_bytes / 2**30:.2f} GiB bf16)
 in a shard shared with `lm_head` and `embed_tokens`, {total_bytes / 2**30:.1f} GiB in two shards.
 
