@@ -44,7 +44,7 @@ def remove_leftovers(name: str, scratch_root: Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def link_or_copy(source: Path, target: Path) -> str:
+def clone_file(source: Path, target: Path) -> str:
     """Give ``target`` the content of ``source``: a reflink (copy-on-write clone) where
     the filesystem has them, an in-kernel copy otherwise.
 
@@ -74,7 +74,7 @@ def link_or_copy(source: Path, target: Path) -> str:
 def materialise(source: Path, target: Path, scratch_root: Path, names: list[str]) -> None:
     """Make ``target`` a directory holding ``names`` from ``source``, atomically.
 
-    The files are linked into a fresh directory beside the target, which is
+    The files are cloned into a fresh directory beside the target, which is
     then renamed into place; an existing target is moved aside first.
     """
     scratch_root.mkdir(parents=True, exist_ok=True)
@@ -83,7 +83,7 @@ def materialise(source: Path, target: Path, scratch_root: Path, names: list[str]
         for name in names:
             destination = scratch / name
             destination.parent.mkdir(parents=True, exist_ok=True)
-            link_or_copy(source / name, destination)
+            clone_file(source / name, destination)
         replace_directory(scratch, target, scratch_root)
     finally:
         if scratch.exists():
@@ -153,7 +153,7 @@ class Store:
                 if path.is_file() and path.name not in REPORT_FILES:
                     destination = scratch / path.relative_to(directory)
                     destination.parent.mkdir(parents=True, exist_ok=True)
-                    link_or_copy(path, destination)
+                    clone_file(path, destination)
             (scratch / LAST_USED_FILE).write_text(f"{time.time()}\n")
             try:
                 os.rename(scratch, target)
