@@ -203,3 +203,19 @@ def _wait_until_serving(endpoint: str, process: subprocess.Popen, log_path: Path
         except OSError:
             time.sleep(0.1)
     pytest.fail(f"the moto server did not answer at {endpoint} within 60 s:\n{log_path.read_text()}")
+
+
+@pytest.fixture(scope="session")
+def siglip_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from edgebuild.fixtures import write_fixture
+
+    return write_fixture(tmp_path_factory.mktemp("siglip") / "ckpt", "siglip_tiny")
+
+
+def lay_out_siglip_inputs(root: Path, checkpoint: Path) -> Path:
+    """A copy of the SigLIP fixture at ``root/ckpt`` and the shipped images at
+    ``root/images`` (calibration) and ``root/held_out``."""
+    shutil.copytree(checkpoint, root / "ckpt")
+    shutil.copytree(REPO / "data" / "calibration", root / "images")
+    shutil.copytree(REPO / "data" / "held_out", root / "held_out")
+    return root

@@ -4,7 +4,6 @@ a verifiable, reloadable, packable output, and clear errors for bad inputs."""
 from __future__ import annotations
 
 import json
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -15,26 +14,17 @@ from safetensors.torch import load_file, save_file
 from edgebuild.builder import build_artifact, verify_artifact
 from edgebuild.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError, ParameterError, VerificationFailed
-from edgebuild.fixtures import write_fixture
 from edgebuild.kinds.siglip_f143 import load_packed, load_pixel_batches, load_vision_model
 from edgebuild.manifest import load_manifest
 from edgebuild.project import Project
 
 import seed_pipeline
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def siglip_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_fixture(tmp_path_factory.mktemp("siglip") / "ckpt", "siglip_tiny")
+from conftest import lay_out_siglip_inputs
 
 
 @pytest.fixture
 def root(tmp_path: Path, siglip_checkpoint: Path) -> Path:
-    shutil.copytree(siglip_checkpoint, tmp_path / "ckpt")
-    shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
-    shutil.copytree(REPO / "data" / "held_out", tmp_path / "held_out")
+    lay_out_siglip_inputs(tmp_path, siglip_checkpoint)
     generator = torch.Generator().manual_seed(5)
     save_file({"pixel_values": torch.randn(2, 3, 64, 64, generator=generator)}, str(tmp_path / "pixels.safetensors"))
     return tmp_path

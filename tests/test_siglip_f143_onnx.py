@@ -14,13 +14,11 @@ import torch
 
 from edgebuild.builder import build_artifact, verify_artifact
 from edgebuild.f143 import quantize_nearest
-from edgebuild.fixtures import write_fixture
 from edgebuild.kinds.siglip_f143_onnx import rewrite_fp8
 from edgebuild.onnx_tools import blocked_fp8_weights, export_onnx, run_session
 from edgebuild.project import Project
 
-REPO = Path(__file__).resolve().parent.parent
-
+from conftest import lay_out_siglip_inputs
 
 class OneLinear(torch.nn.Module):
     def __init__(self, weight: torch.Tensor) -> None:
@@ -90,10 +88,8 @@ artifacts:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    write_fixture(tmp_path / "ckpt", "siglip_tiny")
-    shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
-    shutil.copytree(REPO / "data" / "held_out", tmp_path / "held_out")
+def root(tmp_path: Path, siglip_checkpoint: Path) -> Path:
+    lay_out_siglip_inputs(tmp_path, siglip_checkpoint)
     (tmp_path / "artifacts.yaml").write_text(MANIFEST.format(damp=0.01, opset=21))
     return tmp_path
 
@@ -127,10 +123,8 @@ def test_changing_the_source_or_only_the_opset(root: Path) -> None:
 
 
 @pytest.mark.slow
-def test_building_the_onnx_artifact_builds_its_source_first(project_dir) -> None:
-    write_fixture(project_dir.root / "ckpt", "siglip_tiny")
-    shutil.copytree(REPO / "data" / "calibration", project_dir.root / "images")
-    shutil.copytree(REPO / "data" / "held_out", project_dir.root / "held_out")
+def test_building_the_onnx_artifact_builds_its_source_first(project_dir, siglip_checkpoint: Path) -> None:
+    lay_out_siglip_inputs(project_dir.root, siglip_checkpoint)
     project_dir.manifest(MANIFEST.format(damp=0.01, opset=21))
     result = project_dir.doit("build", "q_onnx")
     assert result.returncode == 0, result.stdout + result.stderr
