@@ -23,7 +23,7 @@ from .fingerprint import file_digest, locked
 from .kinds.base import BuildContext, VerifyContext
 from .project import RECORD_FILE, RECORD_FORMAT, Project
 from .report import Check, Report, read_report
-from .store import outputs_intact, remove_leftovers, replace_directory, scratch_prefix
+from .store import changed_outputs, remove_leftovers, replace_directory, scratch_prefix
 
 Log = Callable[[str], None]
 
@@ -63,16 +63,7 @@ def is_built(project: Project, name: str) -> bool:
     existing = read_record(directory)
     if existing is None or existing.get("fingerprint") != project.fingerprint(name):
         return False
-    return not resized_outputs(directory, existing)
-
-
-def resized_outputs(directory: Path, record: dict[str, Any]) -> list[str]:
-    """The recorded outputs that are missing or no longer have their recorded size."""
-    return [
-        relative
-        for relative, meta in record.get("outputs", {}).items()
-        if not (directory / relative).is_file() or (directory / relative).stat().st_size != meta["size"]
-    ]
+    return not changed_outputs(directory, existing.get("outputs", {}), digest=None)
 
 
 def build_artifact(project: Project, name: str, log: Log | None = None) -> dict[str, Any]:
@@ -90,7 +81,7 @@ def build_artifact(project: Project, name: str, log: Log | None = None) -> dict[
         existing = read_record(target)
         if existing is not None and existing.get("fingerprint") == fingerprint:
             # The current build, damaged since (a truncated or deleted file): say so, then replace it.
-            log(f"build/{name}: {', '.join(resized_outputs(target, existing))} missing or resized since the build; replacing it")
+            log(f"build/{name}: {', '.join(changed_outputs(target, existing.get('outputs', {}), digest=None))} missing or resized since the build; replacing it")
         started = time.perf_counter()
         restored = project.store.restore(fingerprint, target, project.layout.scratch_dir)
         if restored is not None:
@@ -176,13 +167,7 @@ def outputs_unchanged(project: Project, name: str) -> bool:
     """
     directory = project.layout.artifact_dir(name)
     record = read_record(directory) or {}
-    for relative, meta in record.get("outputs", {}).items():
-        path = directory / relative
-        if not path.is_file() or path.stat().st_size != meta["size"]:
-            return False
-        if project.stat_cache.file_digest(path) != meta["digest"]:
-            return False
-    return True
+    return not changed_outputs(directory, record.get("outputs", {}), digest=project.stat_cache.file_digest)
 
 
 def verify_artifact(project: Project, name: str, log: Log | None = None) -> Report:
@@ -195,7 +180,7 @@ def verify_artifact(project: Project, name: str, log: Log | None = None) -> Repo
         raise EdgebuildError(f"{name}: build/{name} is not the current build; run `doit build {name}` first")
     params = project.manifest.artifacts[name]
     kind = project.kind(name)
-    changed = outputs_intact(directory, built.get("outputs", {}))
+    changed = changed_outputs(directory, built.get("outputs", {}))
     checks = [
         Check.measure(
             "outputs_intact",

@@ -46,7 +46,7 @@ from .fingerprint import locked
 from .project import Project
 from .remote import Location
 from .report import REPORT_JSON, REPORT_MD, read_report
-from .store import outputs_intact
+from .store import changed_outputs
 
 PUBLISH_FORMAT = 1
 INDEX_KEY = "index.json"
@@ -110,7 +110,7 @@ def _unpublishable(project: Project, name: str) -> str | None:
             return f"{name}: verification failed (see build/{name}/report.md)"
         return f"{name}: not verified at its current fingerprint (run `doit verify {name}`)"
     record = read_record(directory) or {}
-    changed = outputs_intact(directory, record.get("outputs", {}))
+    changed = changed_outputs(directory, record.get("outputs", {}))
     if changed:
         return f"{name}: {', '.join(changed)} changed since it was built (run `doit verify {name}`)"
     return None

@@ -35,7 +35,7 @@ from .errors import RemoteError, StoreError
 from .fingerprint import canonical_json, file_digest
 from .project import RECORD_FILE, record_fingerprint
 from .remote import Location
-from .store import REPORT_FILES, Store, outputs_intact, scratch_prefix
+from .store import REPORT_FILES, Store, changed_outputs, scratch_prefix
 
 REMOTE_FORMAT = 1
 PREFIX = f"v{REMOTE_FORMAT}"
@@ -184,7 +184,7 @@ class RemoteCache:
         record = store.record(fingerprint)
         if record is None:
             raise StoreError(f"store entry {fingerprint[:12]} is missing; nothing to push")
-        changed = outputs_intact(directory, record.get("outputs", {}))
+        changed = changed_outputs(directory, record.get("outputs", {}))
         if changed:
             raise StoreError(
                 f"store entry {fingerprint[:12]}: {', '.join(changed)} changed since build; not pushed to {self.label}"

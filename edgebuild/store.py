@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .fingerprint import file_digest
 
@@ -101,12 +101,20 @@ def replace_directory(new: Path, target: Path, scratch_root: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def outputs_intact(directory: Path, outputs: dict[str, dict[str, Any]]) -> list[str]:
-    """The recorded outputs whose size or digest no longer matches (empty when all match)."""
+def changed_outputs(
+    directory: Path,
+    outputs: dict[str, dict[str, Any]],
+    digest: Callable[[Path], str] | None = file_digest,
+) -> list[str]:
+    """The recorded outputs that are missing or whose size or digest no longer matches
+    (empty when all match). ``digest=None`` compares sizes only (cheap); pass the stat
+    cache's ``file_digest`` to skip files not written since they were last hashed."""
     changed = []
     for relative, meta in outputs.items():
         path = directory / relative
-        if not path.is_file() or path.stat().st_size != meta["size"] or file_digest(path) != meta["digest"]:
+        if not path.is_file() or path.stat().st_size != meta["size"]:
+            changed.append(relative)
+        elif digest is not None and digest(path) != meta["digest"]:
             changed.append(relative)
     return changed
 
@@ -183,7 +191,7 @@ class Store:
         if record is None:
             return None
         entry = self.entry_dir(fingerprint)
-        if outputs_intact(entry, record.get("outputs", {})):
+        if changed_outputs(entry, record.get("outputs", {})):
             self.remove(fingerprint)
             return None
         names = [*record.get("outputs", {}), RECORD_FILE]
