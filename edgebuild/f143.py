@@ -30,6 +30,8 @@ import math
 
 import torch
 
+from edgebuild import f143_kernels
+
 F143_DTYPE = torch.float8_e4m3fnuz
 F143_MAX = 240.0
 F143_MIN_NORMAL = 2.0**-7
@@ -89,12 +91,7 @@ def tile_exponents(weight: torch.Tensor, tile: int = TILE) -> torch.Tensor:
         raise ValueError(f"expected a 2-D weight, got shape {tuple(weight.shape)}")
     if tile <= 0:
         raise ValueError(f"tile must be positive, got {tile}")
-    rows, cols = weight.shape
-    row_tiles, col_tiles = _tile_grid(weight.shape, tile)
-    padded = torch.nn.functional.pad(
-        weight.abs(), (0, col_tiles * tile - cols, 0, row_tiles * tile - rows)
-    )
-    maximum = padded.reshape(row_tiles, tile, col_tiles, tile).amax(dim=(1, 3))
+    maximum = _tile_abs_max(weight.detach(), tile)
     if torch.isnan(maximum).any():
         raise ValueError("weight contains NaN; it has no F143 tile scale")
     exponents = torch.where(
@@ -103,6 +100,20 @@ def tile_exponents(weight: torch.Tensor, tile: int = TILE) -> torch.Tensor:
         torch.ceil(torch.log2(maximum / F143_MAX)),
     ).clamp(EXPONENT_MIN, EXPONENT_MAX)
     return exponents.to(torch.int32)
+
+
+def _tile_abs_max(weight: torch.Tensor, tile: int) -> torch.Tensor:
+    """max |w| per tile, in the weight's dtype (exact: a maximum is one of the values)."""
+    if weight.device.type == "cpu":
+        f143_kernels.use_threads(torch.get_num_threads())
+        maxima = f143_kernels.tile_abs_max(weight.to(torch.float32).contiguous().numpy(), tile)
+        return torch.from_numpy(maxima).to(weight.dtype)
+    rows, cols = weight.shape
+    row_tiles, col_tiles = _tile_grid(weight.shape, tile)
+    padded = torch.nn.functional.pad(
+        weight.abs(), (0, col_tiles * tile - cols, 0, row_tiles * tile - rows)
+    )
+    return padded.reshape(row_tiles, tile, col_tiles, tile).amax(dim=(1, 3))
 
 
 def expand_exponents(
@@ -119,17 +130,76 @@ def expand_exponents(
     return exponents.repeat_interleave(tile, dim=0).repeat_interleave(tile, dim=1)[:rows, :cols]
 
 
+def tile_factors(exponents: torch.Tensor) -> torch.Tensor:
+    """`2**-e` of each tile as float32 (exact: e is an integer in [-32, 31])."""
+    return torch.exp2(-exponents.to(torch.float32))
+
+
+def project_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> torch.Tensor:
+    """`project(values, expand_exponents(exponents, ...))`, float32, in one fused pass on CPU.
+
+    The CPU path is `f143_kernels.project_tiles` (the same ops per element,
+    bit for bit); other devices use the torch ops.
+    """
+    return _project_tiles(values, exponents, tile, residual=False)[0]
+
+
+def project_tiles_residual(
+    values: torch.Tensor, exponents: torch.Tensor, tile: int = TILE
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`project_tiles(values, ...)` and `values - projected` (float32), from one pass on CPU."""
+    projected, residual = _project_tiles(values, exponents, tile, residual=True)
+    assert residual is not None
+    return projected, residual
+
+
+def _project_tiles(
+    values: torch.Tensor, exponents: torch.Tensor, tile: int, residual: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    expected = _tile_grid(values.shape, tile)
+    if tuple(exponents.shape) != expected:
+        raise ValueError(
+            f"exponents of shape {tuple(exponents.shape)} do not tile a {tuple(values.shape)} "
+            f"weight with {tile}x{tile} tiles (expected {expected})"
+        )
+    values = values.detach().to(torch.float32)
+    if values.device.type != "cpu":
+        projected = project(values, expand_exponents(exponents, values.shape, tile))
+        return projected, (values - projected) if residual else None
+    values = values.contiguous()
+    projected = torch.empty_like(values)
+    difference = torch.empty_like(values) if residual else torch.empty(0, 0)
+    f143_kernels.use_threads(torch.get_num_threads())
+    f143_kernels.project_tiles(
+        values.numpy(), tile_factors(exponents).contiguous().numpy(), tile, projected.numpy(), difference.numpy()
+    )
+    return projected, difference if residual else None
+
+
 def quantize_nearest(weight: torch.Tensor, tile: int = TILE) -> torch.Tensor:
     """Round-to-nearest F143 with per-tile scales; the seed's `nearest` algorithm.
 
     Returns the weight's dtype (the seed writes into `empty_like(weight)`).
     """
-    exponents = expand_exponents(tile_exponents(weight, tile), weight.shape, tile)
-    return project(weight, exponents).to(weight.dtype)
+    return project_tiles(weight, tile_exponents(weight, tile), tile).to(weight.dtype)
 
 
-def _count_off_grid(values: torch.Tensor, element_exponents: torch.Tensor) -> int:
-    return int((project(values, element_exponents) != values).sum())
+def saturated_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> int:
+    """Number of elements at the largest magnitude of their tile, 240 * 2**e."""
+    values = weight.detach().to(torch.float32)
+    if values.device.type == "cpu":
+        f143_kernels.use_threads(torch.get_num_threads())
+        return int(
+            f143_kernels.count_saturated(
+                values.contiguous().numpy(), tile_factors(exponents).contiguous().numpy(), tile
+            )
+        )
+    limits = expand_exponents(F143_MAX / tile_factors(exponents), weight.shape, tile)
+    return int((values.abs() == limits).sum())
+
+
+def _count_off_grid(values: torch.Tensor, exponents: torch.Tensor, tile: int) -> int:
+    return int((project_tiles(values, exponents, tile) != values).sum())
 
 
 def off_grid_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> int:
@@ -141,8 +211,7 @@ def off_grid_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TI
     projection is exact for exponents in [-32, 31]). NaN and inf count as
     off-grid.
     """
-    element_exponents = expand_exponents(exponents, weight.shape, tile)
-    return _count_off_grid(weight.to(torch.float32), element_exponents)
+    return _count_off_grid(weight.to(torch.float32), exponents, tile)
 
 
 def on_grid(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> bool:
@@ -172,14 +241,13 @@ def pack(
             f"[{int(exponents.min())}, {int(exponents.max())}]"
         )
     values = weight.to(torch.float32)
-    element_exponents = expand_exponents(exponents, weight.shape, tile)
-    off_grid = _count_off_grid(values, element_exponents)
+    off_grid = _count_off_grid(values, exponents, tile)
     if off_grid:
         raise ValueError(
             f"{off_grid} of {weight.numel()} weight elements are not on the F143 grid "
             "of their tile scale; quantize before packing"
         )
-    scaled = values * torch.exp2(-element_exponents.to(torch.float32))
+    scaled = values * expand_exponents(tile_factors(exponents), weight.shape, tile)
     return scaled.to(F143_DTYPE), exponents.to(torch.int8)
 
 

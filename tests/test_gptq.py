@@ -185,13 +185,22 @@ def test_bias_correction_matches_seed() -> None:
     weight = _weight(70, 100, seed=3)
     inputs = _inputs(100, 100, seed=5)
     state = _statistics(inputs)
-    quantized = gptq.reconstruct(weight, state.hessians).weight
-    correction = gptq.bias_correction(weight, quantized, state.input_mean)
-    expected = seed_reference.bias_correction(weight, quantized, state.input_mean)
+    result = gptq.reconstruct(weight, state.hessians)
+    correction = gptq.bias_correction(result.residual, state.input_mean)
+    expected = seed_reference.bias_correction(weight, result.weight, state.input_mean)
     assert correction.shape == (70,)
     assert torch.equal(correction, expected)
     assert correction.abs().max() > 0
-    assert not gptq.bias_correction(weight, weight, state.input_mean).any()
+    assert not gptq.bias_correction(torch.zeros_like(weight), state.input_mean).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("algorithm", ["gptq", "nearest"])
+def test_reconstruct_residual_is_original_minus_stored_weight(dtype: torch.dtype, algorithm: str) -> None:
+    weight = _weight(70, 100, seed=4).to(dtype)
+    result = gptq.reconstruct(weight, _statistics(_inputs(100, 100, seed=6)).hessians, algorithm=algorithm)
+    assert result.residual.dtype == torch.float32
+    assert torch.equal(result.residual, weight.float() - result.weight.float())
 
 
 def _equalization_case() -> tuple[list[torch.Tensor], torch.Tensor]:

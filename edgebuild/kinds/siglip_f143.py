@@ -463,7 +463,6 @@ class SiglipF143(ArtifactKind):
         started = time.perf_counter()
         objectives: dict[str, dict[str, float]] = {}
         clamped: dict[str, int] = {}
-        original_weights: dict[str, torch.Tensor] = {}
         reconstruction_s = 0.0
         if params.sequential_layers:
             hidden = self._embed(model, batches, device)
@@ -473,11 +472,11 @@ class SiglipF143(ArtifactKind):
                 collector = _Collector(params.block_size).hessians_of(layer_modules)
                 self._run_layer(model, layer, hidden)
                 collector.close()
-                reconstruction_s += self._reconstruct(layer_modules, collector, params, objectives, clamped, original_weights, len(modules), log)
+                reconstruction_s += self._reconstruct(layer_modules, collector, params, objectives, clamped, len(modules), log)
                 hidden = self._run_layer(model, layer, hidden)
             passes += 1
         else:
-            reconstruction_s += self._reconstruct(modules, collector, params, objectives, clamped, original_weights, len(modules), log)
+            reconstruction_s += self._reconstruct(modules, collector, params, objectives, clamped, len(modules), log)
         timings["reconstruction_s"] = reconstruction_s
         timings["collection_s"] = time.perf_counter() - started - reconstruction_s
 
@@ -561,31 +560,28 @@ class SiglipF143(ArtifactKind):
         params: SiglipF143Params,
         objectives: dict[str, dict[str, float]],
         clamped: dict[str, int],
-        original_weights: dict[str, Any],
         total: int,
         log: Any,
     ) -> float:
         import torch
 
         from .. import gptq
-        from ..f143 import F143_MAX, expand_exponents, tile_exponents
 
         elapsed = 0.0
         with torch.no_grad():
             for name, module in modules.items():
                 statistics = collector.hessians.pop(name)
                 started = time.perf_counter()
-                original = module.weight.detach().clone()
-                result = gptq.reconstruct(original, statistics.hessians, params.damp, params.algorithm, params.block_size)
-                correction = torch.zeros(module.out_features, device=original.device)
+                result = gptq.reconstruct(
+                    module.weight.detach(), statistics.hessians, params.damp, params.algorithm, params.block_size
+                )
+                correction = torch.zeros(module.out_features, device=module.weight.device)
                 if params.bias_correction and module.bias is not None:
-                    input_mean = statistics.input_sum / statistics.count
-                    correction = gptq.bias_correction(original, result.weight, input_mean)
+                    correction = gptq.bias_correction(result.residual, statistics.input_mean)
                     module.bias.add_(correction.to(module.bias.dtype))
                 module.weight.copy_(result.weight)
                 elapsed += time.perf_counter() - started
-                limit = F143_MAX * torch.exp2(expand_exponents(tile_exponents(original, params.block_size), original.shape, params.block_size).float())
-                clamped[name] = int((result.weight.float().abs() == limit).sum())
+                clamped[name] = result.saturated
                 objectives[name] = {
                     "nearest": result.nearest_objective,
                     "reconstructed": result.reconstructed_objective,
