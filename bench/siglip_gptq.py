@@ -81,7 +81,7 @@ def run_side(side: str, root: Path, layers: int, images: int) -> dict:
         from edgebuild.kinds.siglip_f143 import load_pixel_batches, load_vision_model
 
         checkpoint = project.checkpoint("siglip")
-        model, _ = load_vision_model(checkpoint)
+        model, _ = load_vision_model(checkpoint, writable=True)
         params = project.manifest.artifacts["so400m"]
         batches = load_pixel_batches(params.calibration, root, checkpoint, "calibration")
         result = seed_pipeline.run_seed(model, batches, seed_pipeline.SeedOptions())

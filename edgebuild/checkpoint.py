@@ -138,18 +138,38 @@ class Checkpoint:
             )
         return dict(sorted(selected.items()))
 
-    def load(self, entries: dict[str, TensorEntry], strip_prefix: str = "", dtype: Any = None) -> dict[str, Any]:
-        """Read exactly ``entries`` through ``safe_open`` (memory-mapped, one tensor at a time)."""
+    def load(
+        self, entries: dict[str, TensorEntry], strip_prefix: str = "", dtype: Any = None, owned: bool = False
+    ) -> dict[str, Any]:
+        """Read exactly ``entries`` through ``safe_open``.
+
+        By default the tensors are views of a private file mapping: nothing is
+        read until used, which suits read-only use. ``owned=True`` gives each
+        tensor memory of its own, for callers that rewrite weights: writing into
+        the mapping costs a copy-on-write fault per 4 KiB page, and pages read
+        through it stay resident for as long as any tensor of the file lives.
+        Each tensor is then read through a mapping that is closed right after,
+        so the process never holds the file and the copies at once.
+        """
         from safetensors import safe_open
 
         by_file: dict[Path, list[str]] = {}
         for name, entry in entries.items():
             by_file.setdefault(entry.file, []).append(name)
         state: dict[str, Any] = {}
+
+        def keep(name: str, tensor: Any) -> None:
+            key = name[len(strip_prefix):] if strip_prefix and name.startswith(strip_prefix) else name
+            converted = tensor.to(dtype) if dtype is not None else tensor
+            state[key] = converted.clone() if owned and converted is tensor else converted
+
         for path, names in by_file.items():
-            with safe_open(str(path), framework="pt", device="cpu") as handle:
+            if owned:
                 for name in names:
-                    tensor = handle.get_tensor(name)
-                    key = name[len(strip_prefix):] if strip_prefix and name.startswith(strip_prefix) else name
-                    state[key] = tensor.to(dtype) if dtype is not None else tensor
+                    with safe_open(str(path), framework="pt", device="cpu") as handle:
+                        keep(name, handle.get_tensor(name))
+            else:
+                with safe_open(str(path), framework="pt", device="cpu") as handle:
+                    for name in names:
+                        keep(name, handle.get_tensor(name))
         return state

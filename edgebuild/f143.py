@@ -198,8 +198,18 @@ def saturated_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = T
     return int((values.abs() == limits).sum())
 
 
-def _count_off_grid(values: torch.Tensor, exponents: torch.Tensor, tile: int) -> int:
-    return int((project_tiles(values, exponents, tile) != values).sum())
+def _scale_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int) -> tuple[torch.Tensor, int]:
+    """`values * 2**-e` per tile (float32) and how many values are off the grid, in one pass on CPU."""
+    values = values.detach().to(torch.float32)
+    factors = tile_factors(exponents)
+    if values.device.type != "cpu":
+        off_grid = int((project(values, expand_exponents(exponents, values.shape, tile)) != values).sum())
+        return values * expand_exponents(factors, values.shape, tile), off_grid
+    values = values.contiguous()
+    scaled = torch.empty_like(values)
+    f143_kernels.use_threads(torch.get_num_threads())
+    off_grid = f143_kernels.scale_tiles(values.numpy(), factors.contiguous().numpy(), tile, scaled.numpy())
+    return scaled, int(off_grid)
 
 
 def off_grid_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> int:
@@ -211,7 +221,7 @@ def off_grid_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TI
     projection is exact for exponents in [-32, 31]). NaN and inf count as
     off-grid.
     """
-    return _count_off_grid(weight.to(torch.float32), exponents, tile)
+    return _scale_tiles(weight, exponents, tile)[1]
 
 
 def on_grid(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> bool:
@@ -240,14 +250,12 @@ def pack(
             f"tile exponents must lie in [{EXPONENT_MIN}, {EXPONENT_MAX}], got "
             f"[{int(exponents.min())}, {int(exponents.max())}]"
         )
-    values = weight.to(torch.float32)
-    off_grid = _count_off_grid(values, exponents, tile)
+    scaled, off_grid = _scale_tiles(weight, exponents, tile)
     if off_grid:
         raise ValueError(
             f"{off_grid} of {weight.numel()} weight elements are not on the F143 grid "
             "of their tile scale; quantize before packing"
         )
-    scaled = values * expand_exponents(tile_factors(exponents), weight.shape, tile)
     return scaled.to(F143_DTYPE), exponents.to(torch.int8)
 
 

@@ -112,6 +112,28 @@ def project_tiles(values, tile_factors, tile, projected, residual):
 
 
 @numba.njit(parallel=True, cache=True)
+def scale_tiles(values, tile_factors, tile, scaled):
+    """`values * 2**-e` of each tile into `scaled`; returns how many values are off the
+    grid (projecting them would change them: they are not an F143 value times 2**e)."""
+    rows, cols = values.shape
+    total = 0
+    for row in numba.prange(rows):
+        factors = tile_factors[row // tile]
+        count = 0
+        for first in range(0, cols, tile):
+            factor = factors[first // tile]
+            source = values[row, first : first + tile]
+            target = scaled[row, first : first + tile]
+            for col in range(source.shape[0]):
+                value = source[col]
+                target[col] = value * factor
+                # NaN != NaN: a NaN counts as off the grid.
+                count += _project(value, factor) != value
+        total += count
+    return total
+
+
+@numba.njit(parallel=True, cache=True)
 def count_saturated(values, tile_factors, tile):
     """How many elements of a float32 [rows, cols] matrix sit at 240 * 2**e of their tile."""
     rows, cols = values.shape

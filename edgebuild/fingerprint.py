@@ -33,7 +33,8 @@ READ_AHEAD = 256 * 1024 * 1024
 READ_DEPTH = 4
 # Hashing less than this is quick enough that progress lines would only be noise.
 PROGRESS_THRESHOLD = 256 * 1024 * 1024
-TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "safetensors")
+# numba and llvmlite compile the F143 kernels: a new code generator could round differently.
+TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "safetensors", "numba", "llvmlite")
 
 
 def digest_bytes(data: bytes) -> str:

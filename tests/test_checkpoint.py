@@ -35,6 +35,39 @@ def test_load_strips_prefix_and_casts(qwen_checkpoint: Path) -> None:
     assert {tensor.dtype for tensor in state.values()} == {torch.float32}
 
 
+def _file_mappings() -> list[tuple[int, int, str]]:
+    mappings = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 6:
+            start, end = (int(value, 16) for value in fields[0].split("-"))
+            mappings.append((start, end, fields[5]))
+    return mappings
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc/self/maps")
+def test_owned_load_gives_memory_outside_the_file_mapping(qwen_checkpoint: Path) -> None:
+    import torch
+
+    checkpoint = Checkpoint(qwen_checkpoint)
+    entries = checkpoint.select(("model.visual.",))
+    mapped = checkpoint.load(entries)
+    owned = checkpoint.load(entries, owned=True)
+    assert sorted(owned) == sorted(mapped)
+    assert all(torch.equal(owned[name], mapped[name]) for name in mapped)
+    shards = {str(entry.file) for entry in entries.values()}
+
+    def in_a_shard(tensor: torch.Tensor) -> bool:
+        return any(start <= tensor.data_ptr() < end and path in shards for start, end, path in _file_mappings())
+
+    # The default is a view of the file (what makes owned=True worth having) ...
+    assert any(in_a_shard(tensor) for tensor in mapped.values())
+    # ... owned tensors are not, also when a dtype cast already copied them.
+    assert not any(in_a_shard(tensor) for tensor in owned.values())
+    cast = checkpoint.load(entries, dtype=torch.float32, owned=True)
+    assert not any(in_a_shard(tensor) for tensor in cast.values())
+
+
 def test_empty_selection_names_the_checkpoint(qwen_checkpoint: Path) -> None:
     checkpoint = Checkpoint(qwen_checkpoint, label="checkpoint 'q'")
     with pytest.raises(CheckpointError) as caught:

@@ -78,7 +78,7 @@ def test_weights_identical_to_the_seed_algorithm(root: Path, mode: str) -> None:
     built = load_file(str(root / "build" / "q" / "model.safetensors"))
 
     checkpoint = Checkpoint(root / "ckpt")
-    model, _ = load_vision_model(checkpoint)
+    model, _ = load_vision_model(checkpoint, writable=True)
     params = project.manifest.artifacts["q"]
     batches = load_pixel_batches(params.calibration, root, checkpoint, "calibration")
     reference = seed_pipeline.run_seed(model, batches, seed_options)

@@ -167,8 +167,12 @@ def load_pixel_batches(inputs: InputSet, root: Path, checkpoint: "Checkpoint", w
     return batches
 
 
-def load_vision_model(checkpoint: "Checkpoint") -> tuple[Any, Any]:
-    """transformers' ``SiglipVisionModel`` with exactly the checkpoint's ``vision_model.*`` tensors."""
+def load_vision_model(checkpoint: "Checkpoint", writable: bool = False) -> tuple[Any, Any]:
+    """transformers' ``SiglipVisionModel`` with exactly the checkpoint's ``vision_model.*`` tensors.
+
+    ``writable=True`` for a model whose weights will be rewritten: they get memory
+    of their own instead of a view of the file (see ``Checkpoint.load``).
+    """
     from transformers import SiglipConfig, SiglipVisionModel
     from transformers.initialization import no_init_weights
 
@@ -180,8 +184,15 @@ def load_vision_model(checkpoint: "Checkpoint") -> tuple[Any, Any]:
     entries = checkpoint.select((VISION_PREFIX,))
     with no_init_weights():
         model = SiglipVisionModel(config.vision_config)
-    state = checkpoint.load(entries, strip_prefix=VISION_PREFIX)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    parameters = dict(model.named_parameters())
+    # Assign the loaded tensors instead of copying them into the model's: its own
+    # (uninitialised, so never touched) are dropped, and the weights are in memory
+    # once.
+    state = {
+        name: tensor.to(parameters[name].dtype) if name in parameters else tensor
+        for name, tensor in checkpoint.load(entries, strip_prefix=VISION_PREFIX, owned=writable).items()
+    }
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if missing or unexpected:
         raise CheckpointError(
             f"{checkpoint.label}: the vision_model.* tensors do not match SiglipVisionModel: "
@@ -395,7 +406,7 @@ class SiglipF143(ArtifactKind):
         )
 
         started = time.perf_counter()
-        model, config = load_vision_model(checkpoint)
+        model, config = load_vision_model(checkpoint, writable=True)
         model.to(device)
         layer_count = config.vision_config.num_hidden_layers if params.layers == "all" else params.layers
         batches = load_pixel_batches(params.calibration, context.input_root, checkpoint, "calibration")
@@ -442,7 +453,7 @@ class SiglipF143(ArtifactKind):
                     norm.weight.copy_(norm_weight)
                     norm.bias.copy_(norm_bias)
                     for consumer, weight in zip(consumers, weights):
-                        consumer.weight.copy_(weight)
+                        consumer.weight.data = weight  # a swap, as in _reconstruct
                     equalization[name] = {
                         "alpha": choice.alpha,
                         "objective_ratio": choice.objective / choice.baseline if choice.baseline else 0.0,
@@ -491,9 +502,6 @@ class SiglipF143(ArtifactKind):
         started = time.perf_counter()
         state = {name: value.detach().cpu() for name, value in model.state_dict().items()}
         quantized_names = [f"{name}.weight" for name in modules]
-        for name in quantized_names:
-            # float8 has no -0: store +0.0 so that the packed form round-trips bit for bit.
-            state[name] = state[name] + 0.0
         out = context.out_dir
         shutil.copy2(checkpoint.config_path, out / "config.json")
         preprocessor = checkpoint.directory / "preprocessor_config.json"
@@ -579,7 +587,12 @@ class SiglipF143(ArtifactKind):
                 if params.bias_correction and module.bias is not None:
                     correction = gptq.bias_correction(result.residual, statistics.input_mean)
                     module.bias.add_(correction.to(module.bias.dtype))
-                module.weight.copy_(result.weight)
+                # Swap the storage rather than copy into it: the loaded weight may be a
+                # copy-on-write file mapping, where writing costs a page fault per 4 KiB.
+                module.weight.data = result.weight
+                # float8 has no -0: store +0.0 (in place, before the final pass), so that
+                # the packed form round-trips bit for bit and the outputs come from these weights.
+                module.weight.add_(0.0)
                 elapsed += time.perf_counter() - started
                 clamped[name] = result.saturated
                 objectives[name] = {
