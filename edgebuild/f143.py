@@ -27,6 +27,7 @@ values, never from `tile_exponents`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -141,21 +142,20 @@ def project_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int = TIL
     The CPU path is `f143_kernels.project_tiles` (the same ops per element,
     bit for bit); other devices use the torch ops.
     """
-    return _project_tiles(values, exponents, tile, residual=False)[0]
+    return _per_tile(f143_kernels.project_tiles, lambda _values, projected: projected, values, exponents, tile)
 
 
-def project_tiles_residual(
-    values: torch.Tensor, exponents: torch.Tensor, tile: int = TILE
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`project_tiles(values, ...)` and `values - projected` (float32), from one pass on CPU."""
-    projected, residual = _project_tiles(values, exponents, tile, residual=True)
-    assert residual is not None
-    return projected, residual
+def projection_residual(values: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> torch.Tensor:
+    """`values - project_tiles(values, ...)` (float32), without keeping the projection."""
+    return _per_tile(
+        f143_kernels.projection_residual, lambda values, projected: values - projected, values, exponents, tile
+    )
 
 
-def _project_tiles(
-    values: torch.Tensor, exponents: torch.Tensor, tile: int, residual: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _per_tile(
+    kernel: Any, from_projection: Any, values: torch.Tensor, exponents: torch.Tensor, tile: int
+) -> torch.Tensor:
+    """Run a projection kernel on CPU; elsewhere `from_projection(values, project(values, ...))`."""
     expected = _tile_grid(values.shape, tile)
     if tuple(exponents.shape) != expected:
         raise ValueError(
@@ -164,16 +164,12 @@ def _project_tiles(
         )
     values = values.detach().to(torch.float32)
     if values.device.type != "cpu":
-        projected = project(values, expand_exponents(exponents, values.shape, tile))
-        return projected, (values - projected) if residual else None
+        return from_projection(values, project(values, expand_exponents(exponents, values.shape, tile)))
     values = values.contiguous()
-    projected = torch.empty_like(values)
-    difference = torch.empty_like(values) if residual else torch.empty(0, 0)
+    result = torch.empty_like(values)
     f143_kernels.use_threads(torch.get_num_threads())
-    f143_kernels.project_tiles(
-        values.numpy(), tile_factors(exponents).contiguous().numpy(), tile, projected.numpy(), difference.numpy()
-    )
-    return projected, difference if residual else None
+    kernel(values.numpy(), tile_factors(exponents).contiguous().numpy(), tile, result.numpy())
+    return result
 
 
 def quantize_nearest(weight: torch.Tensor, tile: int = TILE) -> torch.Tensor:

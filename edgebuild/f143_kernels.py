@@ -87,14 +87,9 @@ def _project(value, factor):
 
 
 @numba.njit(parallel=True, cache=True)
-def project_tiles(values, tile_factors, tile, projected, residual):
-    """Project a float32 [rows, cols] matrix with one factor 2**-e per tile x tile tile.
-
-    Writes `projected`, and `values - projected` into `residual` unless that
-    is empty (shape (0, 0)).
-    """
+def project_tiles(values, tile_factors, tile, projected):
+    """Project a float32 [rows, cols] matrix into `projected`, with one factor 2**-e per tile x tile tile."""
     rows, cols = values.shape
-    with_residual = residual.size > 0
     for row in numba.prange(rows):
         factors = tile_factors[row // tile]
         for first in range(0, cols, tile):
@@ -105,10 +100,20 @@ def project_tiles(values, tile_factors, tile, projected, residual):
             target = projected[row, first : first + tile]
             for col in range(source.shape[0]):
                 target[col] = _project(source[col], factor)
-            if with_residual:
-                difference = residual[row, first : first + tile]
-                for col in range(source.shape[0]):
-                    difference[col] = source[col] - target[col]
+
+
+@numba.njit(parallel=True, cache=True)
+def projection_residual(values, tile_factors, tile, residual):
+    """`values - projected` into `residual`, without storing the projection (see project_tiles)."""
+    rows, cols = values.shape
+    for row in numba.prange(rows):
+        factors = tile_factors[row // tile]
+        for first in range(0, cols, tile):
+            factor = factors[first // tile]
+            source = values[row, first : first + tile]
+            target = residual[row, first : first + tile]
+            for col in range(source.shape[0]):
+                target[col] = source[col] - _project(source[col], factor)
 
 
 @numba.njit(parallel=True, cache=True)

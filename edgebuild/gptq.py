@@ -38,7 +38,8 @@ from edgebuild import f143_kernels
 from edgebuild.f143 import (
     TILE,
     project,
-    project_tiles_residual,
+    project_tiles,
+    projection_residual,
     quantize_nearest,
     saturated_count,
     tile_exponents,
@@ -210,9 +211,18 @@ def gptq_quantize(
 
 
 def _gptq_quantize_residual(
-    weight: torch.Tensor, factors: torch.Tensor, exponents: torch.Tensor, block_size: int
+    weight: torch.Tensor,
+    factors: torch.Tensor,
+    exponents: torch.Tensor,
+    block_size: int,
+    residual: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`gptq_quantize` and `weight - quantized` (float32), which the CPU kernel gives in one pass."""
+    """`gptq_quantize` and `weight - quantized` (float32), which the CPU kernel gives in one pass.
+
+    `residual`, a float32 tensor of the weight's shape, is written over and
+    returned when given: reusing a buffer saves a page fault per 4 KiB, which
+    on fresh tens of MB costs as much as the kernel itself.
+    """
     eps = torch.finfo(torch.float32).eps
     # Each block's diagonal entry: what the column's error is divided by.
     divisors = torch.diagonal(factors, dim1=-2, dim2=-1).clamp_min(eps)
@@ -222,7 +232,10 @@ def _gptq_quantize_residual(
         return quantized, values - quantized
     values = values.contiguous()
     quantized = torch.empty_like(values)
-    residual = torch.empty_like(values)
+    if residual is None:
+        residual = torch.empty_like(values)
+    if residual.shape != values.shape or residual.dtype != torch.float32 or not residual.is_contiguous():
+        raise ValueError(f"residual buffer must be contiguous float32 {tuple(values.shape)}")
     f143_kernels.use_threads(torch.get_num_threads())
     f143_kernels.gptq_blocks(
         values.numpy(),
@@ -331,18 +344,17 @@ def reconstruct(
             f"in blocks of {block_size}"
         )
     exponents = tile_exponents(weight, block_size)
-    nearest, nearest_residual = project_tiles_residual(weight, exponents, block_size)
     if algorithm == "gptq":
+        residual = projection_residual(weight, exponents, block_size)
+        nearest_objective = _weighted_error(residual, hessians, block_size)
         factors = inverse_hessian_factors(hessians, damp, width)
-        rebuilt, residual = _gptq_quantize_residual(weight, factors, exponents, block_size)
+        # The nearest residual is done with: its buffer takes GPTQ's.
+        rebuilt, residual = _gptq_quantize_residual(weight, factors, exponents, block_size, residual)
+        rebuilt_objective = _weighted_error(residual, hessians, block_size)
     else:
-        rebuilt, residual = nearest, nearest_residual
-    nearest_objective = _weighted_error(nearest_residual, hessians, block_size)
-    rebuilt_objective = (
-        nearest_objective
-        if rebuilt is nearest
-        else _weighted_error(residual, hessians, block_size)
-    )
+        rebuilt = project_tiles(weight, exponents, block_size)
+        residual = weight.to(torch.float32) - rebuilt
+        nearest_objective = rebuilt_objective = _weighted_error(residual, hessians, block_size)
     stored = rebuilt.to(weight.dtype)
     if stored.dtype != torch.float32:
         # The seed's W - Wq uses the weight as stored (float16 cannot hold every scale).

@@ -33,9 +33,7 @@ def _kernel_project(values: torch.Tensor, exponent: int) -> torch.Tensor:
     matrix = values.reshape(1, -1)
     factors = f143.tile_factors(torch.full((1, 1), exponent))
     projected = np.empty(matrix.shape, np.float32)
-    f143_kernels.project_tiles(
-        matrix.numpy(), factors.numpy(), matrix.shape[1], projected, np.empty((0, 0), np.float32)
-    )
+    f143_kernels.project_tiles(matrix.numpy(), factors.numpy(), matrix.shape[1], projected)
     return torch.from_numpy(projected).reshape(values.shape)
 
 
@@ -87,10 +85,9 @@ def test_project_tiles_and_helpers_match_torch(rows: int, cols: int) -> None:
     torch_maxima = padded.reshape(-(-rows // 64), 64, -(-cols // 64), 64).amax(dim=(1, 3))
     assert torch.equal(f143._tile_abs_max(weight, 64), torch_maxima)
     expected = f143.project(weight, f143.expand_exponents(exponents, weight.shape))
-    projected, residual = f143.project_tiles_residual(weight, exponents)
+    projected = f143.project_tiles(weight, exponents)
     assert torch.equal(_bits(projected), _bits(expected))
-    assert torch.equal(_bits(f143.project_tiles(weight, exponents)), _bits(expected))
-    assert torch.equal(_bits(residual), _bits(weight - expected))
+    assert torch.equal(_bits(f143.projection_residual(weight, exponents)), _bits(weight - expected))
     limits = f143.expand_exponents(240.0 * torch.exp2(exponents.float()), weight.shape)
     assert f143.saturated_count(projected, exponents) == int((projected.abs() == limits).sum())
 
@@ -130,6 +127,9 @@ def test_gptq_kernel_matches_batched_torch(rows: int, cols: int, damp: float, sa
     quantized, residual = gptq._gptq_quantize_residual(weight, factors, exponents, 64)
     assert torch.equal(_bits(quantized), _bits(expected))
     assert torch.equal(_bits(residual), _bits(weight - expected))
+    buffer = torch.full_like(weight, float("nan"))
+    _, written = gptq._gptq_quantize_residual(weight, factors, exponents, 64, buffer)
+    assert written is buffer and torch.equal(_bits(buffer), _bits(residual))
     assert torch.equal(_bits(gptq.gptq_quantize(weight, factors, exponents)), _bits(expected))
 
 
