@@ -27,7 +27,7 @@ values, never from `tile_exponents`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import NamedTuple
 
 import torch
 
@@ -142,20 +142,15 @@ def project_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int = TIL
     The CPU path is `f143_kernels.project_tiles` (the same ops per element,
     bit for bit); other devices use the torch ops.
     """
-    return _per_tile(f143_kernels.project_tiles, lambda _values, projected: projected, values, exponents, tile)
+    return _project_tiles(values, exponents, tile, residual=False)
 
 
 def projection_residual(values: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> torch.Tensor:
     """`values - project_tiles(values, ...)` (float32), without keeping the projection."""
-    return _per_tile(
-        f143_kernels.projection_residual, lambda values, projected: values - projected, values, exponents, tile
-    )
+    return _project_tiles(values, exponents, tile, residual=True)
 
 
-def _per_tile(
-    kernel: Any, from_projection: Any, values: torch.Tensor, exponents: torch.Tensor, tile: int
-) -> torch.Tensor:
-    """Run a projection kernel on CPU; elsewhere `from_projection(values, project(values, ...))`."""
+def _project_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int, residual: bool) -> torch.Tensor:
     expected = _tile_grid(values.shape, tile)
     if tuple(exponents.shape) != expected:
         raise ValueError(
@@ -164,12 +159,15 @@ def _per_tile(
         )
     values = values.detach().to(torch.float32)
     if values.device.type != "cpu":
-        return from_projection(values, project(values, expand_exponents(exponents, values.shape, tile)))
+        projected = project(values, expand_exponents(exponents, values.shape, tile))
+        return values - projected if residual else projected
     values = values.contiguous()
-    result = torch.empty_like(values)
+    output = torch.empty_like(values)
     f143_kernels.use_threads(torch.get_num_threads())
-    kernel(values.numpy(), tile_factors(exponents).contiguous().numpy(), tile, result.numpy())
-    return result
+    f143_kernels.project_tiles(
+        values.numpy(), tile_factors(exponents).contiguous().numpy(), tile, output.numpy(), residual
+    )
+    return output
 
 
 def quantize_nearest(weight: torch.Tensor, tile: int = TILE) -> torch.Tensor:
@@ -182,30 +180,34 @@ def quantize_nearest(weight: torch.Tensor, tile: int = TILE) -> torch.Tensor:
 
 def saturated_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> int:
     """Number of elements at the largest magnitude of their tile, 240 * 2**e."""
-    values = weight.detach().to(torch.float32)
-    if values.device.type == "cpu":
-        f143_kernels.use_threads(torch.get_num_threads())
-        return int(
-            f143_kernels.count_saturated(
-                values.contiguous().numpy(), tile_factors(exponents).contiguous().numpy(), tile
-            )
-        )
-    limits = expand_exponents(F143_MAX / tile_factors(exponents), weight.shape, tile)
-    return int((values.abs() == limits).sum())
+    return _scan_tiles(weight, exponents, tile, store=False).saturated
 
 
-def _scale_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int) -> tuple[torch.Tensor, int]:
-    """`values * 2**-e` per tile (float32) and how many values are off the grid, in one pass on CPU."""
+class _TileScan(NamedTuple):
+    scaled: torch.Tensor | None  # values * 2**-e per tile, float32, when asked for
+    off_grid: int
+    saturated: int
+
+
+def _scan_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int, store: bool) -> _TileScan:
+    """Values in units of their tile scale, and the counts `pack` and the reports need.
+
+    One pass of `f143_kernels.scale_tiles` on CPU; elsewhere the torch ops.
+    """
     values = values.detach().to(torch.float32)
     factors = tile_factors(exponents)
     if values.device.type != "cpu":
+        scaled = values * expand_exponents(factors, values.shape, tile)
         off_grid = int((project(values, expand_exponents(exponents, values.shape, tile)) != values).sum())
-        return values * expand_exponents(factors, values.shape, tile), off_grid
+        return _TileScan(scaled if store else None, off_grid, int((scaled.abs() == F143_MAX).sum()))
     values = values.contiguous()
-    scaled = torch.empty_like(values)
+    # The kernel takes a [1, 1] placeholder when it is not to store the scaled values.
+    scaled = torch.empty_like(values) if store else torch.empty(1, 1)
     f143_kernels.use_threads(torch.get_num_threads())
-    off_grid = f143_kernels.scale_tiles(values.numpy(), factors.contiguous().numpy(), tile, scaled.numpy())
-    return scaled, int(off_grid)
+    off_grid, saturated = f143_kernels.scale_tiles(
+        values.numpy(), factors.contiguous().numpy(), tile, scaled.numpy(), store
+    )
+    return _TileScan(scaled if store else None, int(off_grid), int(saturated))
 
 
 def off_grid_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> int:
@@ -217,7 +219,7 @@ def off_grid_count(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TI
     projection is exact for exponents in [-32, 31]). NaN and inf count as
     off-grid.
     """
-    return _scale_tiles(weight, exponents, tile)[1]
+    return _scan_tiles(weight, exponents, tile, store=False).off_grid
 
 
 def on_grid(weight: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> bool:
@@ -246,13 +248,14 @@ def pack(
             f"tile exponents must lie in [{EXPONENT_MIN}, {EXPONENT_MAX}], got "
             f"[{int(exponents.min())}, {int(exponents.max())}]"
         )
-    scaled, off_grid = _scale_tiles(weight, exponents, tile)
-    if off_grid:
+    scan = _scan_tiles(weight, exponents, tile, store=True)
+    if scan.off_grid:
         raise ValueError(
-            f"{off_grid} of {weight.numel()} weight elements are not on the F143 grid "
+            f"{scan.off_grid} of {weight.numel()} weight elements are not on the F143 grid "
             "of their tile scale; quantize before packing"
         )
-    return scaled.to(F143_DTYPE), exponents.to(torch.int8)
+    assert scan.scaled is not None
+    return scan.scaled.to(F143_DTYPE), exponents.to(torch.int8)
 
 
 def unpack(

@@ -87,8 +87,12 @@ def _project(value, factor):
 
 
 @numba.njit(parallel=True, cache=True)
-def project_tiles(values, tile_factors, tile, projected):
-    """Project a float32 [rows, cols] matrix into `projected`, with one factor 2**-e per tile x tile tile."""
+def project_tiles(values, tile_factors, tile, output, residual):
+    """Project a float32 [rows, cols] matrix with one factor 2**-e per tile x tile tile.
+
+    Writes the projection into `output`, or with `residual` true
+    `values - projection` (without storing the projection).
+    """
     rows, cols = values.shape
     for row in numba.prange(rows):
         factors = tile_factors[row // tile]
@@ -97,63 +101,45 @@ def project_tiles(values, tile_factors, tile, projected):
             # Slices indexed from 0: LLVM then sees unit-stride, non-negative
             # indices and vectorises (indexing from `first` compiled to gathers).
             source = values[row, first : first + tile]
-            target = projected[row, first : first + tile]
+            target = output[row, first : first + tile]
             for col in range(source.shape[0]):
-                target[col] = _project(source[col], factor)
+                projected = _project(source[col], factor)
+                # Loop-invariant: LLVM hoists the choice out of the loop.
+                target[col] = source[col] - projected if residual else projected
 
 
 @numba.njit(parallel=True, cache=True)
-def projection_residual(values, tile_factors, tile, residual):
-    """`values - projected` into `residual`, without storing the projection (see project_tiles)."""
+def scale_tiles(values, tile_factors, tile, scaled, store):
+    """Scale a float32 [rows, cols] matrix to F143 units, `values * 2**-e` per tile.
+
+    Writes the scaled values into `scaled` when `store` is true (else `scaled`
+    is a [1, 1] placeholder), and returns
+    two counts: values off the grid (projecting them would change them: they
+    are not an F143 value times 2**e; NaN included, as NaN != NaN) and values
+    at their tile's largest magnitude, 240 * 2**e.
+    """
     rows, cols = values.shape
+    off_grid = 0
+    saturated = 0
     for row in numba.prange(rows):
         factors = tile_factors[row // tile]
+        row_off_grid = 0
+        row_saturated = 0
         for first in range(0, cols, tile):
             factor = factors[first // tile]
             source = values[row, first : first + tile]
-            target = residual[row, first : first + tile]
-            for col in range(source.shape[0]):
-                target[col] = source[col] - _project(source[col], factor)
-
-
-@numba.njit(parallel=True, cache=True)
-def scale_tiles(values, tile_factors, tile, scaled):
-    """`values * 2**-e` of each tile into `scaled`; returns how many values are off the
-    grid (projecting them would change them: they are not an F143 value times 2**e)."""
-    rows, cols = values.shape
-    total = 0
-    for row in numba.prange(rows):
-        factors = tile_factors[row // tile]
-        count = 0
-        for first in range(0, cols, tile):
-            factor = factors[first // tile]
-            source = values[row, first : first + tile]
-            target = scaled[row, first : first + tile]
+            target = scaled[row, first : first + tile] if store else scaled[0, 0:0]
             for col in range(source.shape[0]):
                 value = source[col]
-                target[col] = value * factor
-                # NaN != NaN: a NaN counts as off the grid.
-                count += _project(value, factor) != value
-        total += count
-    return total
-
-
-@numba.njit(parallel=True, cache=True)
-def count_saturated(values, tile_factors, tile):
-    """How many elements of a float32 [rows, cols] matrix sit at 240 * 2**e of their tile."""
-    rows, cols = values.shape
-    total = 0
-    for row in numba.prange(rows):
-        factors = tile_factors[row // tile]
-        count = 0
-        for first in range(0, cols, tile):
-            factor = factors[first // tile]
-            source = values[row, first : first + tile]
-            for col in range(source.shape[0]):
-                # Scaling by a power of two is exact here, so this is |v| == 240 * 2**e.
-                count += abs(source[col]) * factor == _MAX
-        total += count
-    return total
+                # Scaling by a power of two is exact for on-grid values.
+                units = value * factor
+                if store:
+                    target[col] = units
+                row_off_grid += _project(value, factor) != value
+                row_saturated += abs(units) == _MAX
+        off_grid += row_off_grid
+        saturated += row_saturated
+    return off_grid, saturated
 
 
 @numba.njit(inline="always")

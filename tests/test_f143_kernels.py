@@ -33,7 +33,7 @@ def _kernel_project(values: torch.Tensor, exponent: int) -> torch.Tensor:
     matrix = values.reshape(1, -1)
     factors = f143.tile_factors(torch.full((1, 1), exponent))
     projected = np.empty(matrix.shape, np.float32)
-    f143_kernels.project_tiles(matrix.numpy(), factors.numpy(), matrix.shape[1], projected)
+    f143_kernels.project_tiles(matrix.numpy(), factors.numpy(), matrix.shape[1], projected, False)
     return torch.from_numpy(projected).reshape(values.shape)
 
 
