@@ -22,6 +22,11 @@ log2 rounds to 128, exp2(128) overflows and the seed returns NaN, and an
 infinite magnitude gives NaN too (inf / inf). `project` reproduces exactly
 that band. Such magnitudes only arise with exponents not derived from the
 values, never from `tile_exponents`.
+
+On CPU the per-tile functions (`tile_exponents`, `project_tiles`,
+`projection_residual`, `pack`, `off_grid_count`, `saturated_count`) run as
+fused kernels from `edgebuild.f143_kernels`, which repeat `project`'s ops
+element by element; other devices use the torch ops.
 """
 
 from __future__ import annotations
