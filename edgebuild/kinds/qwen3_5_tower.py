@@ -340,19 +340,22 @@ class Qwen3_5VisionTower(ArtifactKind):
         model_path = context.out_dir / MODEL_FILE
         summary = graph_summary(model_path)
 
+        grid = torch.tensor([geometry.grid_thw], dtype=torch.long)
+        inputs = sample_patches(geometry, params.verify.samples, params.verify.seed)
+        numpy_dtype = numpy.float16 if params.dtype == "float16" else numpy.float32
+        # The session and the reference model each hold a float32 copy of the
+        # weights: one after the other, never both at once.
+        outputs = run_session(model_path, [{"patches": sample.numpy().astype(numpy_dtype)} for sample in inputs])
         # The reference is the model's own forward in float32 -- not the wrapper,
         # and not the artifact's dtype: what a user deploys is compared with the
         # model they trained.
         reference_tower = load_tower(checkpoint, torch.float32, params.attn_implementation)
-        grid = torch.tensor([geometry.grid_thw], dtype=torch.long)
-        inputs = sample_patches(geometry, params.verify.samples, params.verify.seed)
-        numpy_dtype = numpy.float16 if params.dtype == "float16" else numpy.float32
-        outputs = run_session(model_path, [{"patches": sample.numpy().astype(numpy_dtype)} for sample in inputs])
         comparisons = []
         with torch.no_grad():
             for sample, (embeds,) in zip(inputs, outputs):
                 reference = reference_tower(sample, grid).pooler_output
                 comparisons.append(compare_outputs(reference, torch.from_numpy(embeds.astype(numpy.float32))))
+        del reference_tower
         measured = {
             "max_abs": max(item["max_abs"] for item in comparisons),
             "mean_abs": sum(item["mean_abs"] for item in comparisons) / len(comparisons),
