@@ -32,7 +32,7 @@ element by element; other devices use the torch ops.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -126,19 +126,33 @@ def expand_exponents(
     exponents: torch.Tensor, shape: torch.Size | tuple[int, ...], tile: int = TILE
 ) -> torch.Tensor:
     """Per-element exponent map of `shape` from per-tile `exponents` (same dtype)."""
+    _check_tile_grid(exponents, shape, tile)
+    rows, cols = shape
+    return exponents.repeat_interleave(tile, dim=0).repeat_interleave(tile, dim=1)[:rows, :cols]
+
+
+def _check_tile_grid(exponents: torch.Tensor, shape: torch.Size | tuple[int, ...], tile: int) -> None:
     expected = _tile_grid(shape, tile)
     if tuple(exponents.shape) != expected:
         raise ValueError(
             f"exponents of shape {tuple(exponents.shape)} do not tile a {tuple(shape)} "
             f"weight with {tile}x{tile} tiles (expected {expected})"
         )
-    rows, cols = shape
-    return exponents.repeat_interleave(tile, dim=0).repeat_interleave(tile, dim=1)[:rows, :cols]
 
 
 def tile_factors(exponents: torch.Tensor) -> torch.Tensor:
     """`2**-e` of each tile as float32 (exact: e is an integer in [-32, 31])."""
     return torch.exp2(-exponents.to(torch.float32))
+
+
+def kernel_operands(values: torch.Tensor, exponents: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """What an `f143_kernels` call takes: the values as contiguous float32 and each
+    tile's factor 2**-e as an array; also runs the kernels on torch's thread count.
+
+    The kernels index without bounds checks: callers check the exponents' shape first.
+    """
+    f143_kernels.use_threads(torch.get_num_threads())
+    return values.detach().to(torch.float32).contiguous(), tile_factors(exponents).contiguous().numpy()
 
 
 def project_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int = TILE) -> torch.Tensor:
@@ -156,22 +170,14 @@ def projection_residual(values: torch.Tensor, exponents: torch.Tensor, tile: int
 
 
 def _project_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int, residual: bool) -> torch.Tensor:
-    expected = _tile_grid(values.shape, tile)
-    if tuple(exponents.shape) != expected:
-        raise ValueError(
-            f"exponents of shape {tuple(exponents.shape)} do not tile a {tuple(values.shape)} "
-            f"weight with {tile}x{tile} tiles (expected {expected})"
-        )
-    values = values.detach().to(torch.float32)
+    _check_tile_grid(exponents, values.shape, tile)
     if values.device.type != "cpu":
+        values = values.detach().to(torch.float32)
         projected = project(values, expand_exponents(exponents, values.shape, tile))
         return values - projected if residual else projected
-    values = values.contiguous()
+    values, factors = kernel_operands(values, exponents)
     output = torch.empty_like(values)
-    f143_kernels.use_threads(torch.get_num_threads())
-    f143_kernels.project_tiles(
-        values.numpy(), tile_factors(exponents).contiguous().numpy(), tile, output.numpy(), residual
-    )
+    f143_kernels.project_tiles(values.numpy(), factors, tile, output.numpy(), residual)
     return output
 
 
@@ -199,19 +205,16 @@ def _scan_tiles(values: torch.Tensor, exponents: torch.Tensor, tile: int, store:
 
     One pass of `f143_kernels.scale_tiles` on CPU; elsewhere the torch ops.
     """
-    values = values.detach().to(torch.float32)
-    factors = tile_factors(exponents)
+    _check_tile_grid(exponents, values.shape, tile)
     if values.device.type != "cpu":
-        scaled = values * expand_exponents(factors, values.shape, tile)
+        values = values.detach().to(torch.float32)
+        scaled = values * expand_exponents(tile_factors(exponents), values.shape, tile)
         off_grid = int((project(values, expand_exponents(exponents, values.shape, tile)) != values).sum())
         return _TileScan(scaled if store else None, off_grid, int((scaled.abs() == F143_MAX).sum()))
-    values = values.contiguous()
+    values, factors = kernel_operands(values, exponents)
     # The kernel takes a [1, 1] placeholder when it is not to store the scaled values.
     scaled = torch.empty_like(values) if store else torch.empty(1, 1)
-    f143_kernels.use_threads(torch.get_num_threads())
-    off_grid, saturated = f143_kernels.scale_tiles(
-        values.numpy(), factors.contiguous().numpy(), tile, scaled.numpy(), store
-    )
+    off_grid, saturated = f143_kernels.scale_tiles(values.numpy(), factors, tile, scaled.numpy(), store)
     return _TileScan(scaled if store else None, int(off_grid), int(saturated))
 
 

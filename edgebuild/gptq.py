@@ -37,13 +37,13 @@ import torch
 from edgebuild import f143_kernels
 from edgebuild.f143 import (
     TILE,
+    kernel_operands,
     project,
     project_tiles,
     projection_residual,
     quantize_nearest,
     saturated_count,
     tile_exponents,
-    tile_factors,
 )
 
 ALGORITHMS = ("gptq", "nearest")
@@ -226,22 +226,21 @@ def _gptq_quantize_residual(
     eps = torch.finfo(torch.float32).eps
     # Each block's diagonal entry: what the column's error is divided by.
     divisors = torch.diagonal(factors, dim1=-2, dim2=-1).clamp_min(eps)
-    values = weight.detach().to(torch.float32)
     if weight.device.type != "cpu":
+        values = weight.detach().to(torch.float32)
         quantized = _gptq_quantize_batched(values, factors, divisors, exponents, block_size)
         return quantized, values - quantized
-    values = values.contiguous()
+    values, scales = kernel_operands(weight, exponents)
     quantized = torch.empty_like(values)
     if residual is None:
         residual = torch.empty_like(values)
     if residual.shape != values.shape or residual.dtype != torch.float32 or not residual.is_contiguous():
         raise ValueError(f"residual buffer must be contiguous float32 {tuple(values.shape)}")
-    f143_kernels.use_threads(torch.get_num_threads())
     f143_kernels.gptq_blocks(
         values.numpy(),
         factors.detach().to(torch.float32).contiguous().numpy(),
         divisors.contiguous().numpy(),
-        tile_factors(exponents).contiguous().numpy(),
+        scales,
         quantized.numpy(),
         residual.numpy(),
     )
