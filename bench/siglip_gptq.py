@@ -73,8 +73,8 @@ def run_side(side: str, root: Path, layers: int, images: int) -> dict:
     started = time.perf_counter()
     if side == "edgebuild":
         record = build_artifact(project, "so400m", log=lambda message: None)
-        timings = record["build_info"]["timings"]
-        passes = record["build_info"]["forward_passes"]
+        timings = record.build_info["timings"]
+        passes = record.build_info["forward_passes"]
     else:
         import seed_pipeline
 

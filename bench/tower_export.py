@@ -79,7 +79,7 @@ def run_side(root: Path, name: str) -> dict:
     verify_s = time.perf_counter() - started
     sampler.running = False
     sampler.join()
-    timings = record["build_info"]["timings"]
+    timings = record.build_info["timings"]
     return {
         "timings": {
             "load": timings["load_s"],

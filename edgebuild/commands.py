@@ -11,6 +11,7 @@ artifacts it ran. Registered in ``pyproject.toml`` under
 from __future__ import annotations
 
 import difflib
+import re
 
 from doit.cmd_base import Command
 from doit.cmd_run import Run
@@ -96,10 +97,7 @@ class Build(Run):
     doc_description = "Rebuilds only what is stale; up-to-date artifacts are skipped. Writes artifacts.lock."
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
-        try:
-            selected = _selected(args, _artifact_names())
-        except EdgebuildError as error:
-            raise InvalidCommand(str(error)) from None
+        selected = _selected(args, _artifact_names())
         return _run_and_lock(self, params, selected, selected)
 
 
@@ -154,6 +152,26 @@ class Publish(Run):
             print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
             return result or 1
         return 0
+
+
+_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_size(text: str) -> int:
+    """``500M``, ``20G``, ``1.5g`` -> bytes (binary units)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not match:
+        raise ValueError(f"--max-size: expected a size like 500M or 20G, found {text!r}")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+
+
+def parse_age(text: str) -> float:
+    """``12h``, ``30d`` -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
+    if not match:
+        raise ValueError(f"--max-age: expected an age like 12h or 30d, found {text!r}")
+    return float(match.group(1)) * _AGE_UNITS[match.group(2)]
 
 
 def _project():
@@ -212,7 +230,6 @@ class Gc(Command):
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         from .errors import EdgebuildError
-        from .status import parse_age, parse_size
 
         try:
             max_bytes = parse_size(params["max_size"]) if params["max_size"] else None
@@ -229,6 +246,8 @@ class Gc(Command):
             except EdgebuildError:
                 continue
         removed = project.store.gc(max_bytes, max_age, keep, dry_run=params["dry_run"])
+        if not params["dry_run"]:
+            project.store.remove_leftovers()
         verb = "would remove" if params["dry_run"] else "removed"
         for entry in removed:
             print(f"{verb} {entry.fingerprint[:16]} ({entry.size / 2**20:.1f} MiB)")

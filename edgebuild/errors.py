@@ -41,6 +41,11 @@ class StoreError(EdgebuildError):
     """The content-addressed store or a remote holds something it must not serve."""
 
 
+class RecordError(StoreError):
+    """A build record (beside a build, in the store or from a remote) is not one this
+    version can read."""
+
+
 class RemoteError(EdgebuildError):
     """A remote location (a directory or an fsspec URL) could not be read or written."""
 

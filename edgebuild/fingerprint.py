@@ -24,9 +24,10 @@ from typing import Any, Iterable, Iterator
 
 import blake3
 
+from .atomic import write_text
+from .hashing import HASH_NAME, READ_CHUNK, digest_bytes
+
 STAT_CACHE_FORMAT = 1
-HASH_NAME = "blake3"
-READ_CHUNK = 16 * 1024 * 1024
 # How far ahead of the hashing position the kernel is asked to read.
 READ_AHEAD = 256 * 1024 * 1024
 # Buffers the reader thread may fill ahead of the hasher.
@@ -35,27 +36,6 @@ READ_DEPTH = 4
 PROGRESS_THRESHOLD = 256 * 1024 * 1024
 # numba and llvmlite compile the F143 kernels: a new code generator could round differently.
 TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "safetensors", "numba", "llvmlite")
-
-
-def digest_bytes(data: bytes) -> str:
-    return blake3.blake3(data).hexdigest()
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def digest_json(value: Any) -> str:
-    return digest_bytes(canonical_json(value).encode())
-
-
-def file_digest(path: Path) -> str:
-    """Digest of a whole file, read now (outputs are checked against their recorded digests)."""
-    hasher = blake3.blake3()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(READ_CHUNK):
-            hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 def _stat_key(stat: os.stat_result) -> list[int]:
@@ -121,9 +101,7 @@ class StatCache:
                 if key in self.entries:
                     on_disk[key] = self.entries[key]
             payload = {"format": STAT_CACHE_FORMAT, "hash": HASH_NAME, "files": on_disk}
-            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(payload, sort_keys=True), encoding="utf-8")
-            os.replace(temporary, self.path)
+            write_text(self.path, json.dumps(payload, sort_keys=True))
         self.dirty.clear()
 
 
@@ -249,7 +227,14 @@ def _advise_ahead(descriptor: int, spans: list[tuple[int, int]], index: int, off
 # --- code and tool versions ---------------------------------------------------
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent
-_CODE_CACHE: dict[str, dict[str, str]] = {}
+_CODE_CACHE: dict[tuple[str, ...], dict[str, str]] = {}
+# Modules no code digest follows: they cannot change an artifact's bytes nor its
+# verdict. The package itself (its version string), the error classes (message
+# text), phase timing (the record's, never a payload's), and the kind registry (it
+# lists every kind: adding one must not make the others stale).
+NEUTRAL_MODULES = frozenset(
+    {"edgebuild", "edgebuild.errors", "edgebuild.kinds", "edgebuild.kinds.registry", "edgebuild.timing"}
+)
 
 
 def _module_file(module: str) -> Path | None:
@@ -261,54 +246,76 @@ def _module_file(module: str) -> Path | None:
     return None
 
 
-def _edgebuild_imports(path: Path, module: str) -> set[str]:
+def _is_type_checking_block(node: ast.AST) -> bool:
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, lazy ones inside functions included, except those under
+    ``if TYPE_CHECKING:`` (annotations only: they never run)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if _is_type_checking_block(node):
+            pending.extend(node.orelse)  # type: ignore[attr-defined]
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        pending.extend(ast.iter_child_nodes(node))
+
+
+def module_imports(module: str) -> set[str]:
+    """The edgebuild modules ``module`` imports (at run time, lazily or not)."""
+    path = _module_file(module)
+    if path is None:
+        return set()
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _import_nodes(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "edgebuild")
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1])
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
-            if target.split(".")[0] != "edgebuild":
-                continue
+            continue
+        if node.level:
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - node.level + 1])
+            target = f"{base}.{node.module}" if node.module else base
+        else:
+            target = node.module or ""
+        if target.split(".")[0] != "edgebuild":
+            continue
+        submodules = {f"{target}.{alias.name}" for alias in node.names if _module_file(f"{target}.{alias.name}")}
+        found.update(submodules)
+        # ``from . import f143`` names a module; ``from .x import name`` an attribute of x.
+        if len(submodules) < len(node.names):
             found.add(target)
-            # ``from . import f143`` names a module, not an attribute.
-            found.update(f"{target}.{alias.name}" for alias in node.names)
     return {name for name in found if _module_file(name) is not None}
 
 
-def code_digests(module: str) -> dict[str, str]:
-    """Digest of every edgebuild source file ``module`` imports, transitively
-    (lazy imports inside functions included: they are found in the syntax tree).
-
-    The registry (``edgebuild.kinds``) is left out: it lists every kind, and
-    adding a kind must not make the others stale.
-    """
-    if module in _CODE_CACHE:
-        return _CODE_CACHE[module]
+def code_digests(*roots: str) -> dict[str, str]:
+    """Digest of every edgebuild source file the ``roots`` modules import, transitively
+    (lazy imports inside functions included: they are found in the syntax tree), except
+    through :data:`NEUTRAL_MODULES`."""
+    if roots in _CODE_CACHE:
+        return _CODE_CACHE[roots]
     seen: set[str] = set()
-    pending = [module]
+    pending = list(roots)
     while pending:
         current = pending.pop()
-        if current in seen or current == "edgebuild.kinds":
+        if current in seen or current in NEUTRAL_MODULES:
             continue
         seen.add(current)
-        path = _module_file(current)
-        if path is not None:
-            pending.extend(_edgebuild_imports(path, current))
+        pending.extend(module_imports(current))
     digests = {}
     for name in sorted(seen):
         path = _module_file(name)
         if path is not None:
             relative = path.relative_to(_PACKAGE_ROOT.parent).as_posix()
             digests[relative] = digest_bytes(path.read_bytes())
-    _CODE_CACHE[module] = digests
+    _CODE_CACHE[roots] = digests
     return digests
 
 

@@ -18,13 +18,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .atomic import new_directory
 from .errors import ManifestError
 
 FIXTURE_FORMAT = 1
@@ -177,7 +175,7 @@ def _write_siglip(directory: Path, config: dict[str, Any], seed: int) -> None:
     from transformers import SiglipConfig, SiglipModel
     from transformers.initialization import no_init_weights
 
-    from .kinds.siglip_f143 import quiet_transformers
+    from .siglip import quiet_transformers
 
     with quiet_transformers():
         model_config = SiglipConfig(**config)
@@ -256,18 +254,8 @@ def ensure_fixture(cache_dir: Path, name: str, overrides: dict[str, Any] | None 
     if target.is_dir():
         return target
     fixture = FIXTURES[name]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    try:
+    with new_directory(target, target.parent / ".tmp", replace=False) as scratch:
         fixture.write(scratch, _merge(fixture.defaults, overrides), seed)
-        try:
-            os.rename(scratch, target)
-        except OSError:
-            if not target.is_dir():
-                raise
-    finally:
-        if scratch.exists():
-            shutil.rmtree(scratch, ignore_errors=True)
     return target
 
 

@@ -16,15 +16,14 @@ timestamps, so an unchanged build leaves it byte for byte unchanged.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from .builder import is_built, read_record
+from .atomic import write_text
 from .errors import EdgebuildError, LockfileError
 from .fingerprint import locked
 from .project import Project
-from .report import read_report
+from .record import VerificationState, read_record_or_none, verification_state
 
 LOCK_FORMAT = 1
 
@@ -32,26 +31,19 @@ LOCK_FORMAT = 1
 def lock_entry(project: Project, name: str) -> dict[str, Any] | None:
     """The entry of ``name``; ``None`` when it is not built at its current fingerprint."""
     try:
-        if not is_built(project, name):
+        state = verification_state(project, name)
+        if state is VerificationState.NOT_BUILT:
             return None
         verify_fingerprint = project.verify_fingerprint(name)
     except EdgebuildError:
         return None
-    record = read_record(project.layout.artifact_dir(name))
-    assert record is not None  # is_built read it
-    report = read_report(project.layout.artifact_dir(name))
-    verified = None
-    if report and report.get("verify_fingerprint") == verify_fingerprint:
-        verified = bool(report.get("passed"))
-    return {
-        "kind": record["kind"],
-        "fingerprint": record["fingerprint"],
-        "inputs": record["inputs"],
-        "params": record["params"],
-        "code": record["code"],
-        "versions": record["versions"],
-        "outputs": record.get("outputs", {}),
-        # true / false: verified against the current thresholds, passed or failed; null: not verified.
+    record = read_record_or_none(project.layout.artifact_dir(name))
+    if record is None:
+        return None
+    # true / false: verified against the current thresholds, passed or failed; null: not verified.
+    verified = {VerificationState.VERIFIED: True, VerificationState.FAILED: False}.get(state)
+    return record.to_json(only=("kind", "fingerprint", "inputs", "params", "code", "versions", "outputs")) | {
+        "verify_code": project.verify_code(name),
         "verified": verified,
         "verify_fingerprint": verify_fingerprint if verified is not None else None,
     }
@@ -81,7 +73,7 @@ def render_lock(artifacts: dict[str, Any]) -> str:
 def update_lock(project: Project, names: list[str]) -> bool:
     """Refresh the entries of ``names`` in the project's lock file; ``True`` when it changed."""
     path = project.lock_path
-    with locked(project.layout.cache_dir / "locks" / f"{path.name}.lock"):
+    with locked(project.layout.mutex(path.name)):
         artifacts = {name: entry for name, entry in read_lock(path).items() if name in project.manifest.artifacts}
         for name in names:
             entry = lock_entry(project, name)
@@ -95,7 +87,5 @@ def update_lock(project: Project, names: list[str]) -> bool:
                 return False
         except FileNotFoundError:
             pass
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
+        write_text(path, text)
         return True

@@ -327,6 +327,14 @@ def _check_references(manifest: Manifest, origin: dict[str, str]) -> None:
                     f"{source.where((*path, 'source'))}: artifacts -> {name} -> source: "
                     f"undeclared artifact {dependency!r}{hint}"
                 )
+                continue
+            accepted = get_kind(params.kind).source_kinds
+            found = manifest.artifacts[dependency].kind
+            if found not in accepted:
+                errors.append(
+                    f"{source.where((*path, 'source'))}: artifacts -> {name} -> source: {dependency!r} is a "
+                    f"{found} artifact; a {params.kind} artifact takes a source of kind {' or '.join(accepted)}"
+                )
     for default in manifest.defaults:
         if default not in manifest.artifacts:
             hint = _did_you_mean(default, list(manifest.artifacts))

@@ -17,29 +17,21 @@ from typing import Any
 
 from .checkpoint import Checkpoint
 from .errors import CheckpointError, ManifestError, ParameterError
-from .fingerprint import StatCache, code_digests, digest_json, tool_versions
+from .fingerprint import StatCache, code_digests, tool_versions
 from .fixtures import ensure_fixture
+from .hashing import digest_json
 from .inputs import expand_inputs
 from .kinds import get_kind
 from .kinds.base import ArtifactKind, ArtifactParams
 from .manifest import Manifest, load_manifest
+from .record import BuildRecord
 from .store import Store
 
-RECORD_FORMAT = 1
-RECORD_FILE = ".edgebuild.json"
-VERIFY_CODE_MODULE = "edgebuild.report"
-# The keys of a record that its fingerprint is the digest of; the rest (outputs,
-# timings) is what the build produced, added afterwards.
-FINGERPRINTED_KEYS = ("format", "kind", "params", "inputs", "code", "versions")
+# The builder's verify path: with the kind's verify module, the code a verification
+# fingerprint covers.
+VERIFICATION_MODULE = "edgebuild.verification"
 REMOTE_CACHE_ENV = "EDGEBUILD_REMOTE_CACHE"
 REMOTE_CACHE_OFF = "off"
-
-
-def record_fingerprint(record: dict[str, Any]) -> str:
-    """The fingerprint a record's inputs hash to. A record fetched from elsewhere
-    (the remote cache) must hash to the fingerprint it is filed under.
-    Raises ``KeyError`` for a record that lacks one of the keys."""
-    return digest_json({key: record[key] for key in FINGERPRINTED_KEYS})
 
 
 @dataclass(frozen=True)
@@ -68,8 +60,9 @@ class Layout:
     def store_dir(self) -> Path:
         return self.cache_dir / "store"
 
-    def lock_file(self, name: str) -> Path:
-        return self.cache_dir / "locks" / f"{name}.lock"
+    def mutex(self, name: str) -> Path:
+        """The file whose advisory lock serialises writers of ``name`` (an artifact, the lock file)."""
+        return self.cache_dir / "mutex" / name
 
 
 class Project:
@@ -79,7 +72,7 @@ class Project:
         self.stat_cache = StatCache(self.layout.cache_dir / "statcache.json")
         self.store = Store(self.layout.store_dir)
         self._checkpoints: dict[str, Checkpoint] = {}
-        self._records: dict[str, dict[str, Any]] = {}
+        self._records: dict[str, BuildRecord] = {}
 
     @classmethod
     def load(cls, manifest_path: str | os.PathLike[str] | None = None, root: Path | None = None) -> "Project":
@@ -122,8 +115,8 @@ class Project:
     def kind(self, name: str) -> ArtifactKind:
         return get_kind(self.manifest.artifacts[name].kind)
 
-    def record(self, name: str) -> dict[str, Any]:
-        """The build record of artifact ``name`` (memoised per process)."""
+    def record(self, name: str) -> BuildRecord:
+        """The build record of artifact ``name``, before its build (memoised per process)."""
         if name in self._records:
             return self._records[name]
         params = self.manifest.artifacts[name]
@@ -141,10 +134,7 @@ class Project:
         for checkpoint_name in own:
             checkpoint = checkpoints[checkpoint_name]
             inputs[f"checkpoint:{checkpoint_name}"] = self._checkpoint_fingerprint(checkpoint, selection)
-        try:
-            paths = expand_inputs(params.input_files(), self.manifest.root, self.manifest.where(name))
-        except CheckpointError as error:
-            raise CheckpointError(str(error)) from None
+        paths = expand_inputs(params.input_files(), self.manifest.root, self.manifest.where(name))
         for path in paths:
             try:
                 key = path.resolve().relative_to(self.manifest.root.resolve()).as_posix()
@@ -153,29 +143,27 @@ class Project:
             inputs[f"file:{key}"] = self.stat_cache.file_digest(path)
         for source in params.source_artifacts():
             inputs[f"artifact:{source}"] = self.fingerprint(source)
-        record = {
-            "format": RECORD_FORMAT,
-            "kind": params.kind,
-            "params": params.build_parameters(),
-            "inputs": inputs,
-            "code": code_digests(type(kind).__module__),
-            "versions": tool_versions(),
-        }
-        record["fingerprint"] = record_fingerprint(record)
+        record = BuildRecord.create(
+            kind=params.kind,
+            params=params.build_parameters(),
+            inputs=inputs,
+            code=code_digests(kind.build_module),
+            versions=tool_versions(),
+        )
         self._records[name] = record
         return record
 
     def fingerprint(self, name: str) -> str:
-        return self.record(name)["fingerprint"]
+        return self.record(name).fingerprint
+
+    def verify_code(self, name: str) -> dict[str, str]:
+        """Digests of the code that judges artifact ``name``."""
+        return code_digests(self.kind(name).verify_module, VERIFICATION_MODULE)
 
     def verify_fingerprint(self, name: str) -> str:
         params = self.manifest.artifacts[name]
         return digest_json(
-            {
-                "build": self.fingerprint(name),
-                "verify": params.verify_parameters(),
-                "code": code_digests(VERIFY_CODE_MODULE),
-            }
+            {"build": self.fingerprint(name), "verify": params.verify_parameters(), "code": self.verify_code(name)}
         )
 
     def _checkpoint_fingerprint(self, checkpoint: Checkpoint, selection: Any) -> dict[str, Any]:

@@ -40,13 +40,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from .builder import is_verified, read_record
 from .errors import PublishError
 from .fingerprint import locked
 from .project import Project
+from .record import VerificationState, read_record, verification_state
 from .remote import Location
-from .report import REPORT_JSON, REPORT_MD, read_report
-from .store import changed_outputs
+from .report import REPORT_JSON, REPORT_MD
 
 PUBLISH_FORMAT = 1
 INDEX_KEY = "index.json"
@@ -104,13 +103,13 @@ def check_publishable(project: Project, names: list[str]) -> None:
 def _unpublishable(project: Project, name: str) -> str | None:
     """Why ``name`` cannot be published (``None`` when it can)."""
     directory = project.layout.artifact_dir(name)
-    if not is_verified(project, name):
-        report = read_report(directory)
-        if report and report.get("verify_fingerprint") == project.verify_fingerprint(name) and not report.get("passed"):
-            return f"{name}: verification failed (see build/{name}/report.md)"
+    state = verification_state(project, name)
+    if state is VerificationState.FAILED:
+        return f"{name}: verification failed (see build/{name}/report.md)"
+    if state is not VerificationState.VERIFIED:
         return f"{name}: not verified at its current fingerprint (run `doit verify {name}`)"
-    record = read_record(directory) or {}
-    changed = changed_outputs(directory, record.get("outputs", {}))
+    record = read_record(directory)
+    changed = record.changed_outputs(directory) if record is not None else ["the build record"]
     if changed:
         return f"{name}: {', '.join(changed)} changed since it was built (run `doit verify {name}`)"
     return None
@@ -120,12 +119,12 @@ def _prepare(project: Project, name: str, git: dict[str, Any] | None) -> _Prepar
     directory = project.layout.artifact_dir(name)
     record = read_record(directory)
     assert record is not None  # checked by _unpublishable
-    outputs = sorted(record["outputs"])
+    outputs = sorted(record.outputs)
     clash = sorted(set(outputs) & set(METADATA_FILES))
     if clash:
         raise PublishError(f"{name}: output {clash[0]!r} has the name of a file publishing adds; rename the output")
     sha256 = {relative: file_sha256(directory / relative) for relative in outputs}
-    provenance = provenance_record(project, name, record, sha256, git)
+    provenance = provenance_record(project, name, record.to_json(), sha256, git)
     files: dict[str, bytes | Path] = {relative: directory / relative for relative in outputs}
     files[REPORT_JSON] = directory / REPORT_JSON
     files[REPORT_MD] = directory / REPORT_MD
@@ -134,7 +133,7 @@ def _prepare(project: Project, name: str, git: dict[str, Any] | None) -> _Prepar
         content = files[meta_name]
         sha256[meta_name] = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else file_sha256(content)
     checksums = "".join(f"{sha256[relative]}  {relative}\n" for relative in sorted(sha256)).encode()
-    return _Prepared(name, record["fingerprint"], directory, files, sha256, checksums)
+    return _Prepared(name, record.fingerprint, directory, files, sha256, checksums)
 
 
 def provenance_record(
@@ -142,6 +141,8 @@ def provenance_record(
 ) -> dict[str, Any]:
     """What produced an artifact: enough to rebuild it, or to say why two differ."""
     params = project.manifest.artifacts[name]
+    from .report import read_report
+
     report = read_report(project.layout.artifact_dir(name)) or {}
     manifest_path = project.manifest.path
     try:
@@ -162,6 +163,7 @@ def provenance_record(
         "params": record["params"],
         "inputs": record["inputs"],
         "code": record["code"],
+        "verify_code": project.verify_code(name),
         "versions": record["versions"],
         "edgebuild_version": edgebuild_version(),
         "git": git,

@@ -31,11 +31,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import RemoteError, StoreError
-from .fingerprint import canonical_json, file_digest
-from .project import RECORD_FILE, record_fingerprint
+from .atomic import scratch_prefix
+from .errors import RecordError, RemoteError, StoreError
+from .hashing import canonical_json, file_digest
+from .record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
 from .remote import Location
-from .store import REPORT_FILES, Store, changed_outputs, scratch_prefix
+from .store import Store
 
 REMOTE_FORMAT = 1
 PREFIX = f"v{REMOTE_FORMAT}"
@@ -110,7 +111,7 @@ class RemoteCache:
             return False
         return entry is not None and not self._missing_blobs(entry)
 
-    def pull(self, name: str, fingerprint: str, store: Store, target: Path, scratch_root: Path, log: Log) -> dict[str, Any] | None:
+    def pull(self, name: str, fingerprint: str, store: Store, target: Path, scratch_root: Path, log: Log) -> BuildRecord | None:
         """Put the remote build of ``fingerprint`` into ``store`` and materialise it at
         ``target``. Returns the record; ``None`` when the remote has no such entry or
         the entry is corrupt (which is then reported and dropped)."""
@@ -136,7 +137,7 @@ class RemoteCache:
             raise StoreError(f"{name}: the build pulled from {self.label} did not survive the local store's check")
         return restored
 
-    def _download(self, entry: dict[str, Any], fingerprint: str, scratch: Path) -> dict[str, Any]:
+    def _download(self, entry: dict[str, Any], fingerprint: str, scratch: Path) -> BuildRecord:
         files: dict[str, dict[str, Any]] = entry["files"]
         for relative, meta in sorted(files.items()):
             path = scratch / relative
@@ -151,14 +152,14 @@ class RemoteCache:
             if digest != meta["digest"]:
                 raise CorruptEntry(f"{relative}: digest {digest[:12]}, expected {meta['digest'][:12]}", (meta["digest"],))
         try:
-            record = json.loads((scratch / RECORD_FILE).read_text(encoding="utf-8"))
-            hashes_to = record_fingerprint(record)
-        except (ValueError, KeyError, TypeError):
-            raise CorruptEntry(f"{RECORD_FILE} is not a build record") from None
-        if record.get("fingerprint") != fingerprint or hashes_to != fingerprint:
+            record = parse_record((scratch / RECORD_FILE).read_bytes(), RECORD_FILE)
+        except RecordError as error:
+            raise CorruptEntry(str(error)) from None
+        hashes_to = record.hashes_to()
+        if record.fingerprint != fingerprint or hashes_to != fingerprint:
             raise CorruptEntry(f"{RECORD_FILE} describes fingerprint {hashes_to[:12]}, not {fingerprint[:12]}")
         outputs = {relative: meta for relative, meta in files.items() if relative not in (RECORD_FILE, *REPORT_FILES)}
-        if record.get("outputs") != outputs:
+        if record.to_json(only=("outputs",))["outputs"] != outputs:
             raise CorruptEntry(f"the files listed do not match the outputs in {RECORD_FILE}")
         return record
 
@@ -184,7 +185,7 @@ class RemoteCache:
         record = store.record(fingerprint)
         if record is None:
             raise StoreError(f"store entry {fingerprint[:12]} is missing; nothing to push")
-        changed = changed_outputs(directory, record.get("outputs", {}))
+        changed = record.changed_outputs(directory)
         if changed:
             raise StoreError(
                 f"store entry {fingerprint[:12]}: {', '.join(changed)} changed since build; not pushed to {self.label}"
@@ -192,7 +193,7 @@ class RemoteCache:
         if self.has(fingerprint):
             log(f"remote cache: {fingerprint[:12]} already in {self.label}")
             return False
-        files = dict(record["outputs"])
+        files = record.to_json(only=("outputs",))["outputs"]
         for name in (RECORD_FILE, *REPORT_FILES):
             path = directory / name
             if path.is_file():

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from .atomic import write_text
 
 REPORT_FORMAT = 1
 REPORT_JSON = "report.json"
@@ -99,8 +100,8 @@ class Report:
 
     def write(self, directory: Path) -> None:
         """Write both files atomically: a reader sees the old report or the new one."""
-        _write_atomic(directory / REPORT_JSON, json.dumps(self.to_json(), indent=2, default=_jsonable) + "\n")
-        _write_atomic(directory / REPORT_MD, self.summary())
+        write_text(directory / REPORT_JSON, json.dumps(self.to_json(), indent=2, default=_jsonable) + "\n")
+        write_text(directory / REPORT_MD, self.summary())
 
 
 def read_report(directory: Path) -> dict[str, Any] | None:
@@ -109,12 +110,6 @@ def read_report(directory: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return data if data.get("format") == REPORT_FORMAT else None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
 
 
 def _jsonable(value: Any) -> Any:

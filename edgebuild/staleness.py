@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .fingerprint import canonical_json
+from .hashing import canonical_json
 
 
 def explain(built: dict[str, Any], current: dict[str, Any]) -> list[str]:

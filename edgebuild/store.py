@@ -3,45 +3,33 @@
 ``cache/store/<fp[:2]>/<fp>/`` holds the artifact's files and its build record
 (and its report once verified). When a fingerprint is already stored, the
 build restores it instead of exporting again: switching a parameter back, or
-deleting ``build/``, costs a few links, not an export.
+deleting ``build/``, costs a clone of the files, not an export.
 
 Entries are clones of the built files (reflinks where the filesystem has
 them, copies otherwise). A restore still re-checks every file against the
 digests in the record and throws a mismatching entry away rather than serve it:
-a store on disk can be damaged like anything else.
+a store on disk can be damaged like anything else. Entries are written under
+``cache/store/.tmp/`` and renamed into place, so a killed write leaves only a
+temporary directory there, which ``gc`` removes.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
-from .fingerprint import file_digest
+from .atomic import copy_file, new_directory
+from .errors import RecordError
+from .record import RECORD_FILE, REPORT_FILES, BuildRecord, read_record
 
-STORE_FORMAT = 1
-RECORD_FILE = ".edgebuild.json"
 LAST_USED_FILE = ".last-used"
-REPORT_FILES = ("report.json", "report.md")
-
-
-def scratch_prefix(name: str) -> str:
-    """Temporary directories of artifact ``name`` start with this. '~' never occurs in
-    an artifact name, so one artifact's prefix never matches another's."""
-    return f"{name}~"
-
-
-def remove_leftovers(name: str, scratch_root: Path) -> None:
-    """Remove temporary directories a killed build of ``name`` left behind.
-    Only safe under the artifact's lock, which every writer of them holds."""
-    if scratch_root.is_dir():
-        for leftover in scratch_root.glob(f"{scratch_prefix(name)}*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+# Where entries are written before they are renamed into place, and removed from.
+SCRATCH_DIR = ".tmp"
 
 
 def clone_file(source: Path, target: Path) -> str:
@@ -72,51 +60,13 @@ def clone_file(source: Path, target: Path) -> str:
 
 
 def materialise(source: Path, target: Path, scratch_root: Path, names: list[str]) -> None:
-    """Make ``target`` a directory holding ``names`` from ``source``, atomically.
-
-    The files are cloned into a fresh directory beside the target, which is
-    then renamed into place; an existing target is moved aside first.
-    """
-    scratch_root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix(target.name), dir=scratch_root))
-    try:
+    """Make ``target`` a directory holding ``names`` from ``source``, atomically
+    (cloned into a fresh directory beside it, then renamed into place)."""
+    with new_directory(target, scratch_root) as scratch:
         for name in names:
             destination = scratch / name
             destination.parent.mkdir(parents=True, exist_ok=True)
             clone_file(source / name, destination)
-        replace_directory(scratch, target, scratch_root)
-    finally:
-        if scratch.exists():
-            shutil.rmtree(scratch, ignore_errors=True)
-
-
-def replace_directory(new: Path, target: Path, scratch_root: Path) -> None:
-    """Rename ``new`` to ``target``; an old ``target`` is moved aside first and removed after."""
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=scratch_prefix(target.name) + "old~", dir=scratch_root))
-        os.rename(target, old / "content")
-    os.rename(new, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def changed_outputs(
-    directory: Path,
-    outputs: dict[str, dict[str, Any]],
-    digest: Callable[[Path], str] | None = file_digest,
-) -> list[str]:
-    """The recorded outputs that are missing or whose size or digest no longer matches
-    (empty when all match). ``digest=None`` compares sizes only (cheap); pass the stat
-    cache's ``file_digest`` to skip files not written since they were last hashed."""
-    changed = []
-    for relative, meta in outputs.items():
-        path = directory / relative
-        if not path.is_file() or path.stat().st_size != meta["size"]:
-            changed.append(relative)
-        elif digest is not None and digest(path) != meta["digest"]:
-            changed.append(relative)
-    return changed
 
 
 @dataclass(frozen=True)
@@ -134,12 +84,18 @@ class Store:
     def entry_dir(self, fingerprint: str) -> Path:
         return self.root / fingerprint[:2] / fingerprint
 
-    def record(self, fingerprint: str) -> dict[str, Any] | None:
+    @property
+    def scratch_dir(self) -> Path:
+        return self.root / SCRATCH_DIR
+
+    def record(self, fingerprint: str) -> BuildRecord | None:
+        """The record of the stored build of ``fingerprint``; ``None`` when there is none
+        or it is unreadable (such an entry is never served)."""
         try:
-            record = json.loads((self.entry_dir(fingerprint) / RECORD_FILE).read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+            record = read_record(self.entry_dir(fingerprint))
+        except RecordError:
             return None
-        return record if record.get("fingerprint") == fingerprint else None
+        return record if record is not None and record.fingerprint == fingerprint else None
 
     def has(self, fingerprint: str) -> bool:
         return self.record(fingerprint) is not None
@@ -155,22 +111,13 @@ class Store:
             self.touch(fingerprint)
             return
         target.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{fingerprint[:12]}.", dir=target.parent))
-        try:
+        with new_directory(target, self.scratch_dir, replace=False) as scratch:
             for path in sorted(directory.rglob("*")):
                 if path.is_file() and path.name not in REPORT_FILES:
                     destination = scratch / path.relative_to(directory)
                     destination.parent.mkdir(parents=True, exist_ok=True)
                     clone_file(path, destination)
             (scratch / LAST_USED_FILE).write_text(f"{time.time()}\n")
-            try:
-                os.rename(scratch, target)
-            except OSError:
-                if not target.exists():
-                    raise
-        finally:
-            if scratch.exists():
-                shutil.rmtree(scratch, ignore_errors=True)
 
     def put_report(self, fingerprint: str, directory: Path) -> None:
         """Keep the verification report beside the stored outputs."""
@@ -180,21 +127,19 @@ class Store:
         for name in REPORT_FILES:
             source = directory / name
             if source.is_file():
-                temporary = target / f".{name}.{os.getpid()}.tmp"
-                shutil.copy2(source, temporary)
-                os.replace(temporary, target / name)
+                copy_file(source, target / name)
 
-    def restore(self, fingerprint: str, target: Path, scratch_root: Path) -> dict[str, Any] | None:
+    def restore(self, fingerprint: str, target: Path, scratch_root: Path) -> BuildRecord | None:
         """Materialise the stored entry at ``target``; ``None`` (and the entry dropped)
         when it is missing or any file fails its digest."""
         record = self.record(fingerprint)
         if record is None:
             return None
         entry = self.entry_dir(fingerprint)
-        if changed_outputs(entry, record.get("outputs", {})):
+        if record.changed_outputs(entry):
             self.remove(fingerprint)
             return None
-        names = [*record.get("outputs", {}), RECORD_FILE]
+        names = [*record.outputs, RECORD_FILE]
         names += [name for name in REPORT_FILES if (entry / name).is_file()]
         materialise(entry, target, scratch_root, names)
         self.touch(fingerprint)
@@ -210,15 +155,30 @@ class Store:
     def remove(self, fingerprint: str) -> None:
         entry = self.entry_dir(fingerprint)
         if entry.exists():
-            doomed = entry.with_name(f".{entry.name}.removing.{os.getpid()}")
-            os.rename(entry, doomed)
+            # Renamed out of the way first: a removal killed half-way leaves a
+            # directory under .tmp/ (which gc clears), never half an entry.
+            self.scratch_dir.mkdir(parents=True, exist_ok=True)
+            doomed = Path(tempfile.mkdtemp(prefix=f"{fingerprint}~removing~", dir=self.scratch_dir))
+            os.rename(entry, doomed / "content")
             shutil.rmtree(doomed, ignore_errors=True)
+
+    def remove_leftovers(self, older_than_seconds: float = 3600.0) -> int:
+        """Remove what killed writes and removals left under ``.tmp/`` (only directories
+        older than ``older_than_seconds``: a younger one may be a write in progress)."""
+        removed = 0
+        if self.scratch_dir.is_dir():
+            now = time.time()
+            for leftover in self.scratch_dir.iterdir():
+                if now - leftover.stat().st_mtime > older_than_seconds:
+                    shutil.rmtree(leftover, ignore_errors=True)
+                    removed += 1
+        return removed
 
     def entries(self) -> Iterator[StoreEntry]:
         if not self.root.is_dir():
             return
         for prefix in sorted(self.root.iterdir()):
-            if not prefix.is_dir():
+            if not prefix.is_dir() or prefix.name.startswith("."):
                 continue
             for entry in sorted(prefix.iterdir()):
                 if entry.name.startswith(".") or not entry.is_dir():

@@ -114,7 +114,7 @@ def _build_action(manifest_path: str, root: str, name: str) -> Any:
         return _failed(error)
     finally:
         project.save_caches()
-    return {"fingerprint": record["fingerprint"]}
+    return {"fingerprint": record.fingerprint}
 
 
 def _verify_action(manifest_path: str, root: str, name: str) -> Any:
@@ -146,11 +146,13 @@ def _build_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root:
 
 
 def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root: str, name: str) -> bool:
-    from .builder import is_verified
+    from .record import VerificationState, verification_state
 
     project = project_for(manifest_path, root)
     try:
-        if not (values.get("verify_fingerprint") == project.verify_fingerprint(name) and is_verified(project, name)):
+        if values.get("verify_fingerprint") != project.verify_fingerprint(name):
+            return False
+        if verification_state(project, name) is not VerificationState.VERIFIED:
             return False
         # Verified before the remote cache was set (or before it lost the entry):
         # verify again, which pushes it, so that what is verified here is shared.

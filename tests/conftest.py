@@ -4,15 +4,14 @@ per session, and throwaway project directories that run the real doit CLI."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import TOWER_MANIFEST, ProjectDir
+
 
 
 @pytest.fixture(autouse=True)
@@ -29,61 +28,12 @@ def qwen_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_fixture(tmp_path_factory.mktemp("qwen") / "ckpt", "qwen3_5_vl_tiny")
 
 
-class ProjectDir:
-    """A project directory laid out as a user's: dodo.py, the doit config, a manifest."""
-
-    def __init__(self, root: Path, lay_out: bool = True) -> None:
-        self.root = root
-        if not lay_out:
-            return
-        shutil.copy(REPO / "dodo.py", root / "dodo.py")
-        # The doit section of the repository's pyproject.toml: the build/verify plugins.
-        text = (REPO / "pyproject.toml").read_text()
-        section = text[text.index("[tool.doit]"):text.index("[tool.pytest")]
-        (root / "pyproject.toml").write_text(section)
-
-    @classmethod
-    def existing(cls, root: Path) -> "ProjectDir":
-        """A project directory that is already laid out (a copy of another)."""
-        return cls(root, lay_out=False)
-
-    def manifest(self, text: str, name: str = "artifacts.yaml") -> Path:
-        path = self.root / name
-        path.write_text(textwrap.dedent(text))
-        return path
-
-    def doit(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        environment = {key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"}
-        environment.update(env or {})
-        doit = Path(sys.executable).with_name("doit")
-        return subprocess.run(
-            [str(doit), *args], cwd=self.root, env=environment, capture_output=True, text=True, timeout=600
-        )
-
-    def project(self):
-        from edgebuild.project import Project
-
-        return Project.load(self.root / "artifacts.yaml", self.root)
-
-
 @pytest.fixture
 def project_dir(tmp_path: Path) -> ProjectDir:
     return ProjectDir(tmp_path)
 
 
 # --- a verified artifact to share, and remotes to share it through -------------------
-
-TOWER_MANIFEST = """\
-checkpoints:
-  qwen:
-    fixture: qwen3_5_vl_tiny
-artifacts:
-  t:
-    kind: qwen3_5_vision_tower
-    checkpoint: qwen
-    image_size: 64
-"""
-
 
 @pytest.fixture(scope="session")
 def verified_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -94,13 +44,6 @@ def verified_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = seed.doit("verify", env={"EDGEBUILD_REMOTE_CACHE": "off"})
     assert result.returncode == 0, result.stdout + result.stderr
     return seed.root
-
-
-def clone_project(seed: Path, target: Path) -> ProjectDir:
-    """A copy of ``seed`` (build/, cache/ with its store and doit state, the lock file):
-    another checkout that has built and verified what the seed has."""
-    shutil.copytree(seed, target, symlinks=True)
-    return ProjectDir.existing(target)
 
 
 @pytest.fixture(scope="session")
@@ -210,12 +153,3 @@ def siglip_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from edgebuild.fixtures import write_fixture
 
     return write_fixture(tmp_path_factory.mktemp("siglip") / "ckpt", "siglip_tiny")
-
-
-def lay_out_siglip_inputs(root: Path, checkpoint: Path) -> Path:
-    """A copy of the SigLIP fixture at ``root/ckpt`` and the shipped images at
-    ``root/images`` (calibration) and ``root/held_out``."""
-    shutil.copytree(checkpoint, root / "ckpt")
-    shutil.copytree(REPO / "data" / "calibration", root / "images")
-    shutil.copytree(REPO / "data" / "held_out", root / "held_out")
-    return root

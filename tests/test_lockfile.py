@@ -11,9 +11,9 @@ import pytest
 from edgebuild.lockfile import LOCK_FORMAT, read_lock, render_lock
 from edgebuild.errors import LockfileError
 
-from conftest import TOWER_MANIFEST, clone_project
+from helpers import TOWER_MANIFEST, clone_project
 
-LOCK_KEYS = {"kind", "fingerprint", "inputs", "params", "code", "versions", "outputs", "verified", "verify_fingerprint"}
+LOCK_KEYS = {"kind", "fingerprint", "inputs", "params", "code", "verify_code", "versions", "outputs", "verified", "verify_fingerprint"}
 
 
 def lock_of(root: Path) -> dict:

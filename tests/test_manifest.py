@@ -249,7 +249,7 @@ def test_dependency_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     artifact-to-artifact kinds."""
     from typing import Literal
 
-    from edgebuild import kinds
+    from edgebuild.kinds import registry
 
     class ChainParams(kinds_base.ArtifactParams):
         kind: Literal["test_chain"]
@@ -260,8 +260,10 @@ def test_dependency_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         summary = "test-only"
         Params = ChainParams
         outputs = ()
+        build_module = verify_module = "edgebuild.kinds.base"
+        source_kinds = ("test_chain",)
 
-    monkeypatch.setitem(kinds._KINDS, "test_chain", Chain())
+    monkeypatch.setitem(registry._KINDS, "test_chain", Chain())
     path = write(
         tmp_path,
         "artifacts:\n  a:\n    kind: test_chain\n    source: b\n  b:\n    kind: test_chain\n    source: c\n"
@@ -298,6 +300,34 @@ def test_registration_is_checked() -> None:
         summary = "x"
         Params = WrongParams
         outputs = ()
+        build_module = verify_module = "edgebuild.kinds.base"
 
     with pytest.raises(TypeError, match=r"Wrong.Params.kind must be Literal\['wrong'\], found \('other',\)"):
         register(Wrong)
+
+
+def test_source_of_the_wrong_kind_is_an_error_before_anything_is_built(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\n"
+        "artifacts:\n  tower:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
+        "  graph:\n    kind: siglip_f143_onnx\n    source: tower\n",
+    )
+    assert error_of(path) == (
+        f"{path}:11:5: artifacts -> graph -> source: 'tower' is a qwen3_5_vision_tower artifact; "
+        "a siglip_f143_onnx artifact takes a source of kind siglip_f143"
+    )
+
+
+def test_every_kind_has_a_fixture_and_a_test_module() -> None:
+    from edgebuild.fixtures import FIXTURES
+    from edgebuild.kinds import get_kind, kind_names
+    from helpers import REPO
+
+    from helpers import KIND_FIXTURES
+
+    assert sorted(KIND_FIXTURES) == kind_names()
+    for name in kind_names():
+        assert KIND_FIXTURES[name] in FIXTURES
+        package = type(get_kind(name)).__module__.rsplit(".", 1)[-1]
+        assert (REPO / "tests" / f"test_{package}.py").is_file(), f"kind {name} has no tests/test_{package}.py"

@@ -17,7 +17,7 @@ from edgebuild.errors import PublishError
 from edgebuild.publish import publish, read_index
 from edgebuild.remote import Location
 
-from conftest import REPO, TOWER_MANIFEST, clone_project
+from helpers import REPO, TOWER_MANIFEST, clone_project
 
 STRICT = (
     "  strict:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"

@@ -9,7 +9,8 @@ import pytest
 
 from edgebuild.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError, ParameterError
-from edgebuild.kinds.qwen3_5_tower import _fixed_shape_tower_class, load_tower, sample_patches, tower_geometry
+from edgebuild.kinds.qwen3_5_tower.model import fixed_shape_tower_class, load_tower, sample_patches
+from edgebuild.kinds.qwen3_5_tower.params import tower_geometry
 
 TINY_VISION = {"patch_size": 16, "spatial_merge_size": 2, "in_channels": 3, "temporal_patch_size": 2, "out_hidden_size": 96}
 
@@ -47,7 +48,7 @@ def test_wrapper_reproduces_model_forward(qwen_checkpoint: Path, dtype_name: str
     dtype = getattr(torch, dtype_name)
     tower = load_tower(checkpoint, dtype)
     geometry = tower_geometry(checkpoint.config_section("vision_config"), image_size)
-    wrapper = _fixed_shape_tower_class()(tower, geometry).eval()
+    wrapper = fixed_shape_tower_class()(tower, geometry).eval()
     grid = torch.tensor([geometry.grid_thw])
     for patches in sample_patches(geometry, 2, seed=3):
         with torch.no_grad():

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.builder import build_artifact, output_manifest
+from edgebuild.builder import build_artifact
 from edgebuild.errors import ManifestError, RemoteError, StoreError
-from edgebuild.fingerprint import file_digest
-from edgebuild.project import RECORD_FILE, Project, record_fingerprint
+from edgebuild.hashing import file_digest
+from edgebuild.project import Project
+from edgebuild.record import RECORD_FILE, BuildRecord, output_manifest
 from edgebuild.remote import Location
 from edgebuild.remote_cache import RemoteCache, blob_key, entry_key
 from edgebuild.store import Store
 
-from conftest import TOWER_MANIFEST, clone_project
+from helpers import TOWER_MANIFEST, clone_project
 
 
 def stored_build(root: Path, params: dict | None = None) -> tuple[Store, str]:
@@ -28,15 +29,14 @@ def stored_build(root: Path, params: dict | None = None) -> tuple[Store, str]:
     directory.mkdir(parents=True)
     (directory / "model.bin").write_bytes(bytes(range(256)) * 64)
     (directory / "config.json").write_text('{"hidden": 8}\n')
-    record = {"format": 1, "kind": "k", "params": params or {"size": 64}, "inputs": {}, "code": {}, "versions": {}}
-    record["fingerprint"] = record_fingerprint(record)
-    record["outputs"] = output_manifest(directory)
-    (directory / RECORD_FILE).write_text(json.dumps(record))
+    record = BuildRecord.create(kind="k", params=params or {"size": 64}, inputs={}, code={}, versions={})
+    record = record.completed("artifact", {}, 0.0, output_manifest(directory))
+    record.write(directory)
     store = Store(root / "store")
-    store.put(record["fingerprint"], directory)
+    store.put(record.fingerprint, directory)
     (directory / "report.json").write_text('{"passed": true}\n')
-    store.put_report(record["fingerprint"], directory)
-    return store, record["fingerprint"]
+    store.put_report(record.fingerprint, directory)
+    return store, record.fingerprint
 
 
 def flip_byte(location: Location, key: str) -> None:
@@ -58,7 +58,7 @@ def test_push_then_pull_into_another_store(remote_url: str, tmp_path: Path) -> N
     other = Store(tmp_path / "b" / "store")
     target = tmp_path / "b" / "build" / "art"
     record = cache.pull("art", fingerprint, other, target, tmp_path / "b" / "build" / ".tmp", messages.append)
-    assert record is not None and record["fingerprint"] == fingerprint
+    assert record is not None and record.fingerprint == fingerprint
     for name in ("model.bin", "config.json", RECORD_FILE, "report.json"):
         assert (target / name).read_bytes() == (store.entry_dir(fingerprint) / name).read_bytes()
     assert other.has(fingerprint)
@@ -137,7 +137,7 @@ def test_record_that_does_not_hash_to_its_fingerprint_is_corrupt(remote_url: str
     assert cache.pull("art", fingerprint, Store(tmp_path / "s"), tmp_path / "art", tmp_path / ".tmp", messages.append) is None
     assert messages == [
         f"remote cache: entry {fingerprint[:12]} is corrupt (.edgebuild.json describes fingerprint "
-        f"{record_fingerprint(forged)[:12]}, not {fingerprint[:12]}); dropped, building instead"
+        f"{BuildRecord.model_validate(forged).hashes_to()[:12]}, not {fingerprint[:12]}); dropped, building instead"
     ]
 
 

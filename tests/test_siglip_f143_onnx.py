@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import numpy
@@ -13,12 +12,12 @@ import pytest
 import torch
 
 from edgebuild.builder import build_artifact, verify_artifact
-from edgebuild.f143 import quantize_nearest
-from edgebuild.kinds.siglip_f143_onnx import rewrite_fp8
+from edgebuild.quant.f143 import quantize_nearest
+from edgebuild.kinds.siglip_f143_onnx.build import rewrite_fp8
 from edgebuild.onnx_tools import blocked_fp8_weights, export_onnx, run_session
 from edgebuild.project import Project
 
-from conftest import lay_out_siglip_inputs
+from helpers import lay_out_siglip_inputs
 
 class OneLinear(torch.nn.Module):
     def __init__(self, weight: torch.Tensor) -> None:

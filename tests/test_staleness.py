@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,12 +14,12 @@ import pytest
 
 from edgebuild.builder import build_artifact, is_built
 from edgebuild.checkpoint import Checkpoint
-from edgebuild.kinds.qwen3_5_tower import Qwen3_5VisionTower
+from edgebuild.kinds.qwen3_5_tower import build as tower_build
 from edgebuild.project import Project
 from edgebuild.staleness import explain
-from edgebuild.status import artifact_status, parse_age, parse_size
+from edgebuild.commands import parse_age, parse_size
+from edgebuild.status import artifact_status
 
-pytestmark = pytest.mark.slow
 
 MANIFEST = """\
 checkpoints:
@@ -82,6 +81,7 @@ def root(tmp_path: Path, qwen_checkpoint: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_only_what_changed_is_rebuilt(root: Path) -> None:
     logs = build_all(root)
     assert exported(logs["tower_a"]) and exported(logs["tower_b"])
@@ -138,20 +138,22 @@ def test_only_what_changed_is_rebuilt(root: Path) -> None:
     assert build_all(root) == {"tower_a": ["up to date"], "tower_b": ["up to date"]}
 
 
+@pytest.mark.slow
 def test_deleting_build_restores_without_exporting(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build_all(root)
     first = (root / "build" / "tower_a" / "model.onnx").read_bytes()
     shutil.rmtree(root / "build")
 
-    def no_export(self, context):
+    def no_export(context):
         raise AssertionError("exported although the store holds this fingerprint")
 
-    monkeypatch.setattr(Qwen3_5VisionTower, "build", no_export)
+    monkeypatch.setattr(tower_build, "build", no_export)
     logs = build_all(root)
     assert all(messages[0].startswith("restored from the store") for messages in logs.values())
     assert (root / "build" / "tower_a" / "model.onnx").read_bytes() == first
 
 
+@pytest.mark.slow
 def test_corrupt_store_entry_is_dropped_and_rebuilt(root: Path) -> None:
     build_all(root)
     project = fresh(root)
@@ -194,6 +196,7 @@ def test_explain_names_code_and_tool_versions() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_gc_keeps_current_and_drops_least_recently_used(root: Path) -> None:
     build_all(root)
     write_manifest(root, opset=20)
@@ -223,6 +226,7 @@ def _doit(project_dir, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 def test_sigkill_mid_build_leaves_nothing_built(project_dir, qwen_checkpoint: Path) -> None:
     shutil.copytree(qwen_checkpoint, project_dir.root / "ckpt")
     write_manifest(project_dir.root)
@@ -253,6 +257,7 @@ def test_sigkill_mid_build_leaves_nothing_built(project_dir, qwen_checkpoint: Pa
     assert not any(path.name.startswith("tower_a~") for path in scratch.iterdir())
 
 
+@pytest.mark.slow
 def test_two_processes_build_once(project_dir, qwen_checkpoint: Path) -> None:
     shutil.copytree(qwen_checkpoint, project_dir.root / "ckpt")
     write_manifest(project_dir.root)

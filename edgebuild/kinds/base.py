@@ -1,17 +1,24 @@
 """What an artifact kind is: a parameter model, the inputs it reads, its outputs,
-``build`` and ``verify``.
+the module that builds it and the module that verifies it.
 
 The task layer (``edgebuild/tasks.py``) only talks to this interface, so a new
-kind is one module plus one registration line in ``kinds/__init__.py``.
+kind is one package plus one registration line in ``kinds/__init__.py``.
+
+Why build and verify are modules, not methods: an artifact's fingerprint covers
+the code that can change its bytes and nothing else, and its verification
+fingerprint the code that judges it. Both are found by following the imports
+of ``build_module`` and ``verify_module``, and ``build``/``verify`` below run
+exactly those modules, so the code digested is the code that ran.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint
@@ -68,6 +75,20 @@ class ArtifactParams(Strict):
         return []
 
 
+class InputSet(Strict):
+    """Calibration or held-out inputs: SafeTensors files with a ``pixel_values``
+    tensor and/or images (paths or globs, relative to the manifest)."""
+
+    pixel_values: list[str] = Field(default_factory=list)
+    images: list[str] = Field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not self.pixel_values and not self.images
+
+    def patterns(self) -> list[str]:
+        return [*self.pixel_values, *self.images]
+
+
 @dataclass(frozen=True)
 class TensorSelection:
     """The part of a checkpoint a kind reads: tensors by name prefix, and one
@@ -121,14 +142,18 @@ class Verification:
 
 
 class ArtifactKind:
-    """One kind of artifact. Subclasses set the class variables and implement
-    ``build`` and ``verify``; ``@register`` checks that they did."""
+    """One kind of artifact. Subclasses set the class variables; ``@register`` checks them."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
     Params: ClassVar[type[ArtifactParams]]
     # The files ``build`` must leave in ``out_dir``; anything missing fails the build.
     outputs: ClassVar[tuple[str, ...]]
+    # Modules with a ``build(context) -> dict`` and a ``verify(context) -> Verification``.
+    build_module: ClassVar[str]
+    verify_module: ClassVar[str]
+    # The kinds a ``source:`` may name (checked in the manifest, before anything is built).
+    source_kinds: ClassVar[tuple[str, ...]] = ()
 
     def tensor_selection(self, params: ArtifactParams) -> TensorSelection | None:
         """Which checkpoint tensors the artifact reads; ``None`` if it reads no checkpoint."""
@@ -139,7 +164,9 @@ class ArtifactKind:
         cannot honour. Called before anything is built or written."""
 
     def build(self, context: BuildContext) -> dict[str, Any]:
-        raise NotImplementedError
+        """Write the outputs into ``context.out_dir``; return what the record keeps
+        (``timings`` and other build information; none of it goes into a payload file)."""
+        return importlib.import_module(self.build_module).build(context)
 
     def verify(self, context: VerifyContext) -> Verification:
-        raise NotImplementedError
+        return importlib.import_module(self.verify_module).verify(context)

@@ -25,7 +25,7 @@ values, never from `tile_exponents`.
 
 On CPU the per-tile functions (`tile_exponents`, `project_tiles`,
 `projection_residual`, `pack`, `off_grid_count`, `saturated_count`) run as
-fused kernels from `edgebuild.f143_kernels`, which repeat `project`'s ops
+fused kernels from `edgebuild.quant.kernels`, which repeat `project`'s ops
 element by element; other devices use the torch ops.
 """
 
@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from edgebuild import f143_kernels
+from . import kernels as f143_kernels
 
 F143_DTYPE = torch.float8_e4m3fnuz
 F143_MAX = 240.0

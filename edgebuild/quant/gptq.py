@@ -23,7 +23,7 @@ keeps the seed's separate multiply and subtract.
 
 On CPU the batched torch ops are still memory-bound (each of a block's 64
 columns streams the whole weight through several ops); the fused numba
-kernels in `edgebuild.f143_kernels` do the same per-element arithmetic on one
+kernels in `edgebuild.quant.kernels` do the same per-element arithmetic on one
 cache-sized chunk at a time, and are used there.
 """
 
@@ -34,8 +34,8 @@ from typing import NamedTuple, Sequence
 
 import torch
 
-from edgebuild import f143_kernels
-from edgebuild.f143 import (
+from . import kernels as f143_kernels
+from .f143 import (
     TILE,
     kernel_operands,
     project,

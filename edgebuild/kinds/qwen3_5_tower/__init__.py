@@ -1,0 +1,39 @@
+"""Kind ``qwen3_5_vision_tower``: a Qwen3.5 vision tower as one fixed-shape ONNX graph.
+
+The model definition is transformers' own ``Qwen3_5VisionModel``; nothing here
+re-writes it (``model.py`` fixes its input shape). ``build.py`` exports it,
+``verify.py`` judges the export against the model's own forward.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...errors import ParameterError
+from ..base import ArtifactKind, ArtifactParams, TensorSelection
+from ..registry import register
+from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WEIGHTS_FILE, TowerParams, tower_geometry
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpoint
+
+
+@register
+class Qwen3_5VisionTower(ArtifactKind):
+    name = "qwen3_5_vision_tower"
+    summary = "Qwen3.5 vision tower -> fixed-shape ONNX"
+    Params = TowerParams
+    outputs = (MODEL_FILE, WEIGHTS_FILE, GEOMETRY_FILE)
+    build_module = "edgebuild.kinds.qwen3_5_tower.build"
+    verify_module = "edgebuild.kinds.qwen3_5_tower.verify"
+
+    def tensor_selection(self, params: ArtifactParams) -> TensorSelection:
+        return TensorSelection(prefixes=(VISUAL_PREFIX,), config_key="vision_config")
+
+    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
+        assert isinstance(params, TowerParams)
+        checkpoint = checkpoints[params.checkpoint]
+        try:
+            tower_geometry(checkpoint.config_section("vision_config"), params.image_size)
+        except ParameterError as error:
+            raise ParameterError(f"{error} (vision_config of {checkpoint.label})", key="image_size") from None

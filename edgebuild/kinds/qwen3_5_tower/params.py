@@ -1,0 +1,119 @@
+"""The tower's manifest parameters, its thresholds and its geometry at one image size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from ...errors import CheckpointError, ParameterError
+from ..base import ArtifactParams, Dtype, Strict
+
+VISUAL_PREFIX = "model.visual."
+MODEL_FILE = "model.onnx"
+WEIGHTS_FILE = "model.onnx.data"
+GEOMETRY_FILE = "tower.json"
+# The fixed-shape module must reproduce the model's own forward this closely
+# (or exactly) before it is exported; anything looser exports a different model.
+WRAPPER_TOLERANCE = 1e-4
+
+# Per-dtype defaults for the manifest's ``verify:`` thresholds, against the
+# float32 model's own forward. float16 figures measured on the tiny fixture:
+# see the README's reference section.
+DEFAULT_LIMITS: dict[str, dict[str, float]] = {
+    "float32": {"cosine_min": 0.9999, "max_abs": 1e-4, "mean_abs": 1e-5},
+    "float16": {"cosine_min": 0.999, "max_abs": 1e-2, "mean_abs": 1e-3},
+}
+
+
+def _normalise_image_size(value: Any) -> Any:
+    return [value, value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class TowerVerify(Strict):
+    """Thresholds of ``verify:``; unset ones take the per-dtype defaults."""
+
+    cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0)
+    max_abs: float | None = Field(default=None, ge=0.0)
+    mean_abs: float | None = Field(default=None, ge=0.0)
+    samples: int = Field(default=2, ge=1, le=64, description="Random inputs compared.")
+    seed: int = 0
+    providers: list[str] = Field(
+        default_factory=lambda: ["CPUExecutionProvider"],
+        description="onnxruntime execution providers whose node placement is checked.",
+    )
+    min_provider_fraction: float = Field(
+        default=1.0, ge=0.0, le=1.0, description="Share of executed nodes that must run on each provider."
+    )
+    max_gather_nodes: int = Field(default=0, ge=0, description="Gather nodes allowed in the graph.")
+
+
+class TowerParams(ArtifactParams):
+    kind: Literal["qwen3_5_vision_tower"]
+    checkpoint: str
+    image_size: Annotated[tuple[int, int], BeforeValidator(_normalise_image_size)] = Field(
+        description="Image side in pixels, or [height, width]."
+    )
+    dtype: Dtype = "float32"
+    opset: int = Field(default=21, ge=18, description="ONNX opset (16-bit QDQ needs 21).")
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    verify: TowerVerify = Field(default_factory=TowerVerify)
+
+    @field_validator("image_size")
+    @classmethod
+    def _positive(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if min(value) <= 0:
+            raise ValueError("image sizes must be positive")
+        return value
+
+    def limits(self) -> dict[str, float]:
+        defaults = DEFAULT_LIMITS[self.dtype]
+        return {key: getattr(self.verify, key) if getattr(self.verify, key) is not None else defaults[key] for key in defaults}
+
+
+@dataclass(frozen=True)
+class TowerGeometry:
+    """The shapes an exported tower is fixed at."""
+
+    height: int
+    width: int
+    grid_h: int
+    grid_w: int
+    patches: int
+    patch_dim: int
+    merged_tokens: int
+    out_hidden_size: int
+
+    @property
+    def grid_thw(self) -> list[int]:
+        return [1, self.grid_h, self.grid_w]
+
+
+def tower_geometry(vision_config: dict[str, Any], image_size: tuple[int, int]) -> TowerGeometry:
+    """Geometry at ``image_size``, or a :class:`ParameterError` naming the nearest valid sizes."""
+    patch = vision_config.get("patch_size", 16)
+    merge = vision_config.get("spatial_merge_size", 2)
+    if not isinstance(patch, int) or not isinstance(merge, int):
+        raise CheckpointError(f"vision_config: expected integer patch_size and spatial_merge_size, found {patch!r}, {merge!r}")
+    step = patch * merge
+    for axis, size in zip(("height", "width"), image_size):
+        if size % step:
+            below = (size // step) * step
+            nearest = [candidate for candidate in (below, below + step) if candidate > 0]
+            raise ParameterError(
+                f"{axis} {size} is not a multiple of patch_size x spatial_merge_size "
+                f"= {patch} x {merge} = {step}; nearest valid sizes: {', '.join(map(str, nearest))}"
+            )
+    grid_h, grid_w = image_size[0] // patch, image_size[1] // patch
+    patches = grid_h * grid_w
+    return TowerGeometry(
+        height=image_size[0],
+        width=image_size[1],
+        grid_h=grid_h,
+        grid_w=grid_w,
+        patches=patches,
+        patch_dim=vision_config.get("in_channels", 3) * vision_config.get("temporal_patch_size", 2) * patch * patch,
+        merged_tokens=patches // (merge * merge),
+        out_hidden_size=vision_config.get("out_hidden_size", 3584),
+    )

@@ -1,0 +1,90 @@
+"""Verifying the tower: onnxruntime on the exported graph against the model's own
+forward in float32, the graph's shapes and ops, and where each provider places it."""
+
+from __future__ import annotations
+
+from ...compare import compare_outputs, worst_case
+from ...report import Check
+from ..base import Verification, VerifyContext
+from .model import load_tower, sample_patches
+from .params import MODEL_FILE, WRAPPER_TOLERANCE, TowerParams, tower_geometry
+
+
+def verify(context: VerifyContext) -> Verification:
+    import numpy
+    import torch
+
+    from ...onnx_tools import graph_summary, provider_placement, run_session
+
+    params = context.params
+    assert isinstance(params, TowerParams)
+    limits = params.limits()
+    checkpoint = context.checkpoint
+    geometry = tower_geometry(checkpoint.config_section("vision_config"), params.image_size)
+    model_path = context.out_dir / MODEL_FILE
+    summary = graph_summary(model_path)
+
+    grid = torch.tensor([geometry.grid_thw], dtype=torch.long)
+    inputs = sample_patches(geometry, params.verify.samples, params.verify.seed)
+    numpy_dtype = numpy.float16 if params.dtype == "float16" else numpy.float32
+    # The session and the reference model each hold a float32 copy of the
+    # weights: one after the other, never both at once.
+    outputs = run_session(model_path, [{"patches": sample.numpy().astype(numpy_dtype)} for sample in inputs])
+    # The reference is the model's own forward in float32 -- not the wrapper,
+    # and not the artifact's dtype: what a user deploys is compared with the
+    # model they trained.
+    reference_tower = load_tower(checkpoint, torch.float32, params.attn_implementation)
+    comparisons = []
+    with torch.no_grad():
+        for sample, (embeds,) in zip(inputs, outputs):
+            reference = reference_tower(sample, grid).pooler_output
+            actual = torch.from_numpy(embeds.astype(numpy.float32))
+            comparisons.append(compare_outputs(reference[None], actual[None]))
+    del reference_tower
+    measured = worst_case(comparisons)
+    reference_note = "onnxruntime CPU vs Qwen3_5VisionModel.forward(float32).pooler_output"
+    expected_dtype = "float16" if params.dtype == "float16" else "float"
+    checks = [
+        Check.measure("cosine", measured["cosine"], ">=", limits["cosine_min"], reference_note),
+        Check.measure("max_abs", measured["max_abs"], "<=", limits["max_abs"], reference_note),
+        Check.measure("mean_abs", measured["mean_abs"], "<=", limits["mean_abs"], reference_note),
+        Check.measure(
+            "input_shape",
+            [summary["inputs"][0]["name"], summary["inputs"][0]["dtype"], summary["inputs"][0]["shape"]],
+            "==",
+            ["patches", expected_dtype, [geometry.patches, geometry.patch_dim]],
+        ),
+        Check.measure(
+            "output_shape",
+            [summary["outputs"][0]["name"], summary["outputs"][0]["dtype"], summary["outputs"][0]["shape"]],
+            "==",
+            ["embeds", expected_dtype, [geometry.merged_tokens, geometry.out_hidden_size]],
+        ),
+        Check.measure("allowzero_reshapes", summary["allowzero_reshapes"], "==", 0),
+        Check.measure("gather_nodes", summary["ops"].get("Gather", 0), "<=", params.verify.max_gather_nodes),
+        Check.measure(
+            "wrapper_max_abs",
+            context.build_info["wrapper_check"]["max_abs"],
+            "<=",
+            WRAPPER_TOLERANCE,
+            "fixed-shape wrapper vs Qwen3_5VisionModel.forward, at build time",
+        ),
+    ]
+    placements = []
+    feed = {"patches": inputs[0].numpy().astype(numpy_dtype)}
+    for provider in params.verify.providers:
+        placement = provider_placement(model_path, provider, feed)
+        placements.append(placement)
+        if placement["available"]:
+            detail = "kernels placed: " + ", ".join(f"{name} {count}" for name, count in placement["nodes"].items())
+        else:
+            detail = f"provider unavailable here (available: {', '.join(placement['available_providers'])})"
+        checks.append(
+            Check.measure(f"provider:{provider}", placement["fraction"], ">=", params.verify.min_provider_fraction, detail)
+        )
+    metrics = {
+        "comparison": measured | {"reference": reference_note, "samples": comparisons},
+        "graph": summary,
+        "providers": placements,
+    }
+    return Verification(checks=checks, metrics=metrics)

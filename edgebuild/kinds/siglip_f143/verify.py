@@ -1,0 +1,97 @@
+"""Verifying ``siglip_f143``: a strict reload, every weight on its tile's F143 grid,
+the packed form bit for bit, and the quantized encoder against the float one on
+the calibration and held-out inputs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...compare import compare_outputs, worst_case
+from ...report import Check
+from ...siglip import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest
+from ..base import Verification, VerifyContext
+from .packed import EXPONENT_SUFFIX, load_packed, stored_bytes
+from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
+
+
+def verify(context: VerifyContext) -> Verification:
+    import torch
+    from safetensors import safe_open
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+    from transformers.initialization import no_init_weights
+
+    from ...quant.f143 import off_grid_count, tile_exponents
+
+    params = context.params
+    assert isinstance(params, SiglipF143Params)
+    out = context.out_dir
+    report = json.loads((out / REPORT_FILE).read_text())
+    checkpoint = context.checkpoint
+    float_model, config = load_vision_model(checkpoint)
+    with no_init_weights():
+        # The written config.json, as a user of the directory would read it.
+        written = json.loads((out / "config.json").read_text())
+        quantized_model = SiglipVisionModel(SiglipVisionConfig(**written["vision_config"]))
+    with safe_open(str(out / MODEL_FILE), framework="pt") as source:
+        saved = {name: source.get_tensor(name) for name in source.keys()}
+        metadata = source.metadata() or {}
+    missing, unexpected = quantized_model.load_state_dict(saved, strict=False)
+    quantized_model.eval()
+    checks = [
+        Check.measure("strict_reload", len(missing) + len(unexpected), "==", 0,
+                      f"SiglipVisionModel.load_state_dict: missing {missing[:3]}, unexpected {unexpected[:3]}"),
+        Check.measure("metadata_algorithm", metadata.get("ipu_f143_reconstruction"), "==", params.algorithm),
+    ]
+
+    off_grid = 0
+    for name in report["quantized_linears"]:
+        off_grid += off_grid_count(saved[name], tile_exponents(saved[name], params.block_size), params.block_size)
+    checks.append(Check.measure("off_grid_weights", off_grid, "==", 0,
+                                f"every weight of {len(report['quantized_linears'])} linears / its tile scale is an F143 value"))
+
+    packed = load_packed(out / PACKED_FILE)
+    mismatched = [name for name in saved if name not in packed or saved[name].dtype != packed[name].dtype
+                  or not torch.equal(saved[name].view(torch.uint8) if saved[name].dtype == torch.float32 else saved[name],
+                                     packed[name].view(torch.uint8) if packed[name].dtype == torch.float32 else packed[name])]
+    checks.append(Check.measure("packed_round_trip_mismatches", len(mismatched), "==", 0,
+                                "unpacked model.f143.safetensors vs model.safetensors, bit for bit"))
+    float_bytes = sum(saved[name].numel() * 4 for name in report["quantized_linears"])
+    with safe_open(str(out / PACKED_FILE), framework="pt") as source:
+        packed_bytes = sum(
+            stored_bytes(source, name)
+            for name in source.keys()
+            if name.removesuffix(EXPONENT_SUFFIX) in report["quantized_linears"]
+        )
+
+    device = torch.device("cpu")
+    batches = load_pixel_batches(params.calibration, context.input_root, checkpoint, "calibration")
+    held_out = load_pixel_batches(params.held_out, context.input_root, checkpoint, "held_out")
+    metrics_summary: dict[str, Any] = {}
+    for label, inputs, digest_key in (("calibration", batches, "calibration_outputs_digest"),
+                                      ("held_out", held_out, "held_out_outputs_digest")):
+        if not inputs:
+            continue
+        references = encoder_outputs(float_model, inputs, device)
+        outputs = encoder_outputs(quantized_model, inputs, device)
+        summary = worst_case([compare_outputs(reference, output) for reference, output in zip(references, outputs)])
+        metrics_summary[label] = summary
+        checks.append(Check.measure(f"{label}.cosine", summary["cosine"], ">=", params.verify.cosine_min,
+                                    "quantized vs float SiglipVisionModel last_hidden_state, worst batch"))
+        if params.verify.mean_abs is not None:
+            checks.append(Check.measure(f"{label}.mean_abs", summary["mean_abs"], "<=", params.verify.mean_abs))
+        if params.verify.max_abs is not None:
+            checks.append(Check.measure(f"{label}.max_abs", summary["max_abs"], "<=", params.verify.max_abs))
+        checks.append(Check.measure(f"{label}.reload_reproduces_build", outputs_digest(outputs), "==", report[digest_key],
+                                    "digest of the reloaded model's outputs vs the in-memory model's at build time"))
+    return Verification(
+        checks=checks,
+        metrics={
+            "outputs": metrics_summary,
+            "objective_ratio": report["objective_ratio"],
+            "packed_weight_bytes": packed_bytes,
+            "float32_weight_bytes": float_bytes,
+            "packed_ratio": packed_bytes / float_bytes if float_bytes else 0.0,
+            "saturated_weights": sum(report["saturated_weights"].values()),
+        },
+    )

@@ -1,0 +1,45 @@
+"""Kind ``siglip_f143_onnx``: a ``siglip_f143`` artifact as one ONNX graph with FP8 weights.
+
+An NPU or iGPU runtime consumes ONNX, not SafeTensors. ONNX has F143's exact
+type (``FLOAT8E4M3FNUZ``) and, from opset 21, blocked ``DequantizeLinear``, so
+each quantized linear is stored as its float8 codes plus one power-of-two scale
+per 64 input features and output feature (each 64x64 tile's exponent, repeated
+over its 64 rows), and dequantized in the graph. onnxruntime's CPU provider
+runs that bit-exactly, so the graph computes with exactly the SafeTensors
+artifact's weights.
+
+The graph is torch's dynamo export of transformers' ``SiglipVisionModel``
+carrying the quantized weights; the exporter folds each linear's weight into a
+transposed ``[in, out]`` initializer for ``MatMul``, which is found by value
+(not by name or string surgery) and rewritten with the ``onnx`` API. The
+blocked axis is therefore the input-feature axis of whichever layout the
+exporter chose: axis 0 for ``MatMul``'s ``[in, out]``, axis 1 for ``[out, in]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...errors import ParameterError
+from ..base import ArtifactKind, ArtifactParams
+from ..registry import register
+from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpoint
+
+
+@register
+class SiglipF143Onnx(ArtifactKind):
+    name = "siglip_f143_onnx"
+    summary = "F143 SigLIP encoder -> ONNX with FP8 (FLOAT8E4M3FNUZ) weights"
+    Params = SiglipOnnxParams
+    outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    build_module = "edgebuild.kinds.siglip_f143_onnx.build"
+    verify_module = "edgebuild.kinds.siglip_f143_onnx.verify"
+    source_kinds = ("siglip_f143",)
+
+    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
+        assert isinstance(params, SiglipOnnxParams)
+        if len(checkpoints) != 1:
+            raise ParameterError(f"expected one float checkpoint behind {params.source!r}, found {len(checkpoints)}", key="source")

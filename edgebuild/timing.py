@@ -1,0 +1,25 @@
+"""Wall time per phase of a build or verification, for the build record and the
+report (never for a payload file: timings differ run to run)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+
+class Phases:
+    """``with phases.time("export"): ...`` adds ``export_s`` to ``phases.seconds``
+    (accumulating when a phase runs more than once)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def time(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"{name}_s"
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started

@@ -1,0 +1,84 @@
+"""Helpers the tests share (fixtures live in ``conftest.py``): project directories
+laid out as a user's, the one-tower manifest, copies of a built project."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# The generated tiny checkpoint each kind's tests build from: a kind without one is untested.
+KIND_FIXTURES = {
+    "qwen3_5_vision_tower": "qwen3_5_vl_tiny",
+    "siglip_f143": "siglip_tiny",
+    "siglip_f143_onnx": "siglip_tiny",
+}
+
+
+class ProjectDir:
+    """A project directory laid out as a user's: dodo.py, the doit config, a manifest."""
+
+    def __init__(self, root: Path, lay_out: bool = True) -> None:
+        self.root = root
+        if not lay_out:
+            return
+        shutil.copy(REPO / "dodo.py", root / "dodo.py")
+        # The doit section of the repository's pyproject.toml: the build/verify plugins.
+        text = (REPO / "pyproject.toml").read_text()
+        section = text[text.index("[tool.doit]"):text.index("[tool.pytest")]
+        (root / "pyproject.toml").write_text(section)
+
+    @classmethod
+    def existing(cls, root: Path) -> "ProjectDir":
+        """A project directory that is already laid out (a copy of another)."""
+        return cls(root, lay_out=False)
+
+    def manifest(self, text: str, name: str = "artifacts.yaml") -> Path:
+        path = self.root / name
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    def doit(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        environment = {key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"}
+        environment.update(env or {})
+        doit = Path(sys.executable).with_name("doit")
+        return subprocess.run(
+            [str(doit), *args], cwd=self.root, env=environment, capture_output=True, text=True, timeout=600
+        )
+
+    def project(self):
+        from edgebuild.project import Project
+
+        return Project.load(self.root / "artifacts.yaml", self.root)
+
+
+TOWER_MANIFEST = """\
+checkpoints:
+  qwen:
+    fixture: qwen3_5_vl_tiny
+artifacts:
+  t:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 64
+"""
+
+
+def clone_project(seed: Path, target: Path) -> ProjectDir:
+    """A copy of ``seed`` (build/, cache/ with its store and doit state, the lock file):
+    another checkout that has built and verified what the seed has."""
+    shutil.copytree(seed, target, symlinks=True)
+    return ProjectDir.existing(target)
+
+
+def lay_out_siglip_inputs(root: Path, checkpoint: Path) -> Path:
+    """A copy of the SigLIP fixture at ``root/ckpt`` and the shipped images at
+    ``root/images`` (calibration) and ``root/held_out``."""
+    shutil.copytree(checkpoint, root / "ckpt")
+    shutil.copytree(REPO / "data" / "calibration", root / "images")
+    shutil.copytree(REPO / "data" / "held_out", root / "held_out")
+    return root
