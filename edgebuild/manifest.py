@@ -28,7 +28,11 @@ DEFAULT_MANIFEST = "artifacts.yaml"
 MANIFEST_VERSION = 1
 
 # Artifact names become doit task names and directory names under build/.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Always fullmatch: ``$`` would also match before a final newline.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# A ``{placeholder}`` of a matrix name template: a matrix key, with no index,
+# attribute, conversion or format spec for str.format to trip over.
+_PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # doit refuses tasks named like its commands; edgebuild adds its own.
 RESERVED_NAMES = frozenset(
     {"build", "verify", "status", "publish", "gc", "list", "info", "clean", "forget",
@@ -136,7 +140,7 @@ def load_manifest(
     path = manifest_path(path)
     raw, source = load_yaml(path, environ)
     if not isinstance(raw, dict):
-        raise ManifestError(f"{source.where(())}: expected a mapping at the top level, found {_type_name(raw)}")
+        raise ManifestError(f"{source.where(())}: (top level): expected a mapping, found {_type_name(raw)}")
     try:
         document = ManifestDocument.model_validate(raw)
     except ValidationError as error:
@@ -162,7 +166,7 @@ def load_manifest(
                 continue
             problem = _name_problem(name)
             if problem:
-                errors.append(f"{where}: artifacts -> {template}: {problem}")
+                errors.append(f"{where}: {format_key_path(('artifacts', template))}: {problem}")
                 continue
             try:
                 artifacts[name] = _validate_artifact(name, template, values, source)
@@ -437,9 +441,21 @@ def _did_you_mean(found: str, candidates: list[str]) -> str:
 
 def _placeholders(template: str, source: SourceMap, path: KeyPath) -> list[str]:
     try:
-        return [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+        fields = [
+            (field, spec, conversion)
+            for _, field, spec, conversion in string.Formatter().parse(template)
+            if field is not None
+        ]
     except ValueError as error:
         raise ManifestError(f"{source.where(path)}: {format_key_path(path)}: bad name template: {error}") from None
+    for field, spec, conversion in fields:
+        if not _PLACEHOLDER.fullmatch(field) or spec or conversion:
+            written = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ManifestError(
+                f"{source.where(path)}: {format_key_path(path)}: bad name template: found {written}; "
+                "expected {key} placeholders naming matrix keys"
+            )
+    return [field for field, _, _ in fields]
 
 
 def _name_part(value: Any) -> str:
@@ -449,7 +465,7 @@ def _name_part(value: Any) -> str:
 
 
 def _name_problem(name: str) -> str | None:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         return (
             f"artifact name {name!r} must start with a letter or digit and contain only "
             "letters, digits, '_', '.' and '-'"
@@ -460,9 +476,10 @@ def _name_problem(name: str) -> str | None:
 
 
 def _type_name(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing"}.get(
-        type(value), type(value).__name__
-    )
+    return {
+        dict: "a mapping", list: "a list", str: "a string", type(None): "nothing",
+        bool: "a boolean", int: "an integer", float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def _describe(value: Any) -> str:

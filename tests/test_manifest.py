@@ -214,6 +214,52 @@ def test_unset_environment_variable(tmp_path: Path) -> None:
     )
 
 
+def test_interpolated_number(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("448", "${SIZE:-448}"))
+    assert load_manifest(path, environ={}).artifacts["t"].image_size == (448, 448)
+    assert load_manifest(path, environ={"SIZE": "224"}).artifacts["t"].image_size == (224, 224)
+
+
+def test_merge_key_shares_settings(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEAD
+        + """\
+  small: &tower
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 224
+  large:
+    <<: *tower
+    image_size: 448
+    dtype: int8
+""",
+    )
+    # An error in the merging artifact points at its own line.
+    assert error_of(path) == f"{path}:13:5: artifacts -> large -> dtype: input should be 'float32' or 'float16'; found 'int8'"
+    path.write_text(path.read_text().replace("    dtype: int8\n", ""))
+    manifest = load_manifest(path, environ={})
+    assert manifest.artifacts["small"].image_size == (224, 224)
+    assert manifest.artifacts["large"].image_size == (448, 448)
+    assert manifest.artifacts["large"].checkpoint == "qwen"
+
+
+def test_huge_integers_do_not_crash_the_manifest(tmp_path: Path) -> None:
+    """Bounds per field belong to each kind's schema; the manifest layer keeps any
+    integer it can print, and refuses longer ones with a message."""
+    path = write(
+        tmp_path,
+        "checkpoints:\n  q:\n    fixture: qwen3_5_vl_tiny\n"
+        "    fixture_config: {depth: 100000000000000000000000}\nartifacts: {}\n",
+    )
+    assert load_manifest(path, environ={}).checkpoints["q"].fixture_config == {"depth": 10**23}
+    path = write(tmp_path, HEAD + TOWER + f"    opset: {'1' * 101}\n")
+    assert error_of(path) == (
+        f"{path}:10:12: artifacts -> t -> opset: found an integer of more than 100 digits, "
+        f"{'1' * 40!r}... (101 characters); expected at most 100 digits"
+    )
+
+
 def test_checkpoint_without_source(tmp_path: Path) -> None:
     path = write(tmp_path, "checkpoints:\n  qwen: {}\nartifacts: {}\n")
     assert error_of(path) == f"{path}:2:3: checkpoints -> qwen: give a non-empty 'path' or a 'fixture'"
@@ -226,7 +272,20 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
 
 def test_invalid_yaml(tmp_path: Path) -> None:
     path = write(tmp_path, HEAD + "  t:\n    kind: [qwen\n")
-    assert error_of(path) == f"{path}:8:1: invalid YAML: expected ',' or ']', but got '<stream end>'"
+    assert error_of(path) == (
+        f"{path}:8:1: invalid YAML: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence on line 7)"
+    )
+
+
+@pytest.mark.parametrize(("text", "found"), [("[1]\n", "a list"), ("42\n", "an integer")])
+def test_top_level_must_be_a_mapping(tmp_path: Path, text: str, found: str) -> None:
+    path = write(tmp_path, text)
+    assert error_of(path) == f"{path}:1:1: (top level): expected a mapping, found {found}"
+
+
+def test_empty_manifest(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    assert error_of(path) == f"{path}:1:1: (top level): expected a mapping, found an empty manifest"
 
 
 def test_missing_manifest(tmp_path: Path) -> None:
@@ -237,6 +296,28 @@ def test_missing_manifest(tmp_path: Path) -> None:
 def test_undeclared_default(tmp_path: Path) -> None:
     path = write(tmp_path, HEAD + TOWER + "defaults: [tt]\n")
     assert error_of(path) == f"{path}:10:1: defaults: undeclared artifact 'tt' (did you mean 't'?)"
+
+
+def test_name_with_a_final_newline(tmp_path: Path) -> None:
+    """``$`` in a regex also matches before a final newline; names are matched in full."""
+    path = write(tmp_path, HEAD + TOWER.replace("  t:", '  "t\\n":'))
+    assert error_of(path) == (
+        f"{path}:6:3: artifacts -> 't\\n': artifact name 't\\n' must start with a letter or digit and contain only "
+        "letters, digits, '_', '.' and '-'"
+    )
+
+
+@pytest.mark.parametrize("placeholder", ["{image_size:d}", "{image_size!r}", "{}", "{size.x}"])
+def test_name_template_placeholders_are_plain_keys(tmp_path: Path, placeholder: str) -> None:
+    path = write(
+        tmp_path,
+        HEAD + f"  t_{placeholder}:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n"
+        "    matrix:\n      image_size: [448]\n",
+    )
+    assert error_of(path) == (
+        f"{path}:6:3: artifacts -> t_{placeholder}: bad name template: found {placeholder}; "
+        "expected {key} placeholders naming matrix keys"
+    )
 
 
 def test_reserved_name(tmp_path: Path) -> None:
