@@ -15,24 +15,46 @@ that file, so a downloaded artifact can be checked with shell tools alone
 (``sha256sum SHA256SUMS``, then ``sha256sum -c SHA256SUMS``).
 
 Rules: only artifacts that verified at their current fingerprint are published,
-and only if every artifact asked for did (otherwise nothing is); a fingerprint
-already published with the same output files is a no-op; one published with
-different bytes is an error and is never overwritten.
+and only if every artifact asked for did (otherwise nothing is); never into the
+project's own ``build/`` or ``cache/``. A fingerprint already published with the
+same output files is a no-op once every published file is checked against its
+``SHA256SUMS``: a published file that no longer matches is an error naming it.
+One published with different bytes is an error. Nothing published is ever
+overwritten. (Checking reads every published file again: on S3, a download.)
 
-Ordering and atomicity: entry files first, ``SHA256SUMS`` last, the index after
-every entry. The index is read, merged and written back: on a filesystem under
-a lock, through a temporary file renamed over it; on an object store (S3) in a
-single PUT, which readers see whole or not at all. S3 has no lock and no
-rename, so two publishers writing the index at the same instant can lose one
-of the two new rows (never an entry): publishing that artifact again, a no-op
-for its files, puts the row back.
+Ordering and atomicity: an entry appears whole or not at all, and of two
+publishers of one fingerprint exactly one writes it; the other finds it
+published (and checks it like any republish).
+
+- On a local filesystem the entry is written into a staging directory beside
+  its final place (``<artifact>/.<fingerprint>.<random>.partial/``), then
+  renamed into place; ``rename(2)`` refuses a target that exists. A killed
+  publish leaves only its staging directory, never read and safe to delete.
+- Elsewhere (S3 and other fsspec URLs) every key is written only where nothing
+  is (S3: a conditional PUT, ``If-None-Match: *``), ``SHA256SUMS`` last, so no
+  publisher overwrites another's file and the one that writes ``SHA256SUMS``
+  lists exactly the bytes under the entry. A key written before by an
+  interrupted publish is kept if it holds the same bytes (a retry); if it holds
+  other bytes the publish stops and says to delete the unfinished entry.
+
+The index is written after every entry: read, merged and written back, on a
+filesystem under a lock, through a temporary file renamed over it; on an
+object store (S3) in a single PUT, which readers see whole or not at all. S3
+has no lock and no rename, so two publishers writing the index at the same
+instant can lose one of the two new rows (never an entry): publishing that
+artifact again, a no-op for its files, puts the row back.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import re
+import shutil
 import subprocess
+import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -40,11 +62,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import PublishError
+from .errors import PublishError, RemoteError
+from .faults import fault_point
 from .fingerprint import locked
 from .project import Project
 from .record import VerificationState, read_record, verification_state
-from .remote import Location
+from .remote import Location, plain_path_problem, quoted
 from .report import REPORT_JSON, REPORT_MD
 
 PUBLISH_FORMAT = 1
@@ -52,6 +75,7 @@ INDEX_KEY = "index.json"
 PROVENANCE_FILE = "provenance.json"
 CHECKSUMS_FILE = "SHA256SUMS"
 METADATA_FILES = (REPORT_JSON, REPORT_MD, PROVENANCE_FILE, CHECKSUMS_FILE)
+SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 Log = Callable[[str], None]
 
@@ -67,15 +91,25 @@ class Published:
 
 
 @dataclass(frozen=True)
-class _Prepared:
-    """One artifact's files as they will be published."""
+class EntryFiles:
+    """One artifact's files as they will be published: each file's content (bytes,
+    or a local file), its sha256, and the ``SHA256SUMS`` that lists them all."""
 
     name: str
     fingerprint: str
-    directory: Path
     files: dict[str, bytes | Path]
     sha256: dict[str, str]
     checksums: bytes
+
+    @classmethod
+    def of(cls, name: str, fingerprint: str, files: dict[str, bytes | Path], sha256: dict[str, str] | None = None) -> "EntryFiles":
+        """The entry of ``files``; ``sha256`` holds digests already known (the rest are computed)."""
+        digests = dict(sha256 or {})
+        for relative, content in files.items():
+            if relative not in digests:
+                digests[relative] = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else file_sha256(content)
+        checksums = "".join(f"{digests[relative]}  {relative}\n" for relative in sorted(digests)).encode()
+        return cls(name, fingerprint, files, digests, checksums)
 
     @property
     def prefix(self) -> str:
@@ -84,13 +118,28 @@ class _Prepared:
 
 def publish(project: Project, names: list[str], destination: str, log: Log = print) -> list[Published]:
     """Publish ``names`` to ``destination``; all of them or, if any is not verified, none."""
-    check_publishable(project, names)
     location = Location(destination)
+    _refuse_project_directories(project, location)
+    check_publishable(project, names)
     git = git_state(project.manifest.root)
     prepared = [_prepare(project, name, git) for name in names]
-    results = [_put_entry(location, item, log) for item in prepared]
+    results = [put_entry(location, item, log) for item in prepared]
     _update_index(location, project, results, log)
     return results
+
+
+def _refuse_project_directories(project: Project, location: Location) -> None:
+    """A destination inside ``build/`` or ``cache/`` would be replaced, cleaned or
+    pruned by edgebuild itself: published files must outlive those."""
+    if not location.is_local:
+        return
+    root = Path(location.root).resolve()
+    for directory in (project.layout.build_dir, project.layout.cache_dir):
+        if root.is_relative_to(directory.resolve()):
+            raise PublishError(
+                f"{location.label}: inside the project's {directory.name}/ directory, which edgebuild "
+                "replaces and prunes; publish somewhere else"
+            )
 
 
 def check_publishable(project: Project, names: list[str]) -> None:
@@ -115,7 +164,7 @@ def _unpublishable(project: Project, name: str) -> str | None:
     return None
 
 
-def _prepare(project: Project, name: str, git: dict[str, Any] | None) -> _Prepared:
+def _prepare(project: Project, name: str, git: dict[str, Any] | None) -> EntryFiles:
     directory = project.layout.artifact_dir(name)
     record = read_record(directory)
     assert record is not None  # checked by _unpublishable
@@ -129,11 +178,7 @@ def _prepare(project: Project, name: str, git: dict[str, Any] | None) -> _Prepar
     files[REPORT_JSON] = directory / REPORT_JSON
     files[REPORT_MD] = directory / REPORT_MD
     files[PROVENANCE_FILE] = (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode()
-    for meta_name in (REPORT_JSON, REPORT_MD, PROVENANCE_FILE):
-        content = files[meta_name]
-        sha256[meta_name] = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else file_sha256(content)
-    checksums = "".join(f"{sha256[relative]}  {relative}\n" for relative in sorted(sha256)).encode()
-    return _Prepared(name, record.fingerprint, directory, files, sha256, checksums)
+    return EntryFiles.of(name, record.fingerprint, files, sha256)
 
 
 def provenance_record(
@@ -180,32 +225,108 @@ def provenance_record(
     }
 
 
-def _put_entry(location: Location, item: _Prepared, log: Log) -> Published:
-    checksum = "sha256:" + hashlib.sha256(item.checksums).hexdigest()
-    prefix = item.prefix
-    existing = location.read(f"{prefix}/{CHECKSUMS_FILE}")
-    if existing is not None:
-        published = _parse_checksums(existing)
-        ours = {relative: item.sha256[relative] for relative in item.files if relative not in METADATA_FILES}
-        theirs = {relative: digest for relative, digest in published.items() if relative not in METADATA_FILES}
-        if theirs != ours:
-            differing = sorted(relative for relative in set(ours) | set(theirs) if ours.get(relative) != theirs.get(relative))
-            raise PublishError(
-                f"{location.where(prefix)}: already published with different content "
-                f"({', '.join(differing)}); not overwritten"
-            )
-        log(f"{item.name} {item.fingerprint[:12]} already published at {location.where(prefix)}")
-        return Published(item.name, item.fingerprint, prefix + "/", "sha256:" + hashlib.sha256(existing).hexdigest(), False)
-    # Not published yet: keys written by an interrupted earlier attempt are rewritten.
+def put_entry(location: Location, item: EntryFiles, log: Log) -> Published:
+    """Publish one entry, or find it already published (and check it: see
+    :func:`_check_published`)."""
+    if location.read(f"{item.prefix}/{CHECKSUMS_FILE}") is None:
+        write = _write_entry_by_rename if location.is_local else _write_entry_create_only
+        if write(location, item):
+            log(f"published {item.name} {item.fingerprint[:12]} to {location.where(item.prefix)}")
+            return Published(item.name, item.fingerprint, item.prefix + "/", _checksum(item.checksums), True)
+        # Another publisher wrote it first: from here on, like any republish.
+    existing = _check_published(location, item)
+    log(f"{item.name} {item.fingerprint[:12]} already published at {location.where(item.prefix)}")
+    return Published(item.name, item.fingerprint, item.prefix + "/", _checksum(existing), False)
+
+
+def _write_entry_by_rename(location: Location, item: EntryFiles) -> bool:
+    """Write the entry into a staging directory beside its final place, then rename
+    it into place; ``False`` when another publisher's entry got there first."""
+    where = location.where(item.prefix)
+    final = location.local_path(item.prefix)
+    # Outside the final path, so that a killed publish leaves nothing inside an entry.
+    staging = location.local_path(f"{item.name}/.{item.fingerprint}.{uuid.uuid4().hex}.partial")
+    try:
+        try:
+            staging.mkdir(parents=True)
+            for relative, content in sorted(item.files.items()):
+                target = staging / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, bytes):
+                    target.write_bytes(content)
+                else:
+                    shutil.copyfile(content, target)
+            (staging / CHECKSUMS_FILE).write_bytes(item.checksums)
+        except OSError as error:
+            raise RemoteError(f"{where}: cannot write: {error}") from None
+        fault_point("publish.after_files")
+        try:
+            # rename(2) replaces nothing but an empty directory: of two publishers, one wins.
+            os.rename(staging, final)
+        except OSError as error:
+            if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                return False
+            raise RemoteError(f"{where}: cannot write: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return True
+
+
+def _write_entry_create_only(location: Location, item: EntryFiles) -> bool:
+    """Write every file only where nothing is, ``SHA256SUMS`` last; ``False`` when
+    another publisher's ``SHA256SUMS`` got there first. Since no key is ever
+    overwritten, whoever writes ``SHA256SUMS`` lists the bytes that are there."""
+    where = location.where(item.prefix)
     for relative, content in sorted(item.files.items()):
-        key = f"{prefix}/{relative}"
-        if isinstance(content, bytes):
-            location.write(key, content)
-        else:
-            location.upload(content, key)
-    location.write(f"{prefix}/{CHECKSUMS_FILE}", item.checksums)
-    log(f"published {item.name} {item.fingerprint[:12]} to {location.where(prefix)}")
-    return Published(item.name, item.fingerprint, prefix + "/", checksum, True)
+        key = f"{item.prefix}/{relative}"
+        if location.create(key, content):
+            continue
+        # Already written: by an interrupted publish of these same bytes (a retry), kept;
+        # or by another publisher, which may have finished meanwhile.
+        if location.digest(key, hashlib.sha256()) == item.sha256[relative]:
+            continue
+        if location.read(f"{item.prefix}/{CHECKSUMS_FILE}") is not None:
+            return False
+        raise PublishError(
+            f"{where}: {relative} holds other bytes, from another publish of this fingerprint that is "
+            f"unfinished or still running; not overwritten (delete {where}/ if no publish is running)"
+        )
+    fault_point("publish.after_files")
+    return location.create(f"{item.prefix}/{CHECKSUMS_FILE}", item.checksums)
+
+
+def _check_published(location: Location, item: EntryFiles) -> bytes:
+    """The ``SHA256SUMS`` of the published entry of ``item``, after checking that it
+    lists the same outputs as ``item`` and that every file it lists holds the bytes
+    it says. Raises :class:`PublishError` otherwise: nothing published is overwritten."""
+    where = location.where(item.prefix)
+    existing = location.read(f"{item.prefix}/{CHECKSUMS_FILE}")
+    if existing is None:
+        raise PublishError(
+            f"{where}: holds files but no {CHECKSUMS_FILE} (a publish that was interrupted or is still running); "
+            f"not overwritten (delete {where}/ if no publish is running)"
+        )
+    published = _parse_checksums(existing, f"{where}/{CHECKSUMS_FILE}")
+    ours = {relative: item.sha256[relative] for relative in item.files if relative not in METADATA_FILES}
+    theirs = {relative: digest for relative, digest in published.items() if relative not in METADATA_FILES}
+    if theirs != ours:
+        differing = sorted(relative for relative in set(ours) | set(theirs) if ours.get(relative) != theirs.get(relative))
+        raise PublishError(
+            f"{where}: already published with different content ({', '.join(differing)}); not overwritten"
+        )
+    for relative, digest in sorted(published.items()):
+        found = location.digest(f"{item.prefix}/{relative}", hashlib.sha256())
+        if found != digest:
+            state = "is missing" if found is None else f"does not match {CHECKSUMS_FILE}"
+            raise PublishError(
+                f"{where}: published file {relative} {state}; not overwritten (delete {where}/ and publish again)"
+            )
+    return existing
+
+
+def _checksum(checksums: bytes) -> str:
+    """How the index names an entry's content: the sha256 of its ``SHA256SUMS``."""
+    return "sha256:" + hashlib.sha256(checksums).hexdigest()
 
 
 def _update_index(location: Location, project: Project, results: list[Published], log: Log) -> None:
@@ -234,22 +355,57 @@ def read_index(location: Location) -> dict[str, Any]:
     raw = location.read(INDEX_KEY)
     if raw is None:
         return {"format": PUBLISH_FORMAT, "artifacts": {}}
+    where = location.where(INDEX_KEY)
     try:
         index = json.loads(raw)
-    except ValueError as error:
-        raise PublishError(f"{location.where(INDEX_KEY)}: not valid JSON ({error}); not overwritten") from None
-    if not isinstance(index, dict) or index.get("format") != PUBLISH_FORMAT or not isinstance(index.get("artifacts"), dict):
-        found = index.get("format") if isinstance(index, dict) else type(index).__name__
-        raise PublishError(
-            f"{location.where(INDEX_KEY)}: expected an index of format {PUBLISH_FORMAT}, found format {found!r}; not overwritten"
-        )
+    except (ValueError, RecursionError) as error:
+        raise PublishError(f"{where}: not valid JSON ({error}); not overwritten") from None
+    problem = _index_problem(index)
+    if problem:
+        raise PublishError(f"{where}: {problem}; not overwritten")
     return index
 
 
-def _parse_checksums(data: bytes) -> dict[str, str]:
-    checksums = {}
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        digest, _, relative = line.partition("  ")
+def _index_problem(index: Any) -> str | None:
+    """What keeps ``index`` from being an index this version reads and merges into."""
+    if not isinstance(index, dict):
+        return f"expected an index of format {PUBLISH_FORMAT} (an object), found {_json_kind(index)}"
+    if index.get("format") != PUBLISH_FORMAT:
+        return f"expected an index of format {PUBLISH_FORMAT}, found format {quoted(index.get('format'))}"
+    artifacts = index.get("artifacts")
+    if not isinstance(artifacts, dict):
+        return f"'artifacts' is {_json_kind(artifacts)}, expected an object"
+    for name, rows in artifacts.items():
+        if not isinstance(rows, dict):
+            return f"artifacts[{quoted(name)}] is {_json_kind(rows)}, expected an object of fingerprints"
+        for fingerprint, row in rows.items():
+            if not isinstance(row, dict):
+                return f"artifacts[{quoted(name)}][{quoted(fingerprint)}] is {_json_kind(row)}, expected an object"
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {str: "a string", list: "an array", dict: "an object"}[type(value)]
+
+
+def _parse_checksums(data: bytes, where: str) -> dict[str, str]:
+    """The file -> sha256 of a ``SHA256SUMS`` read from a destination, whose file names
+    become keys: anything but ``<64 hex>  <plain relative path>`` lines is refused."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PublishError(f"{where}: not UTF-8 text; not overwritten") from None
+    checksums: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        digest, separator, relative = line.partition("  ")
+        if not separator or not SHA256_PATTERN.fullmatch(digest) or plain_path_problem(relative) or relative in checksums:
+            raise PublishError(f"{where}: line {number} is not '<sha256>  <file>' for a new file; not overwritten")
         checksums[relative] = digest
     return checksums
 

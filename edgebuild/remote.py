@@ -11,6 +11,11 @@ Writes never leave a half-written object where a reader looks:
   (a reader sees the old object or the new one, never a prefix), and there is
   no rename, only copy + delete, so the object is written in place.
 
+Keys are confined to the root: :meth:`Location.path` refuses any key that is
+not a plain relative path (no ``..``, no absolute path, no empty or ``.``
+component, no backslash, no control character), so a key built from something
+read off a remote can never name a file outside it.
+
 Endpoints: for ``s3://`` the environment variable ``EDGEBUILD_S3_ENDPOINT_URL``
 sets the endpoint (an S3-compatible server: MinIO, Ceph, a loopback test
 server); botocore's own ``AWS_ENDPOINT_URL_S3`` and fsspec's configuration
@@ -22,6 +27,7 @@ profile, an instance role).
 from __future__ import annotations
 
 import os
+import shlex
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,9 +35,13 @@ from typing import Any
 from .errors import RemoteError
 
 S3_ENDPOINT_ENV = "EDGEBUILD_S3_ENDPOINT_URL"
+READ_CHUNK = 16 * 1024 * 1024
 
 # Protocols whose single-object writes are atomic and that have no real rename.
 OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss", "memory", "hf"})
+# Object stores whose paths start with a bucket (or container): a prefix under it
+# exists only through its objects, so the bucket is what must exist.
+BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss"})
 # What a backend raises for an unreachable or refusing remote. s3fs maps S3's
 # error codes onto OSError subclasses, but a connection failure surfaces as the
 # client library's own type (botocore's EndpointConnectionError, aiohttp's
@@ -42,6 +52,25 @@ _BACKEND_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
 def is_url(spec: str) -> bool:
     return "://" in spec
+
+
+def plain_path_problem(name: str) -> str | None:
+    """What keeps ``name`` from being a plain relative POSIX path that stays under
+    the directory it is joined to; ``None`` when it is one."""
+    if not name:
+        return "is empty"
+    if name.startswith("/"):
+        return "is absolute"
+    if "\\" in name:
+        return "contains a backslash"
+    if any(ord(character) < 32 or character == "\x7f" for character in name):
+        return "contains a control character"
+    parts = name.split("/")
+    if ".." in parts:
+        return "has a '..' component"
+    if any(part in ("", ".") for part in parts):
+        return "has an empty or '.' component"
+    return None
 
 
 def storage_options(protocol: str) -> dict[str, Any]:
@@ -76,6 +105,7 @@ class Location:
         self.root = root.rstrip("/")
         protocols = filesystem.protocol if isinstance(filesystem.protocol, tuple) else (filesystem.protocol,)
         self.is_object_store = bool(OBJECT_STORE_PROTOCOLS.intersection(protocols))
+        self.has_buckets = bool(BUCKET_PROTOCOLS.intersection(protocols))
         self.is_local = "file" in protocols
 
     def _open(self) -> tuple[Any, str]:
@@ -100,7 +130,14 @@ class Location:
         return self._fs
 
     def path(self, key: str) -> str:
-        return f"{self.root}/{key}" if key else self.root
+        """The backend's path of ``key``; ``""`` is the root itself. The one place keys
+        become paths, so the one place that keeps them under the root."""
+        if not key:
+            return self.root
+        problem = plain_path_problem(key)
+        if problem:
+            raise RemoteError(f"{self.label}: key {quoted(key)} {problem}; refused (only keys under the root are used)")
+        return f"{self.root}/{key}"
 
     def local_path(self, key: str) -> Path:
         """The path of ``key`` on this machine (only for a local location)."""
@@ -111,12 +148,32 @@ class Location:
         """``key`` as messages show it: under the location the user named."""
         return f"{self.label.rstrip('/')}/{key}"
 
+    def check_root(self) -> None:
+        """Raise :class:`RemoteError` unless the root is there: the directory on a
+        filesystem, the bucket on an object store. Nothing creates it: a shared
+        directory that is missing is more likely an unmounted disk than a new cache."""
+        container = self.root.split("/", 1)[0] if self.has_buckets else self.root
+        try:
+            info = self.fs.info(container)
+        except FileNotFoundError:
+            info = None
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.label}: cannot reach: {_describe(error)}") from None
+        if self.has_buckets:
+            if info is None:
+                raise RemoteError(f"{self.label}: bucket {container!r} does not exist (or these credentials cannot see it)")
+        elif info is None:
+            raise RemoteError(f"{self.label}: no such directory; create it (mkdir -p {shlex.quote(container)}) or mount the shared disk")
+        elif info.get("type") != "directory":
+            raise RemoteError(f"{self.label}: not a directory")
+
     # --- reads ------------------------------------------------------------------
 
     def read(self, key: str) -> bytes | None:
         """The bytes at ``key``; ``None`` when there is nothing there."""
+        path = self.path(key)
         try:
-            return self.fs.cat_file(self.path(key))
+            return self.fs.cat_file(path)
         except FileNotFoundError:
             return None
         except _BACKEND_ERRORS as error:
@@ -124,8 +181,9 @@ class Location:
 
     def size(self, key: str) -> int | None:
         """The size of the object at ``key``; ``None`` when there is none."""
+        path = self.path(key)
         try:
-            info = self.fs.info(self.path(key))
+            info = self.fs.info(path)
         except FileNotFoundError:
             return None
         except _BACKEND_ERRORS as error:
@@ -134,14 +192,29 @@ class Location:
 
     def download(self, key: str, target: Path) -> bool:
         """Copy ``key`` to the local file ``target``; ``False`` when there is no such object."""
+        path = self.path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.fs.get_file(self.path(key), str(target))
+            self.fs.get_file(path, str(target))
         except FileNotFoundError:
             return False
         except _BACKEND_ERRORS as error:
             raise RemoteError(f"{self.where(key)}: cannot download: {_describe(error)}") from None
         return True
+
+    def digest(self, key: str, hasher: Any) -> str | None:
+        """The hex digest of the bytes at ``key``, streamed through ``hasher`` (a fresh
+        ``hashlib`` object); ``None`` when there is nothing there."""
+        path = self.path(key)
+        try:
+            with self.fs.open(path, "rb") as handle:
+                while chunk := handle.read(READ_CHUNK):
+                    hasher.update(chunk)
+        except FileNotFoundError:
+            return None
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
+        return hasher.hexdigest()
 
     # --- writes -----------------------------------------------------------------
 
@@ -153,9 +226,29 @@ class Location:
         """Copy the local file ``source`` to ``key``, with the same guarantee as :meth:`write`."""
         self._put(key, lambda path: self.fs.put_file(str(source), path))
 
-    def delete(self, key: str) -> None:
+    def create(self, key: str, content: bytes | Path) -> bool:
+        """Put ``content`` (bytes, or a local file) at ``key`` only if nothing is there;
+        ``False`` when something already is. On S3 this is one conditional write
+        (``If-None-Match: *``), so of two writers exactly one succeeds; a backend
+        without conditional writes gets fsspec's check-then-write. Not for a local
+        directory, whose backend ignores the condition: rename a directory there."""
+        assert not self.is_local
+        path = self.path(key)
         try:
-            self.fs.rm_file(self.path(key))
+            if isinstance(content, bytes):
+                self.fs.pipe_file(path, content, mode="create")
+            else:
+                self.fs.put_file(str(content), path, mode="create")
+        except FileExistsError:
+            return False
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot write: {_describe(error)}") from None
+        return True
+
+    def delete(self, key: str) -> None:
+        path = self.path(key)
+        try:
+            self.fs.rm_file(path)
         except FileNotFoundError:
             pass
         except _BACKEND_ERRORS as error:
@@ -178,6 +271,13 @@ class Location:
                     self.fs.rm_file(temporary)
         except _BACKEND_ERRORS as error:
             raise RemoteError(f"{self.where(key)}: cannot write: {_describe(error)}") from None
+
+
+def quoted(value: object) -> str:
+    """``value`` as a message shows it: its repr (escaped), cut short, since it may
+    come from a remote and be of any length."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def _describe(error: BaseException) -> str:

@@ -14,13 +14,27 @@ key has exactly one possible content, and the entry, written last in a single
 write, names a consistent set. A blob is uploaded only when missing, and
 identical files (a config shared by several artifacts) are stored once.
 
-Trust: a pull downloads into a scratch directory and checks every file's size
-and digest against the entry, the entry's outputs against the build record,
-and the record against the fingerprint it is filed under (its inputs must hash
-to it). Anything that does not match is reported, dropped from the remote (so
-the next push replaces it) and rebuilt; it is never used. A push first checks
-the local store entry against its record, so a file damaged locally is never
+Trust: everything read from the remote is untrusted. An entry is used only if
+every digest in it is a well-formed blake3 digest (64 lowercase hex digits: a
+key is built from it) and every file name a plain relative path inside the
+artifact (no ``..``, no absolute path, no empty or ``.`` component, no
+backslash, no control character, no name that is also another's directory). A
+pull then downloads into a scratch directory and checks every file's size and
+digest against the entry, the entry's outputs against the build record, and the
+record against the fingerprint it is filed under (its inputs must hash to it).
+Anything that does not match is reported, dropped from the remote (so the next
+push replaces it) and rebuilt; it is never used. Dropping removes the entry's
+own key, and a blob only when its bytes do not hash to its digest (an entry
+that merely lies about a blob must not delete it from the entries that share
+it). Every key stays under the remote's root (:meth:`Location.path` refuses any
+other), and under ``v1/entries/`` or ``v1/blobs/``. A push first checks the
+local store entry against its record, so a file damaged locally is never
 uploaded.
+
+The remote's root must exist (the directory, or the bucket): it is checked once
+per process, and a missing one is an error naming it, never a silent miss. It
+is never created: a shared directory that is missing is more likely an
+unmounted disk than a new cache, so the first user creates it (``mkdir -p``).
 """
 
 from __future__ import annotations
@@ -33,15 +47,16 @@ from typing import Any, Callable
 
 from .atomic import scratch_prefix
 from .errors import RecordError, RemoteError, StoreError
-from .hashing import canonical_json, file_digest
+from .hashing import canonical_json, file_digest, is_digest
 from .record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
-from .remote import Location
+from .remote import Location, plain_path_problem, quoted
 from .store import Store
 
 REMOTE_FORMAT = 1
 PREFIX = f"v{REMOTE_FORMAT}"
 
 Log = Callable[[str], None]
+
 
 
 class CorruptEntry(Exception):
@@ -63,6 +78,7 @@ def blob_key(digest: str) -> str:
 class RemoteCache:
     def __init__(self, location: Location) -> None:
         self.location = location
+        self._root_checked = False
 
     @classmethod
     def open(cls, spec: str, base: Path | None = None) -> "RemoteCache":
@@ -76,24 +92,30 @@ class RemoteCache:
 
     def entry(self, fingerprint: str) -> dict[str, Any] | None:
         """The entry of ``fingerprint`` as stored (``None`` when absent).
-        Raises :class:`CorruptEntry` when it is not a readable entry."""
+        Raises :class:`CorruptEntry` when it is not a well-formed entry, and
+        :class:`RemoteError` when the remote's root is missing or unreachable."""
+        # Every pull, check and push starts here: the one place to check the root.
+        if not self._root_checked:
+            self.location.check_root()
+            self._root_checked = True
         raw = self.location.read(entry_key(fingerprint))
         if raw is None:
             return None
         try:
             entry = json.loads(raw)
-            files = entry["files"]
-            valid = (
-                entry.get("format") == REMOTE_FORMAT
-                and entry.get("fingerprint") == fingerprint
-                and isinstance(files, dict)
-                and RECORD_FILE in files
-                and all(isinstance(meta["size"], int) and isinstance(meta["digest"], str) for meta in files.values())
-            )
-        except (ValueError, KeyError, TypeError):
-            valid = False
-        if not valid:
+        except (ValueError, RecursionError):
+            entry = None
+        if (
+            not isinstance(entry, dict)
+            or entry.get("format") != REMOTE_FORMAT
+            or entry.get("fingerprint") != fingerprint
+            or not isinstance(entry.get("files"), dict)
+            or RECORD_FILE not in entry["files"]
+        ):
             raise CorruptEntry(f"{entry_key(fingerprint)} is not an entry of format {REMOTE_FORMAT} for this fingerprint")
+        problem = _files_problem(entry["files"])
+        if problem:
+            raise CorruptEntry(problem)
         return entry
 
     def has_entry(self, fingerprint: str) -> bool:
@@ -123,7 +145,7 @@ class RemoteCache:
                 entry = self.entry(fingerprint)
                 if entry is None:
                     return None
-                record = self._download(entry, fingerprint, scratch)
+                self._download(entry, fingerprint, scratch)
             except CorruptEntry as corrupt:
                 log(f"remote cache: entry {fingerprint[:12]} is corrupt ({corrupt}); dropped, building instead")
                 self._drop(fingerprint, corrupt.bad_blobs)
@@ -141,16 +163,18 @@ class RemoteCache:
         files: dict[str, dict[str, Any]] = entry["files"]
         for relative, meta in sorted(files.items()):
             path = scratch / relative
-            if not _inside(scratch, path):
-                raise CorruptEntry(f"file name {relative!r} points outside the artifact")
             if not self.location.download(blob_key(meta["digest"]), path):
                 raise CorruptEntry(f"{relative}: blob {meta['digest'][:12]} is missing")
+            digest = file_digest(path)
+            # Blobs live under their digest: bytes that hash to something else are a
+            # bad blob whatever the entry says, while bytes that do hash to the key are
+            # good, even if the entry states another size (then only the entry is bad).
+            bad_blob = (meta["digest"],) if digest != meta["digest"] else ()
             size = path.stat().st_size
             if size != meta["size"]:
-                raise CorruptEntry(f"{relative}: {size} bytes, expected {meta['size']}", (meta["digest"],))
-            digest = file_digest(path)
-            if digest != meta["digest"]:
-                raise CorruptEntry(f"{relative}: digest {digest[:12]}, expected {meta['digest'][:12]}", (meta["digest"],))
+                raise CorruptEntry(f"{relative}: {size} bytes, expected {meta['size']}", bad_blob)
+            if bad_blob:
+                raise CorruptEntry(f"{relative}: digest {digest[:12]}, expected {meta['digest'][:12]}", bad_blob)
         try:
             record = parse_record((scratch / RECORD_FILE).read_bytes(), RECORD_FILE)
         except RecordError as error:
@@ -213,5 +237,27 @@ class RemoteCache:
         return True
 
 
-def _inside(root: Path, path: Path) -> bool:
-    return path.resolve().is_relative_to(root.resolve())
+def _files_problem(files: dict[str, Any]) -> str | None:
+    """What makes an entry's ``files`` unusable (``None`` when nothing does): a file
+    name that is not a plain relative path inside the artifact, a size that is not
+    a byte count, a digest no blob key may be built from, or two names where one
+    is the other's directory."""
+    for relative, meta in sorted(files.items()):
+        problem = plain_path_problem(relative)
+        if problem:
+            return f"file name {quoted(relative)} {problem}"
+        if not isinstance(meta, dict):
+            return f"{relative}: not a size and a digest"
+        size, digest = meta.get("size"), meta.get("digest")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            return f"{relative}: size {quoted(size)} is not a byte count"
+        # The only digest a blob key may be built from: blake3's, lowercase hex.
+        if not is_digest(digest):
+            return f"{relative}: digest {quoted(digest)} is not a blake3 digest of 64 lowercase hex digits"
+    for relative in sorted(files):
+        parts = relative.split("/")
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            if directory in files:
+                return f"file names {quoted(directory)} and {quoted(relative)} collide (one would be the other's directory)"
+    return None

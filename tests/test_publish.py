@@ -1,20 +1,26 @@
 """`doit publish` against a real S3 API (moto's server on loopback) and a local
 directory: content-addressed entries, provenance, checksums, the index, and
-nothing published unless everything verified. Also: the CI workflow runs the
-script that .ci/run runs."""
+nothing published unless everything verified; entries that appear whole or not
+at all, even with two publishers or a killed one; published bytes checked on
+every republish. Also: the CI workflow runs the script that .ci/run runs."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+import edgebuild.publish
 from edgebuild.errors import PublishError
-from edgebuild.publish import publish, read_index
+from edgebuild.faults import FAULT_ENV, InjectedFault
+from edgebuild.publish import EntryFiles, publish, put_entry, read_index
 from edgebuild.remote import Location
 
 from helpers import REPO, TOWER_MANIFEST, clone_project
@@ -149,11 +155,293 @@ def test_publish_needs_a_destination(project_dir) -> None:
     assert "give --to DEST: a directory or an fsspec URL such as s3://bucket/artifacts" in result.stderr
 
 
-def test_unreadable_index_is_not_overwritten(tmp_path: Path) -> None:
-    (tmp_path / "index.json").write_text('{"format": 7}')
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"format": 7}', "expected an index of format 1, found format 7"),
+        ("{not json", "not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+        ("[]", "expected an index of format 1 (an object), found an array"),
+        ('{"format": 1, "artifacts": []}', "'artifacts' is an array, expected an object"),
+        ('{"format": 1, "artifacts": {"t": "x"}}', "artifacts['t'] is a string, expected an object of fingerprints"),
+        ('{"format": 1, "artifacts": {"t": {"ab": null}}}', "artifacts['t']['ab'] is null, expected an object"),
+    ],
+    ids=["format", "not-json", "array", "artifacts-array", "rows-string", "row-null"],
+)
+def test_unreadable_index_is_not_overwritten(text: str, problem: str, tmp_path: Path) -> None:
+    (tmp_path / "index.json").write_text(text)
     with pytest.raises(PublishError) as error:
         read_index(Location(str(tmp_path)))
-    assert str(error.value) == f"{tmp_path}/index.json: expected an index of format 1, found format 7; not overwritten"
+    assert str(error.value) == f"{tmp_path}/index.json: {problem}; not overwritten"
+    assert (tmp_path / "index.json").read_text() == text
+
+
+# --- one entry: whole or not at all, checked when found --------------------------------
+
+FINGERPRINT = "ab" * 32
+ENTRY_FILES = {"model.bin", "report.json", "provenance.json", "SHA256SUMS"}
+
+
+def entry_files(root: Path, model: bytes = b"weights" * 1000, report: bytes = b'{"passed": true}\n') -> EntryFiles:
+    """An entry of artifact ``art`` as publishing prepares it: an output file on disk,
+    a report and provenance in memory."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model.bin").write_bytes(model)
+    files = {"model.bin": root / "model.bin", "report.json": report, "provenance.json": b'{"format": 1}\n'}
+    return EntryFiles.of("art", FINGERPRINT, files)
+
+
+def published_files(location: Location) -> set[str]:
+    """Every file under ``art/<fingerprint>/`` (a temporary file there would show)."""
+    prefix = location.path(f"art/{FINGERPRINT}")
+    return {path[len(prefix) + 1:] for path in location.fs.find(prefix)}
+
+
+def assert_consistent(location: Location) -> bytes:
+    """The entry's SHA256SUMS lists exactly the files there, each with its bytes (`sha256sum -c`)."""
+    sums = location.read(f"art/{FINGERPRINT}/SHA256SUMS")
+    listed = dict(line.split("  ")[::-1] for line in sums.decode().splitlines())
+    assert set(listed) | {"SHA256SUMS"} == published_files(location)
+    for name, digest in listed.items():
+        assert sha256(location.read(f"art/{FINGERPRINT}/{name}")) == digest, name
+    return sums
+
+
+def snapshot(location: Location) -> dict[str, bytes]:
+    return {path: location.fs.cat_file(path) for path in location.fs.find(location.root)}
+
+
+def test_entry_is_written_whole_then_found_published(remote_url: str, tmp_path: Path) -> None:
+    location = Location(remote_url)
+    messages: list[str] = []
+    first = put_entry(location, entry_files(tmp_path / "build"), messages.append)
+    assert first.written is True and first.path == f"art/{FINGERPRINT}/"
+    assert published_files(location) == ENTRY_FILES
+    assert first.checksum == "sha256:" + sha256(assert_consistent(location))
+    if location.is_local:
+        # The staging directory was renamed into place: nothing else under art/.
+        assert sorted(os.listdir(location.local_path("art"))) == [FINGERPRINT]
+    again = put_entry(location, entry_files(tmp_path / "build"), messages.append)
+    assert again.written is False and again.checksum == first.checksum
+    assert messages == [
+        f"published art {FINGERPRINT[:12]} to {remote_url}/art/{FINGERPRINT}",
+        f"art {FINGERPRINT[:12]} already published at {remote_url}/art/{FINGERPRINT}",
+    ]
+
+
+def test_republish_checks_the_published_bytes(remote_url: str, tmp_path: Path) -> None:
+    """A published file changed in place is an error naming it, never 'already published'."""
+    location = Location(remote_url)
+    item = entry_files(tmp_path / "build")
+    put_entry(location, item, lambda message: None)
+    where = f"{remote_url}/art/{FINGERPRINT}"
+    model = location.read(f"art/{FINGERPRINT}/model.bin")
+    damaged = bytearray(model)
+    damaged[100] ^= 0x01
+    location.write(f"art/{FINGERPRINT}/model.bin", bytes(damaged))
+    before = snapshot(location)
+    with pytest.raises(PublishError) as error:
+        put_entry(location, item, lambda message: None)
+    assert str(error.value) == (
+        f"{where}: published file model.bin does not match SHA256SUMS; not overwritten (delete {where}/ and publish again)"
+    )
+    assert snapshot(location) == before
+
+    location.write(f"art/{FINGERPRINT}/model.bin", model)
+    location.delete(f"art/{FINGERPRINT}/report.json")
+    before = snapshot(location)
+    with pytest.raises(PublishError) as error:
+        put_entry(location, item, lambda message: None)
+    assert str(error.value) == (
+        f"{where}: published file report.json is missing; not overwritten (delete {where}/ and publish again)"
+    )
+    assert snapshot(location) == before
+
+
+@pytest.mark.parametrize(
+    "sums",
+    [b"garbage\n", ("0" * 64 + "  ../victim.txt\n").encode(), ("0" * 64 + "  model.bin\n").encode() * 2],
+    ids=["not-a-checksum-line", "outside-the-entry", "listed-twice"],
+)
+def test_malformed_published_checksums_are_an_error(sums: bytes, tmp_path: Path) -> None:
+    victim = tmp_path / "dest" / "art" / "victim.txt"
+    location = Location(str(tmp_path / "dest"))
+    item = entry_files(tmp_path / "build")
+    put_entry(location, item, lambda message: None)
+    victim.write_text("keep\n")
+    location.write(f"art/{FINGERPRINT}/SHA256SUMS", sums)
+    with pytest.raises(PublishError) as error:
+        put_entry(location, item, lambda message: None)
+    line = 2 if sums.count(b"\n") == 2 else 1
+    assert str(error.value) == (
+        f"{tmp_path / 'dest'}/art/{FINGERPRINT}/SHA256SUMS: line {line} is not '<sha256>  <file>' for a new file; "
+        "not overwritten"
+    )
+    assert victim.read_text() == "keep\n"
+
+
+def test_entry_directory_without_checksums_is_not_overwritten(tmp_path: Path) -> None:
+    """What an interrupted publish of an older edgebuild left at the final path."""
+    location = Location(str(tmp_path / "dest"))
+    location.write(f"art/{FINGERPRINT}/model.bin", b"partial")
+    where = f"{tmp_path / 'dest'}/art/{FINGERPRINT}"
+    with pytest.raises(PublishError) as error:
+        put_entry(location, entry_files(tmp_path / "build"), lambda message: None)
+    assert str(error.value) == (
+        f"{where}: holds files but no SHA256SUMS (a publish that was interrupted or is still running); "
+        f"not overwritten (delete {where}/ if no publish is running)"
+    )
+    assert published_files(location) == {"model.bin"}
+
+
+def test_second_publisher_of_one_fingerprint_never_mixes_files(
+    remote_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two publishers of one fingerprint with equally valid but different reports, the
+    second running entirely while the first has written its files and not yet made
+    its entry appear: exactly one entry, and its SHA256SUMS matches every file."""
+    location = Location(remote_url)
+    first = entry_files(tmp_path / "first", report=b'{"passed": true, "seconds": 1}\n')
+    second = entry_files(tmp_path / "second", report=b'{"passed": true, "seconds": 2}\n')
+    where = f"{remote_url}/art/{FINGERPRINT}"
+    first_messages: list[str] = []
+    second_outcome: list[str] = []
+
+    def second_publisher_runs(point: str) -> None:
+        assert point == "publish.after_files"
+        monkeypatch.setattr(edgebuild.publish, "fault_point", lambda point: None)
+        try:
+            put_entry(Location(remote_url), second, second_outcome.append)
+        except PublishError as error:
+            second_outcome.append(str(error))
+
+    monkeypatch.setattr(edgebuild.publish, "fault_point", second_publisher_runs)
+    result = put_entry(location, first, first_messages.append)
+    sums = assert_consistent(location)
+    if location.is_local:
+        # The second renamed its directory into place first; the first finds it published.
+        assert second_outcome == [f"published art {FINGERPRINT[:12]} to {where}"]
+        assert result.written is False and sums == second.checksums
+        assert first_messages == [f"art {FINGERPRINT[:12]} already published at {where}"]
+        assert sorted(os.listdir(location.local_path("art"))) == [FINGERPRINT]
+    else:
+        # On S3 no key is overwritten: the first's files are there, so the second stops.
+        assert second_outcome == [
+            f"{where}: report.json holds other bytes, from another publish of this fingerprint that is unfinished "
+            f"or still running; not overwritten (delete {where}/ if no publish is running)"
+        ]
+        assert result.written is True and sums == first.checksums
+
+
+def test_second_publisher_with_other_outputs_is_refused(
+    remote_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race with a byte-different build: whichever loses says so; the entry is
+    the winner's, whole."""
+    location = Location(remote_url)
+    first = entry_files(tmp_path / "first", model=b"one build" * 100)
+    second = entry_files(tmp_path / "second", model=b"another build" * 100)
+    where = f"{remote_url}/art/{FINGERPRINT}"
+    second_outcome: list[str] = []
+
+    def second_publisher_runs(point: str) -> None:
+        monkeypatch.setattr(edgebuild.publish, "fault_point", lambda point: None)
+        try:
+            put_entry(Location(remote_url), second, second_outcome.append)
+        except PublishError as error:
+            second_outcome.append(str(error))
+
+    monkeypatch.setattr(edgebuild.publish, "fault_point", second_publisher_runs)
+    if location.is_local:
+        with pytest.raises(PublishError) as error:
+            put_entry(location, first, lambda message: None)
+        assert str(error.value) == f"{where}: already published with different content (model.bin); not overwritten"
+        assert second_outcome == [f"published art {FINGERPRINT[:12]} to {where}"]
+        assert assert_consistent(location) == second.checksums
+    else:
+        assert put_entry(location, first, lambda message: None).written is True
+        assert second_outcome == [
+            f"{where}: model.bin holds other bytes, from another publish of this fingerprint that is unfinished "
+            f"or still running; not overwritten (delete {where}/ if no publish is running)"
+        ]
+        assert assert_consistent(location) == first.checksums
+
+
+KILLED_PUBLISH = """
+import sys
+from pathlib import Path
+from edgebuild.publish import EntryFiles, put_entry
+from edgebuild.remote import Location
+root = Path(sys.argv[2])
+files = {"model.bin": root / "model.bin", "report.json": (root / "report.json").read_bytes(),
+         "provenance.json": b'{"format": 1}\\n'}
+put_entry(Location(sys.argv[1]), EntryFiles.of("art", sys.argv[3], files), print)
+"""
+
+
+def test_killed_publish_leaves_no_entry_and_a_retry_publishes(remote_url: str, tmp_path: Path) -> None:
+    item = entry_files(tmp_path / "build")
+    (tmp_path / "build" / "report.json").write_bytes(item.files["report.json"])
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_PUBLISH, remote_url, str(tmp_path / "build"), FINGERPRINT],
+        cwd=REPO, env={**os.environ, FAULT_ENV: "publish.after_files=kill"}, capture_output=True, text=True, timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    location = Location(remote_url)
+    assert location.read(f"art/{FINGERPRINT}/SHA256SUMS") is None
+    if location.is_local:
+        # Its files are in a staging directory beside the entry, never at the entry's path.
+        (staging,) = os.listdir(location.local_path("art"))
+        assert staging.startswith(f".{FINGERPRINT}.") and staging.endswith(".partial")
+        assert sorted(os.listdir(location.local_path(f"art/{staging}"))) == sorted(ENTRY_FILES)
+    else:
+        assert published_files(location) == ENTRY_FILES - {"SHA256SUMS"}
+    # The retry (the same bytes) publishes a whole entry, with no leftover inside it.
+    assert put_entry(location, item, lambda message: None).written is True
+    assert published_files(location) == ENTRY_FILES
+    assert assert_consistent(location) == item.checksums
+
+
+def test_killed_s3_publish_then_other_bytes_is_an_error(s3_bucket: str, tmp_path: Path) -> None:
+    """On S3 an unfinished entry holding other bytes is never overwritten: the message says what to delete."""
+    item = entry_files(tmp_path / "build")
+    (tmp_path / "build" / "report.json").write_bytes(item.files["report.json"])
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_PUBLISH, s3_bucket, str(tmp_path / "build"), FINGERPRINT],
+        cwd=REPO, env={**os.environ, FAULT_ENV: "publish.after_files=kill"}, capture_output=True, text=True, timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    location = Location(s3_bucket)
+    before = snapshot(location)
+    where = f"{s3_bucket}/art/{FINGERPRINT}"
+    with pytest.raises(PublishError) as error:
+        put_entry(location, entry_files(tmp_path / "other", report=b'{"passed": true, "seconds": 3}\n'), print)
+    assert str(error.value) == (
+        f"{where}: report.json holds other bytes, from another publish of this fingerprint that is unfinished "
+        f"or still running; not overwritten (delete {where}/ if no publish is running)"
+    )
+    assert snapshot(location) == before
+
+
+def test_publish_that_fails_after_its_files_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FAULT_ENV, "publish.after_files=raise")
+    location = Location(str(tmp_path / "dest"))
+    with pytest.raises(InjectedFault) as error:
+        put_entry(location, entry_files(tmp_path / "build"), lambda message: None)
+    assert str(error.value) == f"{FAULT_ENV}=publish.after_files=raise"
+    assert os.listdir(tmp_path / "dest" / "art") == []
+
+
+@pytest.mark.parametrize("inside", ["build", "build/published", "cache", "cache/store/x"])
+def test_destination_inside_build_or_cache_is_refused(inside: str, project_dir) -> None:
+    project_dir.manifest(TOWER_MANIFEST)
+    for destination in (str(project_dir.root / inside), f"file://{project_dir.root / inside}"):
+        with pytest.raises(PublishError) as error:
+            publish(project_dir.project(), ["t"], destination)
+        assert str(error.value) == (
+            f"{destination}: inside the project's {inside.split('/')[0]}/ directory, which edgebuild replaces "
+            "and prunes; publish somewhere else"
+        )
+    assert not (project_dir.root / "build").exists() and not (project_dir.root / "cache" / "store").exists()
 
 
 # --- CI ---------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """The remote cache against a real S3 API (moto's server on loopback) and a local
 directory: push and pull, checksums on both ways, corrupt entries reported and
-rebuilt, two clones sharing one remote through the real doit CLI."""
+rebuilt, hostile entries that never reach outside the remote, a missing remote
+as an error, two clones sharing one remote through the real doit CLI."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,15 @@ from edgebuild.remote_cache import RemoteCache, blob_key, entry_key
 from edgebuild.store import Store
 
 from helpers import TOWER_MANIFEST, clone_project
+
+
+@pytest.fixture
+def remote_url(remote_url: str) -> str:
+    """conftest's remotes, with the directory one created first: edgebuild never
+    creates a remote cache's root (a missing shared directory is an error)."""
+    if "://" not in remote_url:
+        Path(remote_url).mkdir()
+    return remote_url
 
 
 def stored_build(root: Path, params: dict | None = None) -> tuple[Store, str]:
@@ -171,6 +182,236 @@ def test_push_refuses_a_damaged_local_entry(remote_url: str, tmp_path: Path) -> 
     assert not cache.has_entry(fingerprint)
 
 
+# --- an entry is untrusted: nothing outside the remote is read or removed ---------------
+
+
+def rewrite_entry(cache: RemoteCache, fingerprint: str, change) -> None:
+    """Let ``change`` edit the stored entry of ``fingerprint`` (a dict) in place."""
+    entry = json.loads(cache.location.read(entry_key(fingerprint)))
+    change(entry)
+    cache.location.write(entry_key(fingerprint), json.dumps(entry).encode())
+
+
+def blob_keys(store: Store, fingerprint: str) -> list[str]:
+    """The blob keys of every file a push of ``fingerprint`` uploads."""
+    directory = store.entry_dir(fingerprint)
+    names = ("model.bin", "config.json", RECORD_FILE, "report.json")
+    return [blob_key(file_digest(directory / name)) for name in names]
+
+
+def pull_messages(cache: RemoteCache, fingerprint: str, root: Path) -> tuple[dict | None, list[str]]:
+    messages: list[str] = []
+    record = cache.pull("art", fingerprint, Store(root / "store"), root / "art", root / ".tmp", messages.append)
+    return record, messages
+
+
+def test_digest_that_points_outside_the_remote_never_touches_the_file(tmp_path: Path) -> None:
+    """A digest of ``../../victim.txt`` once made a pull read that file, call it corrupt
+    and delete it. The digest is refused before any key is built from it."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not the cache's\n")
+    store, fingerprint = stored_build(tmp_path / "a")
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    cache = RemoteCache.open(str(remote))
+    cache.push(fingerprint, store, lambda message: None)
+
+    def point_at_the_victim(entry: dict) -> None:
+        entry["files"]["model.bin"] = {"size": victim.stat().st_size, "digest": "../../victim.txt"}
+
+    rewrite_entry(cache, fingerprint, point_at_the_victim)
+    record, messages = pull_messages(cache, fingerprint, tmp_path / "b")
+    assert record is None
+    assert messages == [
+        f"remote cache: entry {fingerprint[:12]} is corrupt (model.bin: digest '../../victim.txt' is not a blake3 "
+        "digest of 64 lowercase hex digits); dropped, building instead"
+    ]
+    assert victim.read_text() == "not the cache's\n"
+    # Only the entry's own key is dropped; every blob stays (other entries may share them).
+    assert cache.location.read(entry_key(fingerprint)) is None
+    assert all(cache.location.size(key) is not None for key in blob_keys(store, fingerprint))
+
+
+@pytest.mark.parametrize(
+    ("digest", "shown"),
+    [
+        ("AB" * 32, "'" + "AB" * 32 + "'"),
+        ("ab" * 31, "'" + "ab" * 31 + "'"),
+        ("ab" * 32 + "\n", "'" + "ab" * 32 + "\\n'"),
+        (7, "7"),
+    ],
+    ids=["uppercase", "short", "newline", "number"],
+)
+def test_malformed_digest_is_corrupt(digest: object, shown: str, tmp_path: Path) -> None:
+    store, fingerprint = stored_build(tmp_path / "a")
+    (tmp_path / "remote").mkdir()
+    cache = RemoteCache.open(str(tmp_path / "remote"))
+    cache.push(fingerprint, store, lambda message: None)
+    rewrite_entry(cache, fingerprint, lambda entry: entry["files"]["config.json"].update(digest=digest))
+    record, messages = pull_messages(cache, fingerprint, tmp_path / "b")
+    assert record is None
+    assert messages == [
+        f"remote cache: entry {fingerprint[:12]} is corrupt (config.json: digest {shown} is not a blake3 "
+        "digest of 64 lowercase hex digits); dropped, building instead"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("", "'' is empty"),
+        ("/etc/passwd", "'/etc/passwd' is absolute"),
+        ("../victim.txt", "'../victim.txt' has a '..' component"),
+        ("sub/../../victim.txt", "'sub/../../victim.txt' has a '..' component"),
+        ("sub\\model.bin", "'sub\\\\model.bin' contains a backslash"),
+        ("model\x00.bin", "'model\\x00.bin' contains a control character"),
+        ("./model.bin", "'./model.bin' has an empty or '.' component"),
+        ("sub//model.bin", "'sub//model.bin' has an empty or '.' component"),
+        ("sub/", "'sub/' has an empty or '.' component"),
+    ],
+    ids=["empty", "absolute", "parent", "nested-parent", "backslash", "nul", "dot", "double-slash", "trailing-slash"],
+)
+def test_file_name_that_is_not_a_plain_relative_path_is_corrupt(name: str, problem: str, tmp_path: Path) -> None:
+    store, fingerprint = stored_build(tmp_path / "a")
+    (tmp_path / "remote").mkdir()
+    cache = RemoteCache.open(str(tmp_path / "remote"))
+    cache.push(fingerprint, store, lambda message: None)
+    rewrite_entry(cache, fingerprint, lambda entry: entry["files"].update({name: entry["files"]["model.bin"]}))
+    record, messages = pull_messages(cache, fingerprint, tmp_path / "b")
+    assert record is None
+    assert messages == [
+        f"remote cache: entry {fingerprint[:12]} is corrupt (file name {problem}); dropped, building instead"
+    ]
+    assert cache.location.read(entry_key(fingerprint)) is None
+    assert all(cache.location.size(key) is not None for key in blob_keys(store, fingerprint))
+    assert not (tmp_path / "b" / "art").exists() and not (tmp_path / "victim.txt").exists()
+
+
+def test_entry_with_an_empty_file_name_is_dropped_then_replaced(remote_url: str, tmp_path: Path) -> None:
+    """Such an entry once failed every build ("Is a directory") and was never dropped."""
+    store, fingerprint = stored_build(tmp_path / "a")
+    cache = RemoteCache.open(remote_url)
+    cache.push(fingerprint, store, lambda message: None)
+    rewrite_entry(cache, fingerprint, lambda entry: entry["files"].update({"": entry["files"]["model.bin"]}))
+    record, messages = pull_messages(cache, fingerprint, tmp_path / "b")
+    assert record is None
+    assert messages == [
+        f"remote cache: entry {fingerprint[:12]} is corrupt (file name '' is empty); dropped, building instead"
+    ]
+    assert not cache.has_entry(fingerprint)
+    # The next verified build pushes it again, and it pulls.
+    assert cache.push(fingerprint, store, lambda message: None) is True
+    record, messages = pull_messages(cache, fingerprint, tmp_path / "c")
+    assert record is not None and record.fingerprint == fingerprint and messages == []
+
+
+def test_file_names_that_collide_as_file_and_directory_are_corrupt(tmp_path: Path) -> None:
+    store, fingerprint = stored_build(tmp_path / "a")
+    (tmp_path / "remote").mkdir()
+    cache = RemoteCache.open(str(tmp_path / "remote"))
+    cache.push(fingerprint, store, lambda message: None)
+    rewrite_entry(cache, fingerprint, lambda entry: entry["files"].update({"model.bin/inner": entry["files"]["config.json"]}))
+    record, messages = pull_messages(cache, fingerprint, tmp_path / "b")
+    assert record is None
+    assert messages == [
+        f"remote cache: entry {fingerprint[:12]} is corrupt (file names 'model.bin' and 'model.bin/inner' "
+        "collide (one would be the other's directory)); dropped, building instead"
+    ]
+
+
+@pytest.mark.parametrize(("size", "shown"), [(-1, "-1"), (True, "True"), ("16384", "'16384'")])
+def test_size_that_is_not_a_byte_count_is_corrupt(size: object, shown: str, tmp_path: Path) -> None:
+    store, fingerprint = stored_build(tmp_path / "a")
+    (tmp_path / "remote").mkdir()
+    cache = RemoteCache.open(str(tmp_path / "remote"))
+    cache.push(fingerprint, store, lambda message: None)
+    rewrite_entry(cache, fingerprint, lambda entry: entry["files"]["model.bin"].update(size=size))
+    record, messages = pull_messages(cache, fingerprint, tmp_path / "b")
+    assert record is None
+    assert messages == [
+        f"remote cache: entry {fingerprint[:12]} is corrupt (model.bin: size {shown} is not a byte count); "
+        "dropped, building instead"
+    ]
+
+
+def test_entry_that_misstates_a_good_blobs_size_drops_only_the_entry(remote_url: str, tmp_path: Path) -> None:
+    """The blob's bytes hash to its key, so the blob is good (other entries may use it):
+    only the entry that lies about it goes."""
+    store, fingerprint = stored_build(tmp_path / "a")
+    cache = RemoteCache.open(remote_url)
+    cache.push(fingerprint, store, lambda message: None)
+    model = store.entry_dir(fingerprint) / "model.bin"
+    size = model.stat().st_size
+    rewrite_entry(cache, fingerprint, lambda entry: entry["files"]["model.bin"].update(size=size + 1))
+    record, messages = pull_messages(cache, fingerprint, tmp_path / "b")
+    assert record is None
+    assert messages == [
+        f"remote cache: entry {fingerprint[:12]} is corrupt (model.bin: {size} bytes, expected {size + 1}); "
+        "dropped, building instead"
+    ]
+    assert cache.location.read(entry_key(fingerprint)) is None
+    assert cache.location.size(blob_key(file_digest(model))) == size
+
+
+def test_location_refuses_keys_outside_its_root(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    location = Location(str(tmp_path / "remote"))
+    for key, problem in [
+        ("v1/blobs/../../../victim.txt", "has a '..' component"),
+        (str(victim), "is absolute"),
+        ("v1//blobs", "has an empty or '.' component"),
+    ]:
+        for action in (location.read, location.delete, location.size):
+            with pytest.raises(RemoteError) as error:
+                action(key)
+            assert str(error.value) == (
+                f"{tmp_path / 'remote'}: key {key!r} {problem}; refused (only keys under the root are used)"
+            )
+    assert victim.read_text() == "keep\n"
+
+
+# --- the remote's root must exist -----------------------------------------------------
+
+
+def test_missing_remote_directory_is_an_error_naming_it(tmp_path: Path) -> None:
+    store, fingerprint = stored_build(tmp_path / "a")
+    missing = tmp_path / "shared" / "edgebuild-cache"
+    cache = RemoteCache.open(str(missing))
+    expected = f"{missing}: no such directory; create it (mkdir -p {missing}) or mount the shared disk"
+    for attempt in (
+        lambda: cache.has_entry(fingerprint),
+        lambda: cache.pull("art", fingerprint, Store(tmp_path / "s"), tmp_path / "art", tmp_path / ".tmp", print),
+        lambda: cache.push(fingerprint, store, print),
+    ):
+        with pytest.raises(RemoteError) as error:
+            attempt()
+        assert str(error.value) == expected
+    assert not (tmp_path / "shared").exists()
+
+
+def test_remote_root_is_checked_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, fingerprint = stored_build(tmp_path / "a")
+    (tmp_path / "remote").mkdir()
+    cache = RemoteCache.open(str(tmp_path / "remote"))
+    checks: list[None] = []
+    check_root = cache.location.check_root
+    monkeypatch.setattr(cache.location, "check_root", lambda: checks.append(check_root()))
+    cache.push(fingerprint, store, lambda message: None)
+    assert cache.has(fingerprint) and cache.has_entry(fingerprint)
+    assert len(checks) == 1
+
+
+def test_missing_bucket_is_an_error_naming_it(s3_env: str, tmp_path: Path) -> None:
+    bucket = f"edgebuild-absent-{uuid.uuid4().hex[:12]}"
+    cache = RemoteCache.open(f"s3://{bucket}/team/cache")
+    with pytest.raises(RemoteError) as error:
+        cache.has_entry("ab" * 32)
+    assert str(error.value) == (
+        f"s3://{bucket}/team/cache: bucket '{bucket}' does not exist (or these credentials cannot see it)"
+    )
+
+
 # --- where the remote is configured ------------------------------------------------
 
 
@@ -264,6 +505,7 @@ def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str
 @pytest.mark.slow
 def test_unverified_build_is_not_pushed(verified_seed: Path, tmp_path: Path) -> None:
     remote = tmp_path / "remote"
+    remote.mkdir()
     project = clone_project(verified_seed, tmp_path / "clone")
     # The manifest's remote_cache key, and a threshold no build meets: built, never pushed.
     project.manifest(
@@ -290,11 +532,9 @@ def test_unreachable_remote_is_an_error_that_says_how_to_go_without(
     not_a_directory.write_text("a file where the remote's directory should be")
     monkeypatch.setenv("EDGEBUILD_REMOTE_CACHE", str(not_a_directory))
     project = clone.project()
-    fingerprint = project.fingerprint("t")
     with pytest.raises(RemoteError) as error:
         build_artifact(project, "t", log=lambda message: None)
     assert str(error.value) == (
-        f"t: {not_a_directory}/{entry_key(fingerprint)}: cannot read: [Errno 20] Not a directory: "
-        f"'{not_a_directory}/{entry_key(fingerprint)}' (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
+        f"t: {not_a_directory}: not a directory (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
     )
     assert not (clone.root / "build" / "t").exists()

@@ -1,0 +1,42 @@
+"""Named points where a test makes edgebuild fail on purpose, to check what a
+crash at that instant leaves behind (a deterministic stand-in for a timing race).
+
+``EDGEBUILD_FAULT=<point>=<action>`` arms one point; unset, every point is a
+no-op. Actions:
+
+- ``kill``: SIGKILL this process, so no ``finally`` block or cleanup runs (a
+  killed CI runner, an out-of-memory kill);
+- ``raise``: raise :class:`InjectedFault`, an unexpected error, so cleanup runs.
+
+Points:
+
+- ``publish.after_files``: every file of a published entry is written, the
+  step that makes the entry appear (a directory rename, or ``SHA256SUMS`` on an
+  object store) is not.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+FAULT_ENV = "EDGEBUILD_FAULT"
+
+
+class InjectedFault(RuntimeError):
+    """What a point armed with ``raise`` raises. Deliberately not an
+    :class:`~edgebuild.errors.EdgebuildError`: it stands for a crash or a bug, which
+    the CLI reports with a traceback, not for a failure edgebuild explains."""
+
+
+def fault_point(name: str) -> None:
+    """Fail here if ``EDGEBUILD_FAULT`` arms the point ``name``; otherwise do nothing."""
+    spec = os.environ.get(FAULT_ENV, "")
+    point, _, action = spec.partition("=")
+    if point != name:
+        return
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "raise":
+        raise InjectedFault(f"{FAULT_ENV}={spec}")
+    raise InjectedFault(f"{FAULT_ENV}={spec}: the action must be 'kill' or 'raise'")
