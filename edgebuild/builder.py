@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from .atomic import new_directory, remove_leftovers
-from .errors import EdgebuildError, ExportError, RemoteError, VerificationFailed
+from .errors import EdgebuildError, ExportError, FilesystemError, RemoteError, VerificationFailed
 from .fingerprint import locked
 from .kinds.base import BuildContext
 from .project import Project
@@ -35,20 +35,35 @@ def stderr_log(name: str) -> Log:
 
 
 def is_built(project: Project, name: str) -> bool:
-    """Whether ``build/<name>/`` holds the outputs of the artifact's current fingerprint.
+    """Whether ``build/<name>/`` holds the outputs of the artifact's current fingerprint,
+    each at its recorded digest.
 
-    Cheap (fingerprint and sizes); digests are checked by ``verify`` and on restore.
+    Through the stat cache: an output whose (device, inode, size, mtime, ctime) is
+    unchanged since it was last hashed is not read again, while one edited in place,
+    even at the same size, has a new ctime and is hashed, so it never counts as built.
     """
     existing = read_record_or_none(project.layout.artifact_dir(name))
     if existing is None or existing.fingerprint != project.fingerprint(name):
         return False
-    return not existing.changed_outputs(project.layout.artifact_dir(name), digest=None)
+    return not _changed_outputs(project, name, existing)
+
+
+def _changed_outputs(project: Project, name: str, record: BuildRecord) -> list[str]:
+    return record.changed_outputs(project.layout.artifact_dir(name), digest=project.stat_cache.file_digest)
 
 
 def build_artifact(project: Project, name: str, log: Log | None = None) -> BuildRecord:
     """Make ``build/<name>/`` current: nothing if it is, a restore if the store has
-    the fingerprint, a pull if the remote cache has it, a build otherwise. Returns the record."""
-    log = log or stderr_log(name)
+    the fingerprint, a pull if the remote cache has it, a build otherwise. Returns the record.
+    A file that cannot be written (a full disk, a read-only directory) is a
+    :class:`FilesystemError` naming it; what was there before is untouched."""
+    try:
+        return _make_current(project, name, log or stderr_log(name))
+    except OSError as error:
+        raise FilesystemError.of(error, project.layout.artifact_dir(name), f"{name}: cannot build") from None
+
+
+def _make_current(project: Project, name: str, log: Log) -> BuildRecord:
     record = project.record(name)
     with locked(project.layout.mutex(name)):
         if is_built(project, name):
@@ -59,9 +74,9 @@ def build_artifact(project: Project, name: str, log: Log | None = None) -> Build
         target = project.layout.artifact_dir(name)
         existing = read_record_or_none(target)
         if existing is not None and existing.fingerprint == fingerprint:
-            # The current build, damaged since (a truncated or deleted file): say so, then replace it.
-            damaged = ", ".join(existing.changed_outputs(target, digest=None))
-            log(f"build/{name}: {damaged} missing or resized since the build; replacing it")
+            # The current build, damaged since (a file deleted, truncated or edited): say so, then replace it.
+            damaged = ", ".join(_changed_outputs(project, name, existing))
+            log(f"build/{name}: {damaged} changed or missing since the build; replacing it")
         started = time.perf_counter()
         restored = project.store.restore(fingerprint, target, project.layout.scratch_dir)
         if restored is not None:
@@ -99,6 +114,7 @@ def _build_into_place(project: Project, name: str, record: BuildRecord, log: Log
             out_dir=scratch,
             checkpoints=project.checkpoints_for(params),
             sources={source: layout.artifact_dir(source) for source in params.source_artifacts()},
+            source_params={source: project.manifest.artifacts[source] for source in params.source_artifacts()},
             input_root=project.manifest.root,
             fingerprint=record.fingerprint,
             log=log,
@@ -121,7 +137,10 @@ def verify_artifact(project: Project, name: str, log: Log | None = None) -> Repo
     store and push it to the remote cache; raise :class:`VerificationFailed` on any
     failed check."""
     log = log or stderr_log(name)
-    report = judge(project, name, log)
+    try:
+        report = judge(project, name, log)
+    except OSError as error:
+        raise FilesystemError.of(error, project.layout.artifact_dir(name), f"{name}: cannot verify") from None
     print(report.summary(), file=sys.stderr, flush=True)
     if not report.passed:
         failed = "; ".join(check.describe() for check in report.failed_checks)
@@ -140,5 +159,7 @@ def _keep_verified(project: Project, name: str, fingerprint: str, directory: Pat
     if project.remote_cache is not None:
         try:
             project.remote_cache.push(fingerprint, project.store, log)
+        except OSError as error:
+            raise FilesystemError.of(error, directory, f"{name}: verified, but not pushed to the remote cache") from None
         except EdgebuildError as error:
             raise type(error)(f"{name}: verified, but not pushed to the remote cache: {error}") from None

@@ -269,6 +269,10 @@ class Checkpoint:
         self._tensors: dict[str, TensorEntry] | None = None
         self._config: dict[str, Any] | None = None
         self._weight_map: dict[str, str] | None = None
+        # What kinds read, by name (tensors through ``load``, other files through
+        # ``file``): the fingerprint-coverage tests compare these with the fingerprints.
+        self.tensors_read: set[str] = set()
+        self.files_read: set[str] = set()
 
     @property
     def config_path(self) -> Path:
@@ -285,6 +289,20 @@ class Checkpoint:
                 raise CheckpointError(f"{self.config_path}: missing (every checkpoint needs a config.json)")
             self._config = _read_json_object(self.config_path)
         return self._config
+
+    def file(self, name: str) -> Path:
+        """The checkpoint file ``name`` (beside ``config.json``), for a kind to read.
+
+        Every file a kind reads is read through here, and recorded in
+        ``files_read``: a kind's fingerprint must cover each one (its
+        ``TensorSelection.files``), and the tests check that it does.
+        """
+        path = self.directory / name
+        if not path.is_file():
+            found = "is not a file" if path.exists() else "is missing"
+            raise CheckpointError(f"{path}: {found} ({self.label} must provide it)")
+        self.files_read.add(name)
+        return path
 
     def config_section(self, key: str) -> dict[str, Any]:
         section = self.config.get(key)
@@ -428,6 +446,7 @@ class Checkpoint:
         by_file: dict[Path, list[str]] = {}
         for name, entry in entries.items():
             by_file.setdefault(entry.file, []).append(name)
+        self.tensors_read.update(entries)
         state: dict[str, Any] = {}
 
         def keep(name: str, tensor: Any) -> None:

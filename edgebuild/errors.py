@@ -41,6 +41,16 @@ class StoreError(EdgebuildError):
     """The content-addressed store or a remote holds something it must not serve."""
 
 
+class FilesystemError(EdgebuildError):
+    """A file could not be read or written: a full disk, a read-only or missing
+    directory, no permission. Raised from an ``OSError`` with the path named."""
+
+    @classmethod
+    def of(cls, error: OSError, path: object, doing: str) -> "FilesystemError":
+        where = error.filename if error.filename is not None else path
+        return cls(f"{where}: {doing}: {error.strerror or error}")
+
+
 class RecordError(StoreError):
     """A build record (beside a build, in the store or from a remote) is not one this
     version can read."""

@@ -25,7 +25,8 @@ from typing import Any, Iterable, Iterator
 import blake3
 
 from .atomic import write_text
-from .hashing import HASH_NAME, READ_CHUNK, digest_bytes
+from .errors import FilesystemError
+from .hashing import HASH_NAME, READ_CHUNK, digest_bytes, is_digest
 
 STAT_CACHE_FORMAT = 1
 # How far ahead of the hashing position the kernel is asked to read.
@@ -36,6 +37,15 @@ READ_DEPTH = 4
 PROGRESS_THRESHOLD = 256 * 1024 * 1024
 # numba and llvmlite compile the F143 kernels: a new code generator could round differently.
 TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "safetensors", "numba", "llvmlite")
+
+
+def _valid_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("stat"), list)
+        and isinstance(entry.get("ranges"), dict)
+        and all(isinstance(span, str) and is_digest(digest) for span, digest in entry["ranges"].items())
+    )
 
 
 def _stat_key(stat: os.stat_result) -> list[int]:
@@ -56,13 +66,18 @@ class StatCache:
         self.bytes_hashed = 0
 
     def _read(self) -> dict[str, dict[str, Any]]:
+        # A cache: anything unreadable or of another shape is dropped, entry by entry,
+        # and the files it described are hashed again.
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (OSError, ValueError):
             return {}
-        if data.get("format") != STAT_CACHE_FORMAT or data.get("hash") != HASH_NAME:
+        if not isinstance(data, dict) or data.get("format") != STAT_CACHE_FORMAT or data.get("hash") != HASH_NAME:
             return {}
-        return data.get("files", {})
+        files = data.get("files")
+        if not isinstance(files, dict):
+            return {}
+        return {key: entry for key, entry in files.items() if _valid_entry(entry)}
 
     def range_digests(self, path: Path, ranges: Iterable[tuple[int, int]], label: str | None = None) -> dict[tuple[int, int], str]:
         """Digest of each ``[start, end)`` range of ``path``, reading only the ranges not cached."""
@@ -94,14 +109,17 @@ class StatCache:
     def save(self) -> None:
         if not self.dirty:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with locked(self.path.with_suffix(".lock")):
-            on_disk = self._read()
-            for key in self.dirty:
-                if key in self.entries:
-                    on_disk[key] = self.entries[key]
-            payload = {"format": STAT_CACHE_FORMAT, "hash": HASH_NAME, "files": on_disk}
-            write_text(self.path, json.dumps(payload, sort_keys=True))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with locked(self.path.with_suffix(".lock")):
+                on_disk = self._read()
+                for key in self.dirty:
+                    if key in self.entries:
+                        on_disk[key] = self.entries[key]
+                payload = {"format": STAT_CACHE_FORMAT, "hash": HASH_NAME, "files": on_disk}
+                write_text(self.path, json.dumps(payload, sort_keys=True))
+        except OSError as error:
+            raise FilesystemError.of(error, self.path, "cannot save the stat cache") from None
         self.dirty.clear()
 
 

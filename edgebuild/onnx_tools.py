@@ -9,6 +9,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .errors import ExportError
+
+# The opsets torch's dynamo exporter can write: it exports at 18 and converts with
+# onnxscript's version converter (up to 25), falling back to onnx's own converter up
+# to the highest opset onnx knows (28 in onnx 1.23; a test checks the installed one).
+# onnxruntime 1.32 ran a graph of each (measured). Asked for more, the exporter
+# quietly writes 18, so a manifest asking for more is refused up front.
+EXPORTER_MIN_OPSET = 18
+EXPORTER_MAX_OPSET = 28
+# Node metadata the exporter writes that names source files and line numbers: it
+# differs between two checkouts of the same code, so it never goes into a graph.
+SOURCE_LOCATION_KEYS = frozenset({"pkg.torch.onnx.stack_trace"})
+
 
 def export_onnx(
     module: Any, example: tuple[Any, ...], path: Path, input_names: list[str], output_names: list[str], opset: int
@@ -43,6 +56,32 @@ def export_onnx(
         model = onnx.load(str(path))
         onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                   location=weights.name, size_threshold=1024)
+    model = onnx.load(str(path), load_external_data=False)
+    written = graph_opset(model)
+    if written != opset:
+        raise ExportError(f"asked torch's exporter for opset {opset}, it wrote opset {written}; refusing the graph")
+    if strip_source_locations(model):
+        onnx.save(model, str(path))
+
+
+def graph_opset(model: Any) -> int | None:
+    """The default-domain opset a graph imports."""
+    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
+
+
+def strip_source_locations(model: Any) -> int:
+    """Remove the exporter's source locations (file paths, line numbers) from every
+    node; return how many entries were removed. Everything else it records (module
+    names, fx node names) is a function of the code and stays, for debugging."""
+    removed = 0
+    function_nodes = [node for function in model.functions for node in function.node]
+    for node in [*_all_nodes(model.graph), *function_nodes]:
+        kept = [entry for entry in node.metadata_props if entry.key not in SOURCE_LOCATION_KEYS]
+        if len(kept) != len(node.metadata_props):
+            removed += len(node.metadata_props) - len(kept)
+            del node.metadata_props[:]
+            node.metadata_props.extend(kept)
+    return removed
 
 
 def sanitize_allowzero(path: Path) -> int:
@@ -84,7 +123,7 @@ def graph_summary(path: Path) -> dict[str, Any]:
         if attribute.name == "allowzero" and attribute.i == 1
     )
     return {
-        "opset": next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None),
+        "opset": graph_opset(model),
         "nodes": len(nodes),
         "ops": dict(sorted(Counter(node.op_type for node in nodes).items())),
         "allowzero_reshapes": allowzero,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint
-from .errors import CheckpointError, ManifestError, ParameterError
+from .errors import CheckpointError, FilesystemError, ManifestError, ParameterError
 from .fingerprint import StatCache, code_digests, tool_versions
 from .fixtures import ensure_fixture
 from .hashing import digest_json
@@ -92,11 +92,10 @@ class Project:
             else:
                 directory = Path(spec.path).expanduser()
                 if not directory.is_absolute():
-                    directory = self.manifest.root / directory
+                    directory = (self.manifest.root / directory).absolute()
                 if not directory.is_dir():
-                    raise CheckpointError(
-                        f"{where}: checkpoints -> {name} -> path: checkpoint directory {directory} does not exist"
-                    )
+                    found = "is a file, not a directory" if directory.exists() else "does not exist"
+                    raise CheckpointError(f"{where}: checkpoints -> {name} -> path: checkpoint directory {directory} {found}")
             self._checkpoints[name] = Checkpoint(directory, label=f"checkpoint {name!r} ({directory})")
         return self._checkpoints[name]
 
@@ -128,30 +127,43 @@ class Project:
         except ParameterError as error:
             keys = [error.key] if error.key else []
             raise ParameterError(f"{self.manifest.where(name, *keys)}: {error}", error.key) from None
+        # Inputs are keyed by the role they play, never by a manifest alias or a path:
+        # the same content under another name is the same artifact. What the manifest
+        # named is kept beside them (``inputs_named``), for explanations only.
         inputs: dict[str, Any] = {}
+        named: dict[str, Any] = {}
         selection = kind.tensor_selection(params)
-        # Only the artifact's own checkpoints: a source's are covered by its fingerprint.
-        for checkpoint_name in own:
-            checkpoint = checkpoints[checkpoint_name]
-            inputs[f"checkpoint:{checkpoint_name}"] = self._checkpoint_fingerprint(checkpoint, selection)
-        paths = expand_inputs(params.input_files(), self.manifest.root, self.manifest.where(name))
-        for path in paths:
-            try:
-                key = path.resolve().relative_to(self.manifest.root.resolve()).as_posix()
-            except ValueError:
-                key = str(path)
-            inputs[f"file:{key}"] = self.stat_cache.file_digest(path)
-        for source in params.source_artifacts():
-            inputs[f"artifact:{source}"] = self.fingerprint(source)
+        try:
+            # Only the artifact's own checkpoints: a source's are covered by its fingerprint.
+            for role, checkpoint_name in _roles("checkpoint", own):
+                checkpoint = checkpoints[checkpoint_name]
+                inputs[role] = self._checkpoint_fingerprint(checkpoint, selection)
+                named[role] = checkpoint.label
+            for role, patterns in params.input_patterns().items():
+                paths = expand_inputs(patterns, self.manifest.root, self.manifest.where(name, *role.split(".")))
+                # In order: calibration batches are summed in order, so the order is content.
+                inputs[f"files:{role}"] = [self.stat_cache.file_digest(path) for path in paths]
+                named[f"files:{role}"] = [self._display_path(path) for path in paths]
+            for role, source in _roles("source", params.source_artifacts()):
+                inputs[role] = self.fingerprint(source)
+                named[role] = source
+        except OSError as error:
+            raise FilesystemError.of(error, self.manifest.root, f"{name}: cannot read an input") from None
         record = BuildRecord.create(
             kind=params.kind,
             params=params.build_parameters(),
             inputs=inputs,
             code=code_digests(kind.build_module),
             versions=tool_versions(),
-        )
+        ).model_copy(update={"inputs_named": named})
         self._records[name] = record
         return record
+
+    def _display_path(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.manifest.root.resolve()).as_posix()
+        except ValueError:
+            return str(path)
 
     def fingerprint(self, name: str) -> str:
         return self.record(name).fingerprint
@@ -183,7 +195,12 @@ class Project:
                     "digest": digests[(entry.start, entry.end)],
                 }
         config = checkpoint.config_section(selection.config_key) if selection.config_key else checkpoint.config
-        return {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
+        fingerprint = {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
+        if selection.files:
+            fingerprint["files"] = {
+                name: self.stat_cache.file_digest(checkpoint.file(name)) for name in sorted(selection.files)
+            }
+        return fingerprint
 
     # --- sharing --------------------------------------------------------------------
 
@@ -213,3 +230,10 @@ class Project:
 
     def save_caches(self) -> None:
         self.stat_cache.save()
+
+
+def _roles(field: str, names: list[str]) -> list[tuple[str, str]]:
+    """``[(role, name)]``: ``field`` for one name, ``field.0``, ``field.1``, ... for several."""
+    if len(names) == 1:
+        return [(field, names[0])]
+    return [(f"{field}.{index}", name) for index, name in enumerate(names)]

@@ -63,6 +63,8 @@ class BuildRecord(BaseModel):
     code: dict[str, str]
     versions: dict[str, str]
     fingerprint: str
+    # What the manifest named for each input (alias, path): for explanations, not hashed.
+    inputs_named: dict[str, Any] = Field(default_factory=dict)
     artifact: str | None = None
     build_info: dict[str, Any] = Field(default_factory=dict)
     build_seconds: float | None = None

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 VISION_PREFIX = "vision_model."
 PREPROCESSOR_FILE = "preprocessor_config.json"
+DEFAULT_IMAGE_PROCESSOR = "SiglipImageProcessor"
 
 
 @contextmanager
@@ -39,30 +40,66 @@ def quiet_transformers() -> Iterator[None]:
         logging.set_verbosity(previous)
 
 
+def image_processor(checkpoint: "Checkpoint") -> Any:
+    """The checkpoint's own image processor, from its ``preprocessor_config.json`` alone
+    (read through ``Checkpoint.file``, so the fingerprint covers it). transformers'
+    ``AutoImageProcessor`` would also consult ``config.json`` and the hub cache."""
+    import json
+
+    import transformers
+
+    path = checkpoint.file(PREPROCESSOR_FILE)
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path}: not a JSON object ({error})") from None
+    if not isinstance(settings, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, found {type(settings).__name__}")
+    # The "Fast" processors need torchvision; their slow twins compute the same values.
+    name = str(settings.get("image_processor_type", DEFAULT_IMAGE_PROCESSOR)).removesuffix("Fast")
+    processor_class = getattr(transformers, name, None)
+    if processor_class is None or not name.endswith("ImageProcessor"):
+        raise CheckpointError(f"{path}: image_processor_type: {name!r} is not an image processor transformers provides")
+    try:
+        with quiet_transformers():
+            return processor_class.from_dict(settings)
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a valid {name} configuration ({error})") from None
+
+
 def load_pixel_batches(inputs: "InputSet", root: Path, checkpoint: "Checkpoint", what: str) -> list["torch.Tensor"]:
     """One batch per SafeTensors file, plus one batch of all images through the
     checkpoint's own image processor (the seed's layout)."""
-    from safetensors import safe_open
+    from .checkpoint import read_header
+    from .images import load_rgb_image
 
     batches = []
     for path in expand_inputs(inputs.pixel_values, root, f"{what}.pixel_values"):
-        with safe_open(str(path), framework="pt", device="cpu") as source:
-            if "pixel_values" not in source.keys():
-                raise CheckpointError(f"{path}: no 'pixel_values' tensor (found {', '.join(source.keys()) or 'none'})")
-            batches.append(source.get_tensor("pixel_values").float())
+        header, _ = read_header(path)
+        if "pixel_values" not in header:
+            found = ", ".join(name for name in header if name != "__metadata__") or "none"
+            raise CheckpointError(f"{path}: no 'pixel_values' tensor (found {found})")
+        batches.append(_read_pixel_values(path))
     images = expand_inputs(inputs.images, root, f"{what}.images")
     if images:
-        from PIL import Image
-        from transformers import AutoImageProcessor
-
+        processor = image_processor(checkpoint)
+        loaded = [load_rgb_image(path) for path in images]
         with quiet_transformers():
-            processor = AutoImageProcessor.from_pretrained(str(checkpoint.directory), local_files_only=True)
-        loaded = []
-        for path in images:
-            with Image.open(path) as image:
-                loaded.append(image.convert("RGB"))
-        batches.append(processor(images=loaded, return_tensors="pt")["pixel_values"].float())
+            batches.append(processor(images=loaded, return_tensors="pt")["pixel_values"].float())
     return batches
+
+
+def _read_pixel_values(path: Path) -> "torch.Tensor":
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt", device="cpu") as source:
+        pixels = source.get_tensor("pixel_values")
+    if pixels.ndim != 4 or pixels.shape[1] != 3 or not pixels.is_floating_point():
+        raise CheckpointError(
+            f"{path}: pixel_values: expected a float tensor [images, 3, height, width], "
+            f"found {str(pixels.dtype).removeprefix('torch.')} {list(pixels.shape)}"
+        )
+    return pixels.float()
 
 
 def load_vision_model(checkpoint: "Checkpoint", writable: bool = False) -> tuple[Any, Any]:
@@ -80,6 +117,7 @@ def load_vision_model(checkpoint: "Checkpoint", writable: bool = False) -> tuple
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{checkpoint.config_path}: not a SiglipConfig ({error})") from None
     entries = checkpoint.select((VISION_PREFIX,))
+    checkpoint.check_float_tensors(entries)
     with no_init_weights():
         model = SiglipVisionModel(config.vision_config)
     parameters = dict(model.named_parameters())

@@ -13,7 +13,7 @@ def explain(built: dict[str, Any], current: dict[str, Any]) -> list[str]:
     if built.get("kind") != current.get("kind"):
         reasons.append(f"kind {built.get('kind')} → {current.get('kind')}")
     reasons += _parameter_changes(built.get("params", {}), current.get("params", {}))
-    reasons += _input_changes(built.get("inputs", {}), current.get("inputs", {}))
+    reasons += _input_changes(built.get("inputs", {}), current.get("inputs", {}), current.get("inputs_named", {}))
     reasons += _mapping_changes(built.get("code", {}), current.get("code", {}), "{} changed", "{} added", "{} removed")
     for package in sorted(set(built.get("versions", {})) | set(current.get("versions", {}))):
         before, after = built.get("versions", {}).get(package), current.get("versions", {}).get(package)
@@ -45,7 +45,9 @@ def _parameter_changes(before: dict[str, Any], after: dict[str, Any], prefix: st
     return reasons
 
 
-def _input_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+def _input_changes(before: dict[str, Any], after: dict[str, Any], named: dict[str, Any]) -> list[str]:
+    """Changes of inputs, keyed by role (``checkpoint``, ``source``, ``files:<role>``);
+    ``named`` says what the manifest calls each now."""
     reasons = []
     for key in sorted(set(before) | set(after)):
         if key not in before:
@@ -57,11 +59,14 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         old, new = before[key], after[key]
         if old == new:
             continue
-        if key.startswith("checkpoint:") and isinstance(old, dict) and isinstance(new, dict):
-            label = key.split(":", 1)[1]
+        if key.startswith("checkpoint") and isinstance(old, dict) and isinstance(new, dict):
+            label = named.get(key, key)
             if old.get("config") != new.get("config"):
-                section = new.get("config_key") or "config.json"
-                reasons.append(f"checkpoint {label}: config.json {section} changed")
+                section = new.get("config_key") or "all of it"
+                reasons.append(f"{label}: config.json ({section}) changed")
+            for file_name in sorted(set(old.get("files", {})) | set(new.get("files", {}))):
+                if old.get("files", {}).get(file_name) != new.get("files", {}).get(file_name):
+                    reasons.append(f"{label}: {file_name} changed")
             old_tensors, new_tensors = old.get("tensors", {}), new.get("tensors", {})
             for name in sorted(set(old_tensors) | set(new_tensors)):
                 if name not in old_tensors:
@@ -76,12 +81,26 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
                         )
                     else:
                         reasons.append(f"tensor {name} changed")
-        elif key.startswith("artifact:"):
-            reasons.append(f"source artifact {key.split(':', 1)[1]} changed ({str(old)[:12]} → {str(new)[:12]})")
-        elif key.startswith("file:"):
-            reasons.append(f"input file {key.split(':', 1)[1]} changed")
+        elif key.startswith("source"):
+            reasons.append(f"source artifact {named.get(key, key)} changed ({str(old)[:12]} → {str(new)[:12]})")
+        elif key.startswith("files:") and isinstance(old, list) and isinstance(new, list):
+            reasons += _file_list_changes(key.split(":", 1)[1], old, new, named.get(key, []))
         else:
             reasons.append(f"input {key} changed")
+    return reasons
+
+
+def _file_list_changes(role: str, before: list[str], after: list[str], paths: list[str]) -> list[str]:
+    """Input files of one role, compared by content and position."""
+    if sorted(before) == sorted(after):
+        return [f"{role}: the same files in another order"]
+    reasons = []
+    for index, digest in enumerate(after):
+        if index >= len(before) or before[index] != digest:
+            where = paths[index] if index < len(paths) else f"file {index + 1}"
+            reasons.append(f"{role}: {where} changed" if index < len(before) else f"{role}: {where} added")
+    if len(before) > len(after):
+        reasons.append(f"{role}: {len(before) - len(after)} file(s) fewer")
     return reasons
 
 

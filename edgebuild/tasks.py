@@ -108,13 +108,7 @@ def _build_action(manifest_path: str, root: str, name: str) -> Any:
 
     _share_cores()
     project = project_for(manifest_path, root)
-    try:
-        record = build_artifact(project, name)
-    except EdgebuildError as error:
-        return _failed(error)
-    finally:
-        project.save_caches()
-    return {"fingerprint": record.fingerprint}
+    return _run_action(project, lambda: {"fingerprint": build_artifact(project, name).fingerprint})
 
 
 def _verify_action(manifest_path: str, root: str, name: str) -> Any:
@@ -122,13 +116,37 @@ def _verify_action(manifest_path: str, root: str, name: str) -> Any:
 
     _share_cores()
     project = project_for(manifest_path, root)
-    try:
+
+    def verify() -> dict[str, str]:
         verify_artifact(project, name)
+        return {"verify_fingerprint": project.verify_fingerprint(name)}
+
+    return _run_action(project, verify)
+
+
+def _run_action(project: Any, action: Any) -> Any:
+    """Run ``action``; an edgebuild error becomes doit's one-line task failure. The
+    stat cache is saved either way (what was hashed stays hashed); failing to save it
+    fails the task only when nothing failed before."""
+    try:
+        result = action()
+    except EdgebuildError as error:
+        _save_caches(project)
+        return _failed(error)
+    try:
+        project.save_caches()
     except EdgebuildError as error:
         return _failed(error)
-    finally:
+    return result
+
+
+def _save_caches(project: Any) -> None:
+    """Save the stat cache where a failure to save is not the story (an up-to-date
+    check, or after another error): the next action reports it if it persists."""
+    try:
         project.save_caches()
-    return {"verify_fingerprint": project.verify_fingerprint(name)}
+    except EdgebuildError:
+        pass
 
 
 def _build_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root: str, name: str) -> bool:
@@ -136,13 +154,12 @@ def _build_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root:
 
     project = project_for(manifest_path, root)
     try:
-        current = values.get("fingerprint") == project.fingerprint(name) and is_built(project, name)
+        return values.get("fingerprint") == project.fingerprint(name) and is_built(project, name)
     except EdgebuildError:
         # Not up to date: the action runs and reports the error properly.
         return False
     finally:
-        project.save_caches()
-    return current
+        _save_caches(project)
 
 
 def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root: str, name: str) -> bool:
@@ -160,7 +177,7 @@ def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root
     except EdgebuildError:
         return False
     finally:
-        project.save_caches()
+        _save_caches(project)
 
 
 def _clean_action(directory: str) -> None:

@@ -44,6 +44,7 @@ def judge(project: "Project", name: str, log: Callable[[str], None]) -> Report:
         out_dir=directory,
         checkpoints=project.checkpoints_for(params),
         sources={source: project.layout.artifact_dir(source) for source in params.source_artifacts()},
+        source_params={source: project.manifest.artifacts[source] for source in params.source_artifacts()},
         input_root=project.manifest.root,
         build_info=built.build_info,
         log=log,

@@ -15,9 +15,10 @@ from edgebuild.fingerprint import NEUTRAL_MODULES, _PACKAGE_ROOT, code_digests, 
 from edgebuild.kinds import get_kind, kind_names
 from edgebuild.project import VERIFICATION_MODULE
 
+# The kind interface (its contexts hand a kind its checkpoints): in every digest.
+KIND_INTERFACE = ["edgebuild/checkpoint.py", "edgebuild/kinds/base.py"]
 BUILD_CODE = {
     "qwen3_5_vision_tower": [
-        "edgebuild/kinds/base.py",
         "edgebuild/kinds/qwen3_5_tower/build.py",
         "edgebuild/kinds/qwen3_5_tower/model.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
@@ -26,8 +27,8 @@ BUILD_CODE = {
     "siglip_f143": [
         "edgebuild/compare.py",
         "edgebuild/hashing.py",
+        "edgebuild/images.py",
         "edgebuild/inputs.py",
-        "edgebuild/kinds/base.py",
         "edgebuild/kinds/siglip_f143/build.py",
         "edgebuild/kinds/siglip_f143/calibration.py",
         "edgebuild/kinds/siglip_f143/packed.py",
@@ -38,7 +39,6 @@ BUILD_CODE = {
         "edgebuild/siglip.py",
     ],
     "siglip_f143_onnx": [
-        "edgebuild/kinds/base.py",
         "edgebuild/kinds/siglip_f143/params.py",
         "edgebuild/kinds/siglip_f143_onnx/build.py",
         "edgebuild/kinds/siglip_f143_onnx/model.py",
@@ -53,7 +53,6 @@ JUDGING = ["edgebuild/atomic.py", "edgebuild/hashing.py", "edgebuild/record.py",
 VERIFY_CODE = {
     "qwen3_5_vision_tower": [
         "edgebuild/compare.py",
-        "edgebuild/kinds/base.py",
         "edgebuild/kinds/qwen3_5_tower/model.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
         "edgebuild/kinds/qwen3_5_tower/verify.py",
@@ -61,8 +60,8 @@ VERIFY_CODE = {
     ],
     "siglip_f143": [
         "edgebuild/compare.py",
+        "edgebuild/images.py",
         "edgebuild/inputs.py",
-        "edgebuild/kinds/base.py",
         "edgebuild/kinds/siglip_f143/packed.py",
         "edgebuild/kinds/siglip_f143/params.py",
         "edgebuild/kinds/siglip_f143/verify.py",
@@ -71,8 +70,8 @@ VERIFY_CODE = {
         "edgebuild/siglip.py",
     ],
     "siglip_f143_onnx": [
+        "edgebuild/images.py",
         "edgebuild/inputs.py",
-        "edgebuild/kinds/base.py",
         "edgebuild/kinds/siglip_f143/params.py",
         "edgebuild/kinds/siglip_f143_onnx/model.py",
         "edgebuild/kinds/siglip_f143_onnx/params.py",
@@ -92,13 +91,13 @@ def test_every_kind_is_listed_here() -> None:
 
 @pytest.mark.parametrize("kind", sorted(BUILD_CODE))
 def test_build_digest_covers_exactly_the_build_path(kind: str) -> None:
-    assert sorted(code_digests(get_kind(kind).build_module)) == BUILD_CODE[kind]
+    assert sorted(code_digests(get_kind(kind).build_module)) == sorted(KIND_INTERFACE + BUILD_CODE[kind])
 
 
 @pytest.mark.parametrize("kind", sorted(VERIFY_CODE))
 def test_verify_digest_covers_exactly_the_judging_path(kind: str) -> None:
     covered = code_digests(get_kind(kind).verify_module, VERIFICATION_MODULE)
-    assert sorted(covered) == sorted(set(VERIFY_CODE[kind]) | set(JUDGING))
+    assert sorted(covered) == sorted(set(KIND_INTERFACE + VERIFY_CODE[kind] + JUDGING))
 
 
 @pytest.mark.parametrize("kind", sorted(BUILD_CODE))
@@ -114,6 +113,14 @@ def test_imports_under_type_checking_are_not_followed() -> None:
     assert module_imports("edgebuild.kinds.qwen3_5_tower.model") == {
         "edgebuild.errors", "edgebuild.kinds.qwen3_5_tower.params"
     }
+
+
+def test_exporter_opset_range_is_the_installed_exporters() -> None:
+    import onnx
+
+    from edgebuild.onnx_tools import EXPORTER_MAX_OPSET
+
+    assert EXPORTER_MAX_OPSET == onnx.defs.onnx_opset_version()
 
 
 def _package_modules() -> list[str]:

@@ -30,7 +30,7 @@ def test_verify_writes_the_lock(verified_seed: Path) -> None:
     for key in ("kind", "fingerprint", "inputs", "params", "code", "versions", "outputs"):
         assert entry[key] == record[key]
     assert entry["params"]["image_size"] == [64, 64]
-    assert set(entry["inputs"]) == {"checkpoint:qwen"}
+    assert set(entry["inputs"]) == {"checkpoint"}
     assert entry["versions"]["torch"] and entry["versions"]["onnxruntime"]
     assert set(entry["outputs"]) == {"model.onnx", "model.onnx.data", "tower.json"}
     assert all(set(meta) == {"size", "digest"} for meta in entry["outputs"].values())
@@ -98,7 +98,7 @@ def test_truncated_output_is_named_and_replaced(verified_seed: Path, tmp_path: P
     data.write_bytes(expected[:100])
     result = project.doit("verify")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "[t] build/t: model.onnx.data missing or resized since the build; replacing it" in result.stderr
+    assert "[t] build/t: model.onnx.data changed or missing since the build; replacing it" in result.stderr
     assert "[t] restored from the store" in result.stderr
     assert data.read_bytes() == expected
     assert lock_of(project.root)["artifacts"]["t"]["verified"] is True

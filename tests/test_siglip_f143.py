@@ -188,5 +188,5 @@ def test_calibration_glob_matching_nothing(root: Path) -> None:
     with pytest.raises(CheckpointError) as caught:
         project.record("q")
     assert str(caught.value) == (
-        f"{root / 'artifacts.yaml'}:5:3: artifacts -> q: 'imgs/*.png' matches no file (relative to {root})"
+        f"{root / 'artifacts.yaml'}:10:7: artifacts -> q -> calibration -> images: 'imgs/*.png' matches no file (relative to {root})"
     )

@@ -174,23 +174,42 @@ def test_explain_names_code_and_tool_versions() -> None:
     built = {
         "kind": "k",
         "params": {"opset": 21, "verify": {}},
-        "inputs": {"artifact:src": "a" * 64, "checkpoint:q": {"config": "x", "config_key": "vision_config", "tensors": {}}},
-        "code": {"edgebuild/kinds/qwen3_5_tower.py": "1", "edgebuild/report.py": "2"},
+        "inputs": {
+            "source": "a" * 64,
+            "checkpoint": {"config": "x", "config_key": "vision_config", "tensors": {}, "files": {"p.json": "1"}},
+            "files:calibration.images": ["d1", "d2", "d3"],
+            "files:held_out.images": ["h1", "h2"],
+        },
+        "code": {"edgebuild/kinds/qwen3_5_tower/build.py": "1", "edgebuild/report.py": "2"},
         "versions": {"transformers": "5.24.0", "torch": "2.13.0"},
         "fingerprint": "old",
     }
     current = {
         "kind": "k",
         "params": {"opset": 21, "verify": {}},
-        "inputs": {"artifact:src": "b" * 64, "checkpoint:q": {"config": "y", "config_key": "vision_config", "tensors": {}}},
-        "code": {"edgebuild/kinds/qwen3_5_tower.py": "3", "edgebuild/report.py": "2", "edgebuild/new.py": "4"},
+        "inputs": {
+            "source": "b" * 64,
+            "checkpoint": {"config": "y", "config_key": "vision_config", "tensors": {}, "files": {"p.json": "2"}},
+            "files:calibration.images": ["d1", "dX", "d3", "d4"],
+            "files:held_out.images": ["h2", "h1"],
+        },
+        "inputs_named": {
+            "source": "src",
+            "checkpoint": "checkpoint 'q' (/models/q)",
+            "files:calibration.images": ["a.png", "b.png", "c.png", "d.png"],
+        },
+        "code": {"edgebuild/kinds/qwen3_5_tower/build.py": "3", "edgebuild/report.py": "2", "edgebuild/new.py": "4"},
         "versions": {"transformers": "5.25.0", "torch": "2.13.0"},
         "fingerprint": "new",
     }
     assert explain(built, current) == [
+        "checkpoint 'q' (/models/q): config.json (vision_config) changed",
+        "checkpoint 'q' (/models/q): p.json changed",
+        "calibration.images: b.png changed",
+        "calibration.images: d.png added",
+        "held_out.images: the same files in another order",
         "source artifact src changed (aaaaaaaaaaaa → bbbbbbbbbbbb)",
-        "checkpoint q: config.json vision_config changed",
-        "edgebuild/kinds/qwen3_5_tower.py changed",
+        "edgebuild/kinds/qwen3_5_tower/build.py changed",
         "edgebuild/new.py added",
         "transformers 5.24.0 → 5.25.0",
     ]

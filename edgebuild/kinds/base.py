@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from ..checkpoint import Checkpoint
+
 if TYPE_CHECKING:
-    from ..checkpoint import Checkpoint
     from ..report import Check
 
 
@@ -51,10 +52,27 @@ class ArtifactParams(Strict):
     # Fields that never change an artifact's bytes: left out of its build fingerprint.
     # ``verify`` thresholds are part of the verification fingerprint instead.
     COSMETIC_FIELDS: ClassVar[frozenset[str]] = frozenset({"description", "verify"})
+    # Fields that name inputs (a checkpoint or source by its alias in the manifest, input
+    # files by path or glob): the fingerprint covers what they name, by content, so that
+    # a renamed alias, another checkout path or another spelling of a glob is the same
+    # artifact. Each ``InputSet`` field is one too.
+    REFERENCE_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint", "source"})
 
     def build_parameters(self) -> dict[str, Any]:
-        """The canonical parameters that determine the built files."""
-        return self.model_dump(mode="json", exclude=set(self.COSMETIC_FIELDS))
+        """The canonical parameters that determine the built files (what the reference
+        fields name is an input of the fingerprint instead)."""
+        return self.model_dump(mode="json", exclude=self.COSMETIC_FIELDS | self.REFERENCE_FIELDS | set(self._input_sets()))
+
+    def _input_sets(self) -> dict[str, "InputSet"]:
+        return {name: value for name in type(self).model_fields if isinstance(value := getattr(self, name), InputSet)}
+
+    def input_patterns(self) -> dict[str, list[str]]:
+        """Input files as written in the manifest, by role (``calibration.images``, ...)."""
+        return {
+            f"{field}.{role}": patterns
+            for field, inputs in self._input_sets().items()
+            for role, patterns in (("pixel_values", inputs.pixel_values), ("images", inputs.images))
+        }
 
     def verify_parameters(self) -> dict[str, Any]:
         verify = getattr(self, "verify", None)
@@ -70,9 +88,6 @@ class ArtifactParams(Strict):
         name = getattr(self, "source", None)
         return [name] if name else []
 
-    def input_files(self) -> list[str]:
-        """Extra input files (calibration data and the like), as written in the manifest."""
-        return []
 
 
 class InputSet(Strict):
@@ -85,35 +100,38 @@ class InputSet(Strict):
     def is_empty(self) -> bool:
         return not self.pixel_values and not self.images
 
-    def patterns(self) -> list[str]:
-        return [*self.pixel_values, *self.images]
-
 
 @dataclass(frozen=True)
 class TensorSelection:
-    """The part of a checkpoint a kind reads: tensors by name prefix, and one
-    top-level key of ``config.json``. Fingerprints cover exactly this part."""
+    """The part of a checkpoint a kind reads: tensors by name prefix, one top-level
+    key of ``config.json`` (``None``: all of it), and other files of the checkpoint
+    directory by name (read through ``Checkpoint.file``). Fingerprints cover exactly
+    this part, by content."""
 
     prefixes: tuple[str, ...]
     config_key: str | None = None
+    files: tuple[str, ...] = ()
 
 
 @dataclass
 class ArtifactContext:
     """What a kind is handed: the artifact's parameters, its directory, and its inputs
-    (its checkpoints and, transitively, those of its sources; the built directories
-    of its source artifacts; the manifest's directory, for relative input paths)."""
+    (its checkpoints and, transitively, those of its sources; the built directories and
+    the parameters of its source artifacts; the manifest's directory, for relative
+    input paths)."""
 
     name: str
     params: ArtifactParams
     out_dir: Path
-    checkpoints: dict[str, "Checkpoint"]
+    checkpoints: dict[str, Checkpoint]
     sources: dict[str, Path]
+    # The manifest parameters of each source artifact (how it was made: its inputs).
+    source_params: dict[str, ArtifactParams]
     input_root: Path
     log: Callable[[str], None] = print
 
     @property
-    def checkpoint(self) -> "Checkpoint":
+    def checkpoint(self) -> Checkpoint:
         (name,) = self.params.checkpoint_names()
         return self.checkpoints[name]
 

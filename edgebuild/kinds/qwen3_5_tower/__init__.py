@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ...errors import ParameterError
 from ..base import ArtifactKind, ArtifactParams, TensorSelection
 from ..registry import register
-from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WEIGHTS_FILE, TowerParams, tower_geometry
+from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WEIGHTS_FILE, TowerParams, check_vision_config, tower_geometry
 
 if TYPE_CHECKING:
     from ...checkpoint import Checkpoint
@@ -33,7 +33,9 @@ class Qwen3_5VisionTower(ArtifactKind):
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         assert isinstance(params, TowerParams)
         checkpoint = checkpoints[params.checkpoint]
+        vision_config = check_vision_config(checkpoint)
+        checkpoint.check_float_tensors(checkpoint.select((VISUAL_PREFIX,)))
         try:
-            tower_geometry(checkpoint.config_section("vision_config"), params.image_size)
+            tower_geometry(vision_config, params.image_size)
         except ParameterError as error:
             raise ParameterError(f"{error} (vision_config of {checkpoint.label})", key="image_size") from None

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from ...errors import CheckpointError, ParameterError
+from ...errors import ParameterError
+from ...onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
 from ..base import ArtifactParams, Dtype, Strict
+
+if TYPE_CHECKING:
+    from ...checkpoint import Checkpoint
 
 VISUAL_PREFIX = "model.visual."
 MODEL_FILE = "model.onnx"
@@ -17,6 +21,16 @@ GEOMETRY_FILE = "tower.json"
 # The fixed-shape module must reproduce the model's own forward this closely
 # (or exactly) before it is exported; anything looser exports a different model.
 WRAPPER_TOLERANCE = 1e-4
+# The largest image side the manifest takes: 8192 px at patch 16 is 262 144 patches,
+# whose attention alone needs hundreds of GiB -- past any machine a tower is exported on.
+MAX_IMAGE_SIDE = 8192
+# The integer entries of vision_config the tower's shapes come from, and their defaults
+# in Qwen3_5VisionConfig; each must be a positive integer.
+VISION_INTEGERS = {
+    "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
+    "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
+    "num_position_embeddings": 2304,
+}
 
 # Per-dtype defaults for the manifest's ``verify:`` thresholds, against the
 # float32 model's own forward. float16 figures measured on the tiny fixture:
@@ -56,7 +70,9 @@ class TowerParams(ArtifactParams):
         description="Image side in pixels, or [height, width]."
     )
     dtype: Dtype = "float32"
-    opset: int = Field(default=21, ge=18, description="ONNX opset (16-bit QDQ needs 21).")
+    opset: int = Field(
+        default=21, ge=EXPORTER_MIN_OPSET, le=EXPORTER_MAX_OPSET, description="ONNX opset (16-bit QDQ needs 21)."
+    )
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     verify: TowerVerify = Field(default_factory=TowerVerify)
 
@@ -65,6 +81,8 @@ class TowerParams(ArtifactParams):
     def _positive(cls, value: tuple[int, int]) -> tuple[int, int]:
         if min(value) <= 0:
             raise ValueError("image sizes must be positive")
+        if max(value) > MAX_IMAGE_SIDE:
+            raise ValueError(f"image sizes must be at most {MAX_IMAGE_SIDE}")
         return value
 
     def limits(self) -> dict[str, float]:
@@ -90,12 +108,19 @@ class TowerGeometry:
         return [1, self.grid_h, self.grid_w]
 
 
+def check_vision_config(checkpoint: "Checkpoint") -> dict[str, Any]:
+    """The checkpoint's ``vision_config``, once every integer the tower's shapes come
+    from is a positive integer (a :class:`CheckpointError` naming the key otherwise)."""
+    for key, default in VISION_INTEGERS.items():
+        checkpoint.config_int("vision_config", key, default=default, minimum=1)
+    return checkpoint.config_section("vision_config")
+
+
 def tower_geometry(vision_config: dict[str, Any], image_size: tuple[int, int]) -> TowerGeometry:
-    """Geometry at ``image_size``, or a :class:`ParameterError` naming the nearest valid sizes."""
-    patch = vision_config.get("patch_size", 16)
-    merge = vision_config.get("spatial_merge_size", 2)
-    if not isinstance(patch, int) or not isinstance(merge, int):
-        raise CheckpointError(f"vision_config: expected integer patch_size and spatial_merge_size, found {patch!r}, {merge!r}")
+    """Geometry at ``image_size``, or a :class:`ParameterError` naming the nearest valid sizes.
+    ``vision_config`` has passed :func:`check_vision_config`."""
+    patch = vision_config.get("patch_size", VISION_INTEGERS["patch_size"])
+    merge = vision_config.get("spatial_merge_size", VISION_INTEGERS["spatial_merge_size"])
     step = patch * merge
     for axis, size in zip(("height", "width"), image_size):
         if size % step:
@@ -113,7 +138,8 @@ def tower_geometry(vision_config: dict[str, Any], image_size: tuple[int, int]) -
         grid_h=grid_h,
         grid_w=grid_w,
         patches=patches,
-        patch_dim=vision_config.get("in_channels", 3) * vision_config.get("temporal_patch_size", 2) * patch * patch,
+        patch_dim=vision_config.get("in_channels", VISION_INTEGERS["in_channels"])
+        * vision_config.get("temporal_patch_size", VISION_INTEGERS["temporal_patch_size"]) * patch * patch,
         merged_tokens=patches // (merge * merge),
-        out_hidden_size=vision_config.get("out_hidden_size", 3584),
+        out_hidden_size=vision_config.get("out_hidden_size", VISION_INTEGERS["out_hidden_size"]),
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...errors import ParameterError
-from ...siglip import VISION_PREFIX
+from ...siglip import PREPROCESSOR_FILE, VISION_PREFIX
 from ..base import ArtifactKind, ArtifactParams, TensorSelection
 from ..registry import register
 from .packed import load_packed
@@ -40,14 +40,16 @@ class SiglipF143(ArtifactKind):
     verify_module = "edgebuild.kinds.siglip_f143.verify"
 
     def tensor_selection(self, params: ArtifactParams) -> TensorSelection:
-        return TensorSelection(prefixes=(VISION_PREFIX,), config_key="vision_config")
+        # All of config.json (the model is built from SiglipConfig and the file is
+        # copied into the artifact) and the image processor that makes the calibration
+        # inputs (also copied).
+        return TensorSelection(prefixes=(VISION_PREFIX,), config_key=None, files=(PREPROCESSOR_FILE,))
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         assert isinstance(params, SiglipF143Params)
         checkpoint = checkpoints[params.checkpoint]
-        vision = checkpoint.config_section("vision_config")
         checkpoint.select((VISION_PREFIX,))
-        available = vision.get("num_hidden_layers", 12)
+        available = checkpoint.config_int("vision_config", "num_hidden_layers", default=12, minimum=1)
         if isinstance(params.layers, int) and params.layers > available:
             raise ParameterError(
                 f"{params.layers} is outside the model (vision_config.num_hidden_layers = {available})", key="layers"

@@ -15,7 +15,6 @@ from dataclasses import asdict
 from typing import Any
 
 from ...compare import compare_outputs, worst_case
-from ...errors import CheckpointError
 from ...siglip import PREPROCESSOR_FILE, encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest
 from ...timing import Phases
 from ..base import BuildContext
@@ -30,9 +29,7 @@ def build(context: BuildContext) -> dict[str, Any]:
     params = context.params
     assert isinstance(params, SiglipF143Params)
     checkpoint = context.checkpoint
-    preprocessor = checkpoint.directory / PREPROCESSOR_FILE
-    if not preprocessor.is_file():
-        raise CheckpointError(f"{preprocessor}: missing (SigLIP checkpoints carry their image processor config)")
+    preprocessor = checkpoint.file(PREPROCESSOR_FILE)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if params.device == "auto" else params.device)
     phases = Phases()
 

@@ -62,6 +62,3 @@ class SiglipF143Params(ArtifactParams):
         if self.calibration.is_empty():
             raise ValueError("calibration needs at least one pixel_values file or image")
         return self
-
-    def input_files(self) -> list[str]:
-        return [*self.calibration.patterns(), *self.held_out.patterns()]

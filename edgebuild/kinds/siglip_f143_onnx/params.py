@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ...onnx_tools import EXPORTER_MAX_OPSET
 from ..base import ArtifactParams, Dtype, Strict
 
 MODEL_FILE = "model.onnx"
@@ -35,7 +36,7 @@ class SiglipOnnxParams(ArtifactParams):
     kind: Literal["siglip_f143_onnx"]
     source: str = Field(description="The siglip_f143 artifact to export.")
     image_size: int | None = Field(default=None, gt=0, description="Default: the checkpoint's.")
-    opset: int = Field(default=21, ge=21, description="Blocked DequantizeLinear needs 21.")
+    opset: int = Field(default=21, ge=21, le=EXPORTER_MAX_OPSET, description="Blocked DequantizeLinear needs 21.")
     dtype: Dtype = "float32"
     weights: Literal["fp8", "float"] = "fp8"
     verify: SiglipOnnxVerify = Field(default_factory=SiglipOnnxVerify)

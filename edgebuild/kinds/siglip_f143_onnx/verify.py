@@ -5,12 +5,10 @@ the float PyTorch encoders on the source's held-out images."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...report import Check
-from ..base import InputSet, Verification, VerifyContext
-from ..siglip_f143.params import REPORT_FILE as SOURCE_REPORT_FILE
+from ..base import Verification, VerifyContext
 from .model import load_quantized, random_pixels
 from .params import DEFAULT_QUANTIZED_MAX_REL, INFO_FILE, MODEL_FILE, SiglipOnnxParams
 
@@ -67,7 +65,7 @@ def verify(context: VerifyContext) -> Verification:
     dtype = getattr(torch, params.dtype)
     quantized_model.to(dtype)
     numpy_dtype = numpy.float16 if params.dtype == "float16" else numpy.float32
-    inputs, input_note = _inputs(context, source, checkpoint, info["image_size"])
+    inputs, input_note = _inputs(context, checkpoint, info["image_size"])
     results = run_session(out / MODEL_FILE, [{"pixel_values": sample.numpy().astype(numpy_dtype)} for sample in inputs])
     quantized_errors, float_metrics = [], []
     with torch.inference_mode():
@@ -107,16 +105,16 @@ def verify(context: VerifyContext) -> Verification:
     )
 
 
-def _inputs(context: VerifyContext, source: Path, checkpoint: "Checkpoint", image_size: int) -> tuple[list[Any], str]:
+def _inputs(context: VerifyContext, checkpoint: "Checkpoint", image_size: int) -> tuple[list[Any], str]:
     """The source artifact's held-out inputs (else its calibration inputs), one image
     per run of the fixed-batch graph; random pixels when their size does not fit."""
     from ...siglip import load_pixel_batches
 
     params = context.params
     assert isinstance(params, SiglipOnnxParams)
-    options = json.loads((source / SOURCE_REPORT_FILE).read_text())["options"]
+    source_params = context.source_params[params.source]
     for label in ("held_out", "calibration"):
-        inputs = InputSet(**options.get(label, {}))
+        inputs = getattr(source_params, label)
         if inputs.is_empty():
             continue
         batches = load_pixel_batches(inputs, context.input_root, checkpoint, label)

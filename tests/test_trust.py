@@ -1,0 +1,274 @@
+"""What "up to date" and "verified" promise: every file a build or verification reads is
+in the fingerprint, the fingerprint depends on content and not on names or locations,
+the payload is a function of the fingerprint alone, and a tampered output is noticed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgebuild.builder import build_artifact, verify_artifact
+from edgebuild.errors import ExportError
+from edgebuild.project import Project
+from edgebuild.record import read_record
+
+from helpers import REPO, ProjectDir
+
+EVERY_KIND = """\
+checkpoints:
+  qwen:
+    fixture: qwen3_5_vl_tiny
+  siglip:
+    path: ckpt
+artifacts:
+  tower:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 64
+  quantized:
+    kind: siglip_f143
+    checkpoint: siglip
+    calibration:
+      images: ["images/*.png"]
+    held_out:
+      images: ["held_out/*.png"]
+    algorithm: nearest
+    sorted_metadata: true
+  graph:
+    kind: siglip_f143_onnx
+    source: quantized
+"""
+
+
+def lay_out(root: Path, siglip_checkpoint: Path, manifest: str = EVERY_KIND) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(siglip_checkpoint, root / "ckpt")
+    shutil.copytree(REPO / "data" / "calibration", root / "images")
+    shutil.copytree(REPO / "data" / "held_out", root / "held_out")
+    (root / "artifacts.yaml").write_text(manifest)
+    return root
+
+
+def build_and_verify(root: Path) -> Project:
+    project = Project.load(root / "artifacts.yaml", root)
+    for name in project.manifest.order():
+        build_artifact(project, name, log=lambda message: None)
+        verify_artifact(project, name, log=lambda message: None)
+    return project
+
+
+# --- every file read is fingerprinted --------------------------------------------------
+
+_OPENED: list[str] | None = None
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_audit)
+
+
+def _covered_checkpoints(project: Project, name: str) -> list[tuple[object, dict]]:
+    """(checkpoint, its fingerprint) for ``name`` and, transitively, its sources."""
+    record = project.record(name)
+    params = project.manifest.artifacts[name]
+    found = [(project.checkpoint(alias), record.inputs["checkpoint"]) for alias in params.checkpoint_names()]
+    for source in params.source_artifacts():
+        found += _covered_checkpoints(project, source)
+    return found
+
+
+def _covered_files(project: Project, name: str) -> set[Path]:
+    record = project.record(name)
+    files = {
+        (project.manifest.root / path).resolve()
+        for key, paths in record.inputs_named.items() if key.startswith("files:") for path in paths
+    }
+    for source in project.manifest.artifacts[name].source_artifacts():
+        files |= _covered_files(project, source)
+    return files
+
+
+@pytest.mark.slow
+def test_every_file_read_by_build_and_verify_is_in_the_fingerprint(tmp_path: Path, siglip_checkpoint: Path) -> None:
+    """Through an audit hook on every ``open`` of this process, and the checkpoints' own
+    record of the tensors and files they handed out (SafeTensors are mapped in Rust,
+    where no audit hook sees them)."""
+    global _OPENED
+    root = lay_out(tmp_path / "project", siglip_checkpoint)
+    project = Project.load(root / "artifacts.yaml", root)
+    for name in project.manifest.order():
+        project.record(name)
+    for name in project.manifest.order():
+        _OPENED = []
+        try:
+            build_artifact(project, name, log=lambda message: None)
+            verify_artifact(project, name, log=lambda message: None)
+            opened = {Path(path).resolve() for path in _OPENED}
+        finally:
+            _OPENED = None
+        checkpoints = _covered_checkpoints(project, name)
+        for checkpoint, fingerprint in checkpoints:
+            assert checkpoint.tensors_read <= set(fingerprint["tensors"]), name
+            assert checkpoint.files_read <= set(fingerprint.get("files", {})), name
+            assert "config" in fingerprint
+        inputs = _covered_files(project, name)
+        uncovered = []
+        for path in opened:
+            in_checkpoint = next((c for c, _ in checkpoints if path.is_relative_to(c.directory.resolve())), None)
+            if in_checkpoint is not None:
+                relative = path.relative_to(in_checkpoint.directory.resolve()).as_posix()
+                if relative != "config.json" and not relative.endswith(".safetensors") and relative not in dict(checkpoints)[in_checkpoint].get("files", {}):
+                    uncovered.append(path)
+            elif path.is_relative_to(root.resolve()) and not path.is_relative_to((root / "build").resolve()) \
+                    and not path.is_relative_to((root / "cache").resolve()) and path not in inputs:
+                uncovered.append(path)
+        assert uncovered == [], f"{name} read files its fingerprint does not cover"
+
+
+@pytest.mark.slow
+def test_a_changed_image_processor_makes_the_siglip_artifact_stale(tmp_path: Path, siglip_checkpoint: Path) -> None:
+    root = lay_out(tmp_path, siglip_checkpoint)
+    project = Project.load(root / "artifacts.yaml", root)
+    before = {name: project.fingerprint(name) for name in ("tower", "quantized", "graph")}
+    preprocessor = root / "ckpt" / "preprocessor_config.json"
+    settings = json.loads(preprocessor.read_text())
+    settings["image_mean"] = [0.4, 0.4, 0.4]
+    preprocessor.write_text(json.dumps(settings))
+    after = Project.load(root / "artifacts.yaml", root)
+    assert before["quantized"] != after.fingerprint("quantized")
+    assert before["graph"] != after.fingerprint("graph")
+    assert before["tower"] == after.fingerprint("tower")
+
+
+def test_siglip_checkpoint_without_image_processor_fails_before_building(tmp_path: Path, siglip_checkpoint: Path) -> None:
+    root = lay_out(tmp_path, siglip_checkpoint)
+    (root / "ckpt" / "preprocessor_config.json").unlink()
+    project = ProjectDir.existing(root)
+    shutil.copy(REPO / "dodo.py", root / "dodo.py")
+    text = (REPO / "pyproject.toml").read_text()
+    (root / "pyproject.toml").write_text(text[text.index("[tool.doit]"):text.index("[tool.pytest")])
+    result = project.doit("build", "quantized")
+    assert result.returncode != 0
+    assert (
+        f"{root / 'ckpt' / 'preprocessor_config.json'}: is missing (checkpoint 'siglip' ({root / 'ckpt'}) must provide it)"
+    ) in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (root / "build" / "quantized").exists()
+
+
+# --- the same content is the same artifact, wherever and however it is named ---------
+
+RENAMED = (
+    EVERY_KIND.replace("  qwen:\n", "  qwen_renamed:\n").replace("checkpoint: qwen\n", "checkpoint: qwen_renamed\n")
+    .replace("  siglip:\n    path: ckpt", "  encoder:\n    path: ./ckpt/")
+    .replace("checkpoint: siglip\n", "checkpoint: encoder\n")
+    .replace('images: ["images/*.png"]', 'images: ["./images/*.png"]')
+    .replace("  quantized:\n", "  renamed_quantized:\n").replace("source: quantized", "source: renamed_quantized")
+)
+
+
+@pytest.mark.slow
+def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_path: Path, siglip_checkpoint: Path) -> None:
+    """Two checkouts at different paths, the second with other aliases, a trailing
+    slash, `./` in a glob, and its held-out glob absolute: the same fingerprints; the
+    first builds every kind, the second pulls all of it and exports nothing; every
+    payload file is byte-identical to a third, independent build."""
+    first = lay_out(tmp_path / "a" / "first", siglip_checkpoint)
+    second = lay_out(tmp_path / "elsewhere" / "second", siglip_checkpoint)
+    (second / "artifacts.yaml").write_text(
+        RENAMED.replace('images: ["held_out/*.png"]', f'images: ["{second}/held_out/*.png"]')
+    )
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    os.environ["EDGEBUILD_REMOTE_CACHE"] = str(remote)
+    try:
+        built = build_and_verify(first)
+        other = Project.load(second / "artifacts.yaml", second)
+        pairs = {"tower": "tower", "quantized": "renamed_quantized", "graph": "graph"}
+        assert {name: built.fingerprint(name) for name in pairs} == {
+            name: other.fingerprint(renamed) for name, renamed in pairs.items()
+        }
+        messages: list[str] = []
+        for name in other.manifest.order():
+            build_artifact(other, name, log=messages.append)
+        assert all(message.startswith("pulled from the remote cache") for message in messages), messages
+    finally:
+        del os.environ["EDGEBUILD_REMOTE_CACHE"]
+    third = build_and_verify(lay_out(tmp_path / "third", siglip_checkpoint))
+    for name in ("tower", "quantized", "graph"):
+        record = read_record(first / "build" / name)
+        assert record is not None
+        for output in record.outputs:
+            assert (first / "build" / name / output).read_bytes() == (third.layout.artifact_dir(name) / output).read_bytes(), (name, output)
+
+
+# --- parameters the toolchain cannot honour ------------------------------------------------
+
+def test_exporter_writing_another_opset_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    from edgebuild import onnx_tools
+
+    module = torch.nn.Linear(4, 2).eval()
+    with pytest.raises(ExportError, match="asked torch's exporter for opset 99, it wrote opset 18; refusing the graph"):
+        onnx_tools.export_onnx(module, (torch.randn(1, 4),), tmp_path / "m.onnx", ["x"], ["y"], 99)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("opset: 99", "input should be less than or equal to 28; found 99"),
+        ("opset: 100000000000000000000000", "input should be less than or equal to 28; found 100000000000000000000000"),
+        ("image_size: 100000000000000000000000000000000",
+         "image sizes must be at most 8192; found 100000000000000000000000000000000"),
+    ],
+)
+def test_out_of_range_parameters_are_manifest_errors(tmp_path: Path, line: str, expected: str) -> None:
+    from edgebuild.errors import ManifestError
+    from edgebuild.manifest import load_manifest
+
+    key = line.split(":")[0]
+    base = {"opset": "opset: 21", "image_size": "image_size: 64"}
+    text = textwrap.dedent(f"""\
+        checkpoints:
+          qwen:
+            fixture: qwen3_5_vl_tiny
+        artifacts:
+          t:
+            kind: qwen3_5_vision_tower
+            checkpoint: qwen
+            {base['image_size'] if key != 'image_size' else line}
+            {base['opset'] if key != 'opset' else line}
+        """)
+    (tmp_path / "artifacts.yaml").write_text(text)
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(tmp_path / "artifacts.yaml")
+    line_number = 8 if key == "image_size" else 9
+    assert str(caught.value) == f"{tmp_path / 'artifacts.yaml'}:{line_number}:5: artifacts -> t -> {key}: {expected}"
+
+
+# --- a tampered output ----------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_output_edited_in_place_at_the_same_size_is_restored_by_build(verified_seed: Path, tmp_path: Path) -> None:
+    from helpers import clone_project
+
+    project = clone_project(verified_seed, tmp_path / "p")
+    data = project.root / "build" / "t" / "model.onnx.data"
+    original = data.read_bytes()
+    with open(data, "r+b") as handle:
+        handle.seek(100)
+        handle.write(bytes([original[100] ^ 0xFF]))
+    result = project.doit("build", env={"EDGEBUILD_REMOTE_CACHE": "off"})
+    assert result.returncode == 0, result.stderr
+    assert "[t] build/t: model.onnx.data changed or missing since the build; replacing it" in result.stderr
+    assert data.read_bytes() == original
