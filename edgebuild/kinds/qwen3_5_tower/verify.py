@@ -9,6 +9,10 @@ from ..base import Verification, VerifyContext
 from .model import load_tower, sample_patches
 from .params import MODEL_FILE, WRAPPER_TOLERANCE, TowerParams, tower_geometry
 
+# Fixed |error| bin edges for the histogram the report page draws: half decades from
+# 1e-8 to 1e2, so histograms of different builds and dtypes line up bin for bin.
+ERROR_HISTOGRAM_EDGES = [10.0 ** (exponent / 2) for exponent in range(-16, 5)]
+
 
 def verify(context: VerifyContext) -> Verification:
     import numpy
@@ -20,7 +24,9 @@ def verify(context: VerifyContext) -> Verification:
     assert isinstance(params, TowerParams)
     limits = params.limits()
     checkpoint = context.checkpoint
-    geometry = tower_geometry(checkpoint.config_section("vision_config"), params.image_size)
+    vision_config = checkpoint.config_section("vision_config")
+    geometry = tower_geometry(vision_config, params.image_size)
+    merge = vision_config.get("spatial_merge_size", 2)
     model_path = context.out_dir / MODEL_FILE
     summary = graph_summary(model_path)
 
@@ -35,11 +41,19 @@ def verify(context: VerifyContext) -> Verification:
     # model they trained.
     reference_tower = load_tower(checkpoint, torch.float32, params.attn_implementation)
     comparisons = []
+    token_max_abs = None
+    histogram_counts = numpy.zeros(len(ERROR_HISTOGRAM_EDGES) + 1, dtype=numpy.int64)
     with torch.no_grad():
         for sample, (embeds,) in zip(inputs, outputs):
             reference = reference_tower(sample, grid).pooler_output
             actual = torch.from_numpy(embeds.astype(numpy.float32))
             comparisons.append(compare_outputs(reference[None], actual[None]))
+            error = (actual.double() - reference.double()).abs().numpy()
+            sample_token_max = error.max(axis=-1)
+            token_max_abs = sample_token_max if token_max_abs is None else numpy.maximum(token_max_abs, sample_token_max)
+            # Bin 0 holds |error| below the first edge, the last bin at or above the last edge (and NaN).
+            histogram_counts += numpy.bincount(numpy.searchsorted(ERROR_HISTOGRAM_EDGES, error.ravel(), side="right"),
+                                               minlength=len(histogram_counts))
     del reference_tower
     measured = worst_case(comparisons)
     reference_note = "onnxruntime CPU vs Qwen3_5VisionModel.forward(float32).pooler_output"
@@ -86,5 +100,11 @@ def verify(context: VerifyContext) -> Verification:
         "comparison": measured | {"reference": reference_note, "samples": comparisons},
         "graph": summary,
         "providers": placements,
+        # What the report page draws: merged tokens are row-major over the merged grid.
+        "token_errors": {
+            "grid": [geometry.grid_h // merge, geometry.grid_w // merge],
+            "max_abs": [float(f"{value:.4g}") for value in token_max_abs.tolist()],
+            "histogram": {"edges": ERROR_HISTOGRAM_EDGES, "counts": histogram_counts.tolist()},
+        },
     }
     return Verification(checks=checks, metrics=metrics)

@@ -68,6 +68,7 @@ def verify(context: VerifyContext) -> Verification:
     batches = load_pixel_batches(params.calibration, context.input_root, checkpoint, "calibration")
     held_out = load_pixel_batches(params.held_out, context.input_root, checkpoint, "held_out")
     metrics_summary: dict[str, Any] = {}
+    image_cosines: dict[str, list[float]] = {}
     for label, inputs, digest_key in (("calibration", batches, "calibration_outputs_digest"),
                                       ("held_out", held_out, "held_out_outputs_digest")):
         if not inputs:
@@ -76,6 +77,9 @@ def verify(context: VerifyContext) -> Verification:
         outputs = encoder_outputs(quantized_model, inputs, device)
         summary = worst_case([compare_outputs(reference, output) for reference, output in zip(references, outputs)])
         metrics_summary[label] = summary
+        # One cosine per image (the per-sample cosine compare_outputs averages), for the report page.
+        image_cosines[label] = [compare_outputs(reference[index:index + 1], output[index:index + 1])["cosine"]
+                                for reference, output in zip(references, outputs) for index in range(len(reference))]
         checks.append(Check.measure(f"{label}.cosine", summary["cosine"], ">=", params.verify.cosine_min,
                                     "quantized vs float SiglipVisionModel last_hidden_state, worst batch"))
         if params.verify.mean_abs is not None:
@@ -88,6 +92,7 @@ def verify(context: VerifyContext) -> Verification:
         checks=checks,
         metrics={
             "outputs": metrics_summary,
+            "image_cosines": image_cosines,
             "objective_ratio": report["objective_ratio"],
             "packed_weight_bytes": packed_bytes,
             "float32_weight_bytes": float_bytes,
