@@ -17,6 +17,7 @@ from typing import Callable
 
 from .atomic import new_directory, remove_leftovers
 from .errors import EdgebuildError, ExportError, FilesystemError, RemoteError, VerificationFailed
+from .faults import fault_point
 from .fingerprint import locked
 from .kinds.base import BuildContext
 from .project import Project
@@ -126,8 +127,10 @@ def _build_into_place(project: Project, name: str, record: BuildRecord, log: Log
         if missing:
             raise ExportError(f"{name}: the {kind.name} build did not write {', '.join(missing)}")
         complete = record.completed(name, info, elapsed, output_manifest(scratch))
+        fault_point("build.before_record")
         # The record is written last: a directory without it never counts as built.
         complete.write(scratch)
+        fault_point("build.before_rename")
     log(f"built in {elapsed:.1f} s")
     return complete
 
@@ -141,6 +144,7 @@ def verify_artifact(project: Project, name: str, log: Log | None = None) -> Repo
         report = judge(project, name, log)
     except OSError as error:
         raise FilesystemError.of(error, project.layout.artifact_dir(name), f"{name}: cannot verify") from None
+    fault_point("verify.after_report")
     print(report.summary(), file=sys.stderr, flush=True)
     if not report.passed:
         failed = "; ".join(check.describe() for check in report.failed_checks)

@@ -6,10 +6,19 @@ no-op. Actions:
 
 - ``kill``: SIGKILL this process, so no ``finally`` block or cleanup runs (a
   killed CI runner, an out-of-memory kill);
+- ``interrupt``: SIGINT, as Ctrl-C would (Python raises ``KeyboardInterrupt``);
 - ``raise``: raise :class:`InjectedFault`, an unexpected error, so cleanup runs.
 
 Points:
 
+- ``build.before_record``: the kind wrote every output into the scratch
+  directory; the record is not written.
+- ``build.before_rename``: the complete scratch directory, record included, is
+  not yet renamed into ``build/<name>/``.
+- ``store.before_rename``: a store entry is copied into ``cache/store/.tmp/``,
+  not yet renamed into place.
+- ``verify.after_report``: the report is written; the build is not yet kept in
+  the store with it, nor pushed.
 - ``publish.after_files``: every file of a published entry is written, the
   step that makes the entry appear (a directory rename, or ``SHA256SUMS`` on an
   object store) is not.
@@ -37,6 +46,9 @@ def fault_point(name: str) -> None:
         return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if action == "interrupt":
+        os.kill(os.getpid(), signal.SIGINT)
+        return
     if action == "raise":
         raise InjectedFault(f"{FAULT_ENV}={spec}")
-    raise InjectedFault(f"{FAULT_ENV}={spec}: the action must be 'kill' or 'raise'")
+    raise InjectedFault(f"{FAULT_ENV}={spec}: the action must be 'kill', 'interrupt' or 'raise'")

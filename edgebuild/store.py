@@ -25,6 +25,7 @@ from typing import Iterator
 
 from .atomic import copy_file, new_directory
 from .errors import RecordError
+from .faults import fault_point
 from .record import RECORD_FILE, REPORT_FILES, BuildRecord, read_record
 
 LAST_USED_FILE = ".last-used"
@@ -118,6 +119,7 @@ class Store:
                     destination.parent.mkdir(parents=True, exist_ok=True)
                     clone_file(path, destination)
             (scratch / LAST_USED_FILE).write_text(f"{time.time()}\n")
+            fault_point("store.before_rename")
 
     def put_report(self, fingerprint: str, directory: Path) -> None:
         """Keep the verification report beside the stored outputs."""

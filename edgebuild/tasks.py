@@ -47,12 +47,36 @@ def load_or_exit(manifest_path: str | None = None) -> Any:
 
 
 def doit_config(project: Any) -> dict[str, Any]:
+    dep_file = project.layout.cache_dir / "doit.json"
+    _set_aside_unreadable_state(dep_file)
     return {
         "default_tasks": list(project.manifest.defaults),
-        "dep_file": str(project.layout.cache_dir / "doit.json"),
+        "dep_file": str(dep_file),
         "backend": "json",
         "verbosity": 2,
     }
+
+
+def _set_aside_unreadable_state(dep_file: Path) -> None:
+    """doit stops with a traceback on a state file that is not JSON (a killed write, a
+    full disk). Its state only remembers what edgebuild's fingerprints decide anyway,
+    so an unreadable one is moved aside, said in one line, and started afresh."""
+    import json
+
+    try:
+        json.loads(dep_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        aside = dep_file.with_name(dep_file.name + ".unreadable")
+        try:
+            os.replace(dep_file, aside)
+        except OSError as move_error:
+            print(f"edgebuild: error: {dep_file}: unreadable doit state ({error}); cannot move it aside ({move_error.strerror})",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+        print(f"edgebuild: {dep_file}: unreadable doit state ({error}); moved to {aside.name}, starting afresh "
+              "(edgebuild's fingerprints decide what is stale)", file=sys.stderr)
 
 
 def artifact_tasks(project: Any) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,154 @@
+"""Faults at named points (edgebuild/faults.py), a disk that fills, and caches that are
+damaged: what each leaves behind, and that the next run recovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgebuild.project import Project
+from edgebuild.record import read_record
+
+from helpers import ProjectDir, clone_project
+
+NO_REMOTE = {"EDGEBUILD_REMOTE_CACHE": "off"}
+
+
+def unbuilt_clone(seed: Path, target: Path) -> ProjectDir:
+    """A copy of the verified seed with nothing built or stored: the next build exports."""
+    project = clone_project(seed, target)
+    shutil.rmtree(project.root / "build")
+    shutil.rmtree(project.root / "cache" / "store")
+    return project
+
+
+def leftovers(root: Path, name: str = "t") -> list[str]:
+    scratch = root / "build" / ".tmp"
+    return sorted(path.name for path in scratch.iterdir() if path.name.startswith(f"{name}~")) if scratch.is_dir() else []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["build.before_record", "build.before_rename"])
+@pytest.mark.parametrize("action", ["kill", "interrupt"])
+def test_build_killed_or_interrupted_leaves_nothing_built(verified_seed: Path, tmp_path: Path, point: str, action: str) -> None:
+    project = unbuilt_clone(verified_seed, tmp_path / "p")
+    killed = project.doit("build", env=NO_REMOTE | {"EDGEBUILD_FAULT": f"{point}={action}"})
+    assert killed.returncode != 0
+    assert not (project.root / "build" / "t").exists()
+    status = project.doit("status")
+    assert status.stdout.startswith("t  missing"), status.stdout
+    if action == "interrupt":
+        # Ctrl-C runs the cleanup: not even a scratch directory is left.
+        assert leftovers(project.root) == []
+    again = project.doit("build", env=NO_REMOTE)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "[t] built in" in again.stderr
+    assert read_record(project.root / "build" / "t") is not None
+    assert leftovers(project.root) == []
+
+
+@pytest.mark.slow
+def test_store_write_killed_leaves_the_build_and_a_leftover_that_gc_removes(verified_seed: Path, tmp_path: Path) -> None:
+    project = unbuilt_clone(verified_seed, tmp_path / "p")
+    killed = project.doit("build", env=NO_REMOTE | {"EDGEBUILD_FAULT": "store.before_rename=kill"})
+    assert killed.returncode != 0
+    # The build itself was renamed into place before the store copy began: it is built.
+    assert project.doit("status").stdout.startswith("t  up to date")
+    state = Project.load(project.root / "artifacts.yaml", project.root)
+    assert not state.store.has(state.fingerprint("t"))
+    assert list(state.store.entries()) == []
+    assert len(list((project.root / "cache" / "store" / ".tmp").iterdir())) == 1
+    assert state.store.remove_leftovers(older_than_seconds=0) == 1
+    # Verifying keeps the verified build in the store.
+    verified = project.doit("verify", env=NO_REMOTE)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert state.store.has(state.fingerprint("t"))
+
+
+@pytest.mark.slow
+def test_verify_killed_after_its_report_pushes_on_the_next_run(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    env = {"EDGEBUILD_REMOTE_CACHE": str(remote)}
+    killed = project.doit("verify", env=env | {"EDGEBUILD_FAULT": "verify.after_report=kill"})
+    assert killed.returncode != 0
+    assert not (remote / "v1").exists()
+    again = project.doit("verify", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "remote cache: pushed" in again.stderr
+    assert len(list((remote / "v1" / "entries").rglob("*.json"))) == 1
+
+
+def _file_size_limit(limit: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_is_one_line_and_leaves_the_previous_build(verified_seed: Path, tmp_path: Path) -> None:
+    """RLIMIT_FSIZE stands for a full disk: writes past 512 KiB fail (EFBIG) as they
+    would with ENOSPC. The tower's 1 MB of weights cannot be written."""
+    project = clone_project(verified_seed, tmp_path / "p")
+    previous = (project.root / "build" / "t" / "model.onnx.data").read_bytes()
+    (project.root / "artifacts.yaml").write_text((project.root / "artifacts.yaml").read_text() + "    opset: 20\n")
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("doit")), "build"], cwd=project.root, capture_output=True, text=True,
+        timeout=600, preexec_fn=_file_size_limit(512 * 1024), env={**os.environ, **NO_REMOTE},
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "t: cannot build: File too large" in output, output
+    assert "Traceback" not in output
+    assert (project.root / "build" / "t" / "model.onnx.data").read_bytes() == previous
+    assert leftovers(project.root) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("content", ["[]", "null", '{"format": 1, "hash": "blake3", "files": []}', '{"format": 1, "hash"',
+                                     '{"format": 1, "hash": "blake3", "files": {"x": {"stat": 3, "ranges": []}}}'])
+def test_damaged_stat_cache_is_rebuilt(verified_seed: Path, tmp_path: Path, content: str) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    (project.root / "cache" / "statcache.json").write_text(content)
+    status = project.doit("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert status.stdout == "t  up to date (verified)\n"
+    assert json.loads((project.root / "cache" / "statcache.json").read_text())["format"] == 1
+
+
+@pytest.mark.slow
+def test_truncated_doit_state_is_set_aside(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    state = project.root / "cache" / "doit.json"
+    state.write_text(state.read_text()[:40])
+    result = project.doit("build", env=NO_REMOTE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr.startswith(f"edgebuild: {state}: unreadable doit state (")
+    assert "moved to doit.json.unreadable, starting afresh" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "[t] up to date" in result.stderr
+    json.loads(state.read_text())
+
+
+@pytest.mark.slow
+def test_unwritable_stat_cache_is_one_line(verified_seed: Path, tmp_path: Path) -> None:
+    """A stat cache that cannot be written (here a directory in its place: as root, file
+    modes do not stop writes) fails the build with its path named."""
+    project = unbuilt_clone(verified_seed, tmp_path / "p")
+    cache = project.root / "cache" / "statcache.json"
+    cache.unlink()
+    cache.mkdir()
+    result = project.doit("build", env=NO_REMOTE)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"{cache}: cannot save the stat cache: Is a directory" in output, output
+    assert "Traceback" not in output
