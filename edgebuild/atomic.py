@@ -27,6 +27,10 @@ def write_bytes(path: Path, data: bytes) -> None:
     try:
         temporary.write_bytes(data)
         os.replace(temporary, path)
+    except OSError as error:
+        # The temporary name means nothing to a reader: name the file being written.
+        error.filename, error.filename2 = str(path), None
+        raise
     finally:
         temporary.unlink(missing_ok=True)
 

@@ -85,8 +85,14 @@ def _run_and_lock(command: Run, params, selected: list[str], tasks: list[str]) -
     except LockfileError as error:
         raise InvalidCommand(str(error)) from None
     result = Run.execute(command, params, tasks)
-    update_lock(project, project.manifest.order(selected))
-    project.save_caches()
+    try:
+        update_lock(project, project.manifest.order(selected))
+        project.save_caches()
+    except EdgebuildError as error:
+        import sys
+
+        print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
+        return result or 1
     return result
 
 

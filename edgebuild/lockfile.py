@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_text
-from .errors import EdgebuildError, LockfileError
+from .errors import EdgebuildError, FilesystemError, LockfileError
 from .fingerprint import locked
 from .project import Project
 from .record import VerificationState, read_record_or_none, verification_state
@@ -87,5 +87,8 @@ def update_lock(project: Project, names: list[str]) -> bool:
                 return False
         except FileNotFoundError:
             pass
-        write_text(path, text)
+        try:
+            write_text(path, text)
+        except OSError as error:
+            raise FilesystemError.of(error, path, "cannot write the lock file") from None
         return True
