@@ -86,6 +86,31 @@ class Fixture:
     write: Callable[[Path, dict[str, Any], int], None]
 
 
+# Fixtures exist to be generated in seconds: a size or count past this is not tiny
+# (and 10**23 layers would never finish).
+MAX_FIXTURE_INTEGER = 4096
+
+
+def check_overrides(defaults: dict[str, Any], overrides: dict[str, Any], path: tuple[str, ...] = ()) -> None:
+    """An override of a default must be of the default's type; integers (sizes and
+    counts; token ids may be 0) within reason. New keys pass through to the config."""
+    for key, value in overrides.items():
+        where = " -> ".join(("fixture_config", *path, str(key)))
+        if key not in defaults:
+            continue
+        default = defaults[key]
+        if isinstance(default, dict):
+            if not isinstance(value, dict):
+                raise ManifestError(f"{where}: expected a mapping, found {value!r}")
+            check_overrides(default, value, (*path, str(key)))
+        elif isinstance(default, int) and not isinstance(default, bool):
+            minimum = 0 if str(key).endswith("_id") else 1
+            if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_FIXTURE_INTEGER:
+                raise ManifestError(f"{where}: expected an integer from {minimum} to {MAX_FIXTURE_INTEGER}, found {value!r}")
+        elif type(value) is not type(default):
+            raise ManifestError(f"{where}: expected a {type(default).__name__}, found {value!r}")
+
+
 def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in overrides.items():
@@ -249,7 +274,8 @@ def ensure_fixture(cache_dir: Path, name: str, overrides: dict[str, Any] | None 
 
         match = difflib.get_close_matches(name, list(FIXTURES), n=1)
         hint = f" (did you mean {match[0]!r}?)" if match else ""
-        raise ManifestError(f"unknown fixture {name!r}; expected one of {', '.join(map(repr, FIXTURES))}{hint}")
+        raise ManifestError(f"fixture: unknown fixture {name!r}; expected one of {', '.join(map(repr, FIXTURES))}{hint}")
+    check_overrides(FIXTURES[name].defaults, overrides)
     target = fixture_directory(cache_dir, name, overrides, seed)
     if target.is_dir():
         return target

@@ -88,7 +88,7 @@ class Project:
                 try:
                     directory = ensure_fixture(self.layout.cache_dir, spec.fixture, spec.fixture_config)
                 except ManifestError as error:
-                    raise ManifestError(f"{where}: checkpoints -> {name} -> fixture: {error}") from None
+                    raise ManifestError(f"{where}: checkpoints -> {name} -> {error}") from None
             else:
                 directory = Path(spec.path).expanduser()
                 if not directory.is_absolute():

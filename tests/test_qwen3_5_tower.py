@@ -90,3 +90,74 @@ def test_strict_loading_refuses_a_missing_tensor(tmp_path: Path, qwen_checkpoint
         "checkpoint 'q': the model.visual.* tensors do not match Qwen3_5VisionModel: "
         "missing 1 (blocks.1.mlp.linear_fc2.bias); unexpected none"
     )
+
+
+def _tower_params(image_size: int = 64):
+    from edgebuild.kinds.qwen3_5_tower.params import TowerParams
+
+    return TowerParams(kind="qwen3_5_vision_tower", checkpoint="q", image_size=image_size)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("depth", "three", 'vision_config -> depth: expected an integer >= 1, found "three"'),
+        ("patch_size", 0, "vision_config -> patch_size: expected an integer >= 1, found 0"),
+        ("num_heads", 2.5, "vision_config -> num_heads: expected an integer >= 1, found 2.5"),
+        ("spatial_merge_size", None, "vision_config -> spatial_merge_size: expected an integer >= 1, found null"),
+    ],
+)
+def test_bad_vision_config_is_named_before_anything_loads(
+    tmp_path: Path, qwen_checkpoint: Path, key: str, value: object, expected: str
+) -> None:
+    import json
+
+    from edgebuild.kinds import get_kind
+
+    copy = tmp_path / "copy"
+    shutil.copytree(qwen_checkpoint, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["vision_config"][key] = value
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as caught:
+        get_kind("qwen3_5_vision_tower").check_parameters(_tower_params(), {"q": Checkpoint(copy)})
+    assert str(caught.value) == f"{copy / 'config.json'}: {expected}"
+
+
+def test_integer_tensor_where_the_tower_wants_floats(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from edgebuild.kinds import get_kind
+
+    copy = tmp_path / "copy"
+    shutil.copytree(qwen_checkpoint, copy)
+    (copy / "model.safetensors.index.json").unlink()
+    shard = copy / "model-00001-of-00002.safetensors"
+    state = load_file(str(shard))
+    name = "model.visual.blocks.0.norm1.weight"
+    state[name] = state[name].to(torch.int32)
+    save_file(state, str(shard), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError) as caught:
+        get_kind("qwen3_5_vision_tower").check_parameters(_tower_params(), {"q": Checkpoint(copy)})
+    assert str(caught.value).startswith(f"{shard}: tensor '{name}': expected a floating-point dtype (")
+    assert str(caught.value).endswith("), found I32")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"vision_config": {"depth": -1}}, "fixture_config -> vision_config -> depth: expected an integer from 1 to 4096, found -1"),
+        ({"vision_config": {"depth": 10**23}}, "fixture_config -> vision_config -> depth: expected an integer from 1 to 4096, found 100000000000000000000000"),
+        ({"vision_config": {"hidden_size": "wide"}}, "fixture_config -> vision_config -> hidden_size: expected an integer from 1 to 4096, found 'wide'"),
+        ({"vision_config": 3}, "fixture_config -> vision_config: expected a mapping, found 3"),
+    ],
+)
+def test_fixture_config_out_of_range_is_a_manifest_error(tmp_path: Path, overrides: dict, expected: str) -> None:
+    from edgebuild.errors import ManifestError
+    from edgebuild.fixtures import ensure_fixture
+
+    with pytest.raises(ManifestError) as caught:
+        ensure_fixture(tmp_path, "qwen3_5_vl_tiny", overrides)
+    assert str(caught.value) == expected
+    assert not (tmp_path / "fixtures").exists()
