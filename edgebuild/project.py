@@ -73,6 +73,11 @@ class Project:
         self.store = Store(self.layout.store_dir)
         self._checkpoints: dict[str, Checkpoint] = {}
         self._records: dict[str, BuildRecord] = {}
+        # numba compiles the F143 kernels on first use (seconds) and caches them beside
+        # the module unless told otherwise: under cache/ instead, where CI's cache
+        # restore finds them and a non-editable install (a read-only site-packages)
+        # still keeps them. Read when numba is first imported, which is later (lazily).
+        os.environ.setdefault("NUMBA_CACHE_DIR", str(self.layout.cache_dir / "numba"))
 
     @classmethod
     def load(cls, manifest_path: str | os.PathLike[str] | None = None, root: Path | None = None) -> "Project":

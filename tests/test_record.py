@@ -65,3 +65,4 @@ def test_output_digest_must_be_a_digest(tmp_path: Path) -> None:
     (tmp_path / RECORD_FILE).write_text(json.dumps(data))
     with pytest.raises(RecordError, match=r"outputs -> model.bin -> digest: Value error, expected a blake3 digest"):
         read_record(tmp_path)
+
