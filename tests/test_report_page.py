@@ -30,7 +30,7 @@ from edgebuild.report_page import (
 from helpers import TOWER_MANIFEST, clone_project, lay_out_siglip_inputs
 
 GENERATED_AT = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 BROWSER_TIMEOUT_S = 120
 
 SIGLIP_ARTIFACTS = """\
