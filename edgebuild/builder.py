@@ -64,6 +64,16 @@ def build_artifact(project: Project, name: str, log: Log | None = None) -> Build
         raise FilesystemError.of(error, project.layout.artifact_dir(name), f"{name}: cannot build") from None
 
 
+def _remember_outputs(project: Project, name: str, record: BuildRecord) -> BuildRecord:
+    """Outputs just put in place hold their recorded bytes (hashed as they were written,
+    or checked on restore): the stat cache takes their digests, so the next up-to-date
+    check reads none of them."""
+    directory = project.layout.artifact_dir(name)
+    for relative, meta in record.outputs.items():
+        project.stat_cache.remember(directory / relative, meta.digest)
+    return record
+
+
 def _make_current(project: Project, name: str, log: Log) -> BuildRecord:
     record = project.record(name)
     with locked(project.layout.mutex(name)):
@@ -82,7 +92,7 @@ def _make_current(project: Project, name: str, log: Log) -> BuildRecord:
         restored = project.store.restore(fingerprint, target, project.layout.scratch_dir)
         if restored is not None:
             log(f"restored from the store in {time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})")
-            return restored
+            return _remember_outputs(project, name, restored)
         if project.remote_cache is not None:
             pulled = _pull(project, name, fingerprint, target, log)
             if pulled is not None:
@@ -90,10 +100,10 @@ def _make_current(project: Project, name: str, log: Log) -> BuildRecord:
                     f"pulled from the remote cache {project.remote_cache.label} in "
                     f"{time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})"
                 )
-                return pulled
+                return _remember_outputs(project, name, pulled)
         complete = _build_into_place(project, name, record, log)
         project.store.put(fingerprint, target)
-        return complete
+        return _remember_outputs(project, name, complete)
 
 
 def _pull(project: Project, name: str, fingerprint: str, target: Path, log: Log) -> BuildRecord | None:

@@ -102,6 +102,15 @@ class StatCache:
             self.dirty.add(key)
         return {span: cached[f"{span[0]}-{span[1]}"] for span in wanted}
 
+    def remember(self, path: Path, digest: str) -> None:
+        """Take ``digest`` as the digest of the whole of ``path`` as it is now: for a
+        file just written from, or checked against, bytes of that digest (an output
+        renamed into place), so that the next check does not read it again."""
+        path = Path(path).resolve()
+        stat = os.stat(path)
+        self.entries[str(path)] = {"stat": _stat_key(stat), "ranges": {f"0-{stat.st_size}": digest}}
+        self.dirty.add(str(path))
+
     def file_digest(self, path: Path) -> str:
         size = os.stat(path).st_size
         return self.range_digests(path, [(0, size)])[(0, size)]

@@ -59,7 +59,8 @@ def test_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
     path = write(tmp_path, ALIAS_BOMB)
     started = time.perf_counter()
     message = error_of(path)
-    assert time.perf_counter() - started < 0.5
+    # Minutes before the bound; the margin absorbs a loaded machine.
+    assert time.perf_counter() - started < 5.0
     assert message == (
         f"{path}:5:23: e -> 5: more than 50000 values (counting each use of an alias or merge key in full); "
         "expected at most 50000"
@@ -74,7 +75,8 @@ def test_merge_key_bomb_is_refused_quickly(tmp_path: Path) -> None:
     path = write(tmp_path, text)
     started = time.perf_counter()
     message = error_of(path)
-    assert time.perf_counter() - started < 0.5
+    # Minutes before the bound; the margin absorbs a loaded machine.
+    assert time.perf_counter() - started < 5.0
     assert message == (
         f"{path}:6:27: f -> x1 -> x2: more than 50000 values (counting each use of an alias or merge key in full); "
         "expected at most 50000"
