@@ -125,22 +125,20 @@ class Project:
         own = params.checkpoint_names()
         try:
             kind.check_parameters(params, checkpoints)
+            kind.check_sources(params, {source: self.manifest.artifacts[source] for source in params.source_artifacts()})
         except ParameterError as error:
             keys = [error.key] if error.key else []
             raise ParameterError(f"{self.manifest.where(name, *keys)}: {error}", error.key) from None
         inputs: dict[str, Any] = {}
         selection = kind.tensor_selection(params)
-        # Only the artifact's own checkpoints: a source's are covered by its fingerprint.
-        for checkpoint_name in own:
+        # The artifact's own checkpoints; an artifact with none applies its selection to the
+        # checkpoints behind its sources. Either way it covers what this artifact reads:
+        # what a source read is covered by the source's fingerprint.
+        read_directly = own or (list(checkpoints) if selection is not None else [])
+        for checkpoint_name in read_directly:
             checkpoint = checkpoints[checkpoint_name]
             inputs[f"checkpoint:{checkpoint_name}"] = self._checkpoint_fingerprint(checkpoint, selection)
-        paths = expand_inputs(params.input_files(), self.manifest.root, self.manifest.where(name))
-        for path in paths:
-            try:
-                key = path.resolve().relative_to(self.manifest.root.resolve()).as_posix()
-            except ValueError:
-                key = str(path)
-            inputs[f"file:{key}"] = self.stat_cache.file_digest(path)
+        inputs.update(self._file_digests(params.input_files(), name))
         for source in params.source_artifacts():
             inputs[f"artifact:{source}"] = self.fingerprint(source)
         record = BuildRecord.create(
@@ -148,7 +146,7 @@ class Project:
             params=params.build_parameters(),
             inputs=inputs,
             code=code_digests(kind.build_module),
-            versions=tool_versions(),
+            versions=tool_versions(kind.tool_packages),
         )
         self._records[name] = record
         return record
@@ -162,14 +160,28 @@ class Project:
 
     def verify_fingerprint(self, name: str) -> str:
         params = self.manifest.artifacts[name]
-        return digest_json(
-            {"build": self.fingerprint(name), "verify": params.verify_parameters(), "code": self.verify_code(name)}
-        )
+        fingerprinted = {"build": self.fingerprint(name), "verify": params.verify_parameters(), "code": self.verify_code(name)}
+        files = self._file_digests(params.verify_input_files(), name)
+        # Only when there are any: every other artifact's verification fingerprint stays as it was.
+        if files:
+            fingerprinted["files"] = files
+        return digest_json(fingerprinted)
+
+    def _file_digests(self, patterns: list[str], name: str) -> dict[str, str]:
+        """``file:<path relative to the manifest>`` -> digest, for every file the patterns name."""
+        digests = {}
+        for path in expand_inputs(patterns, self.manifest.root, self.manifest.where(name)):
+            try:
+                key = path.resolve().relative_to(self.manifest.root.resolve()).as_posix()
+            except ValueError:
+                key = str(path)
+            digests[f"file:{key}"] = self.stat_cache.file_digest(path)
+        return digests
 
     def _checkpoint_fingerprint(self, checkpoint: Checkpoint, selection: Any) -> dict[str, Any]:
         if selection is None:
             return {"config": digest_json(checkpoint.config)}
-        entries = checkpoint.select(selection.prefixes)
+        entries = checkpoint.select(selection.prefixes) if selection.prefixes else {}
         by_file: dict[Path, list[Any]] = {}
         for entry in entries.values():
             by_file.setdefault(entry.file, []).append(entry)
@@ -183,7 +195,10 @@ class Project:
                     "digest": digests[(entry.start, entry.end)],
                 }
         config = checkpoint.config_section(selection.config_key) if selection.config_key else checkpoint.config
-        return {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
+        fingerprint = {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
+        if selection.files:
+            fingerprint["files"] = {name: self.stat_cache.file_digest(checkpoint.directory / name) for name in selection.files}
+        return fingerprint
 
     # --- sharing --------------------------------------------------------------------
 

@@ -62,6 +62,10 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
             if old.get("config") != new.get("config"):
                 section = new.get("config_key") or "config.json"
                 reasons.append(f"checkpoint {label}: config.json {section} changed")
+            old_files, new_files = old.get("files", {}), new.get("files", {})
+            for file_name in sorted(set(old_files) | set(new_files)):
+                if old_files.get(file_name) != new_files.get(file_name):
+                    reasons.append(f"checkpoint {label}: {file_name} changed")
             old_tensors, new_tensors = old.get("tensors", {}), new.get("tensors", {})
             for name in sorted(set(old_tensors) | set(new_tensors)):
                 if name not in old_tensors:

@@ -16,12 +16,30 @@ from edgebuild.kinds import get_kind, kind_names
 from edgebuild.project import VERIFICATION_MODULE
 
 BUILD_CODE = {
+    "qnn_context": [
+        "edgebuild/kinds/base.py",
+        "edgebuild/kinds/qnn_context/build.py",
+        "edgebuild/kinds/qnn_context/params.py",
+        "edgebuild/kinds/qnn_context/qnn.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
+    ],
     "qwen3_5_vision_tower": [
         "edgebuild/kinds/base.py",
         "edgebuild/kinds/qwen3_5_tower/build.py",
         "edgebuild/kinds/qwen3_5_tower/model.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
         "edgebuild/onnx_tools.py",
+    ],
+    "qwen3_5_tower_qdq": [
+        "edgebuild/images.py",
+        "edgebuild/inputs.py",
+        "edgebuild/kinds/base.py",
+        "edgebuild/kinds/qwen3_5_tower/params.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/build.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/graph.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/inputs.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/qdq.py",
     ],
     "siglip_f143": [
         "edgebuild/compare.py",
@@ -51,12 +69,34 @@ BUILD_CODE = {
 # Every verify digest holds the builder's verify path and the report writer.
 JUDGING = ["edgebuild/atomic.py", "edgebuild/hashing.py", "edgebuild/record.py", "edgebuild/report.py", "edgebuild/verification.py"]
 VERIFY_CODE = {
+    "qnn_context": [
+        "edgebuild/compare.py",
+        "edgebuild/kinds/base.py",
+        "edgebuild/kinds/qnn_context/params.py",
+        "edgebuild/kinds/qnn_context/qnn.py",
+        "edgebuild/kinds/qnn_context/verify.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
+        "edgebuild/onnx_tools.py",
+    ],
     "qwen3_5_vision_tower": [
         "edgebuild/compare.py",
         "edgebuild/kinds/base.py",
         "edgebuild/kinds/qwen3_5_tower/model.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
         "edgebuild/kinds/qwen3_5_tower/verify.py",
+        "edgebuild/onnx_tools.py",
+    ],
+    "qwen3_5_tower_qdq": [
+        "edgebuild/compare.py",
+        "edgebuild/images.py",
+        "edgebuild/inputs.py",
+        "edgebuild/kinds/base.py",
+        "edgebuild/kinds/qwen3_5_tower/params.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/graph.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/inputs.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/qdq.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/verify.py",
         "edgebuild/onnx_tools.py",
     ],
     "siglip_f143": [
@@ -81,6 +121,7 @@ VERIFY_CODE = {
         "edgebuild/siglip.py",
     ],
 }
+ALL_KINDS = {"qnn_context", "qwen3_5_tower_qdq", "qwen3_5_vision_tower", "siglip_f143", "siglip_f143_onnx"}
 # Code that can change neither an artifact's bytes nor its verdict.
 NEVER_DIGESTED = ["edgebuild/__init__.py", "edgebuild/errors.py", "edgebuild/timing.py", "edgebuild/commands.py",
                   "edgebuild/tasks.py", "edgebuild/status.py", "edgebuild/kinds/__init__.py", "edgebuild/kinds/registry.py"]
@@ -179,16 +220,22 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("edited", "build_changes", "verify_changes"),
     [
-        ("report.py", set(), {"qwen3_5_vision_tower", "siglip_f143", "siglip_f143_onnx"}),
+        ("report.py", set(), ALL_KINDS),
         ("errors.py", set(), set()),
         ("__init__.py", set(), set()),
         ("commands.py", set(), set()),
-        ("verification.py", set(), {"qwen3_5_vision_tower", "siglip_f143", "siglip_f143_onnx"}),
+        ("verification.py", set(), ALL_KINDS),
         ("kinds/qwen3_5_tower/verify.py", set(), {"qwen3_5_vision_tower"}),
         ("kinds/siglip_f143/verify.py", set(), {"siglip_f143"}),
         ("quant/f143.py", {"siglip_f143", "siglip_f143_onnx"}, {"siglip_f143"}),
         ("quant/gptq.py", {"siglip_f143"}, set()),
         ("kinds/qwen3_5_tower/build.py", {"qwen3_5_vision_tower"}, set()),
+        # The QDQ kind reads the tower's file names, never its build code.
+        ("kinds/qwen3_5_tower/params.py", {"qwen3_5_vision_tower", "qwen3_5_tower_qdq"}, {"qwen3_5_vision_tower", "qwen3_5_tower_qdq"}),
+        ("kinds/qwen3_5_tower_qdq/qdq.py", {"qwen3_5_tower_qdq"}, {"qwen3_5_tower_qdq"}),
+        ("kinds/qwen3_5_tower_qdq/verify.py", set(), {"qwen3_5_tower_qdq"}),
+        ("kinds/qnn_context/qnn.py", {"qnn_context"}, {"qnn_context"}),
+        ("kinds/qnn_context/verify.py", set(), {"qnn_context"}),
     ],
 )
 def test_editing_code_changes_exactly_the_digests_it_should(

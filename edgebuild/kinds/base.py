@@ -74,6 +74,11 @@ class ArtifactParams(Strict):
         """Extra input files (calibration data and the like), as written in the manifest."""
         return []
 
+    def verify_input_files(self) -> list[str]:
+        """Input files only verification reads (held-out images): in the verification
+        fingerprint, not the build's, so changing one re-verifies and rebuilds nothing."""
+        return []
+
 
 class InputSet(Strict):
     """Calibration or held-out inputs: SafeTensors files with a ``pixel_values``
@@ -91,11 +96,14 @@ class InputSet(Strict):
 
 @dataclass(frozen=True)
 class TensorSelection:
-    """The part of a checkpoint a kind reads: tensors by name prefix, and one
-    top-level key of ``config.json``. Fingerprints cover exactly this part."""
+    """The part of a checkpoint a kind reads: tensors by name prefix, one top-level
+    key of ``config.json``, and ``files`` of the checkpoint directory read whole (an
+    image processor's ``preprocessor_config.json``). Fingerprints cover exactly this
+    part. ``prefixes`` may be empty for a kind that reads no tensors."""
 
     prefixes: tuple[str, ...]
     config_key: str | None = None
+    files: tuple[str, ...] = ()
 
 
 @dataclass
@@ -154,14 +162,28 @@ class ArtifactKind:
     verify_module: ClassVar[str]
     # The kinds a ``source:`` may name (checked in the manifest, before anything is built).
     source_kinds: ClassVar[tuple[str, ...]] = ()
+    # Packages beyond fingerprint.TOOL_PACKAGES whose versions can change this kind's
+    # bytes (a compiler only this kind runs): in its fingerprint, and no other kind's.
+    tool_packages: ClassVar[tuple[str, ...]] = ()
 
     def tensor_selection(self, params: ArtifactParams) -> TensorSelection | None:
-        """Which checkpoint tensors the artifact reads; ``None`` if it reads no checkpoint."""
+        """Which part of a checkpoint the artifact reads itself; ``None`` if it reads none.
+
+        It applies to the artifact's own ``checkpoint:``. An artifact without one that
+        still reads a checkpoint directly (a quantized graph running calibration images
+        through the image processor of the checkpoint behind its ``source:``) has it
+        applied to the checkpoints reached through its sources: what a source read is
+        in the source's fingerprint, what this artifact reads there is in its own."""
         return None
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         """Raise :class:`~edgebuild.errors.ParameterError` for parameters this checkpoint
         cannot honour. Called before anything is built or written."""
+
+    def check_sources(self, params: ArtifactParams, sources: dict[str, ArtifactParams]) -> None:
+        """Raise :class:`~edgebuild.errors.ParameterError` (with the key at fault) for
+        parameters the source artifacts' own parameters rule out (a 16-bit type for a
+        graph exported below opset 21). Called before anything is built or written."""
 
     def build(self, context: BuildContext) -> dict[str, Any]:
         """Write the outputs into ``context.out_dir``; return what the record keeps
