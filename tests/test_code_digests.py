@@ -19,6 +19,7 @@ BUILD_CODE = {
     "qnn_context": [
         "edgebuild/kinds/base.py",
         "edgebuild/kinds/qnn_context/build.py",
+        "edgebuild/kinds/qnn_context/compile.py",
         "edgebuild/kinds/qnn_context/params.py",
         "edgebuild/kinds/qnn_context/qnn.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/params.py",

@@ -229,7 +229,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, qwen_checkpoint: Path) -> Pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "patches", "inputs", "calibration"), [("q64", 16, "2 held_out", 4), ("q64x128", 32, "4 calibration", 6)])
+@pytest.mark.parametrize(("name", "patches", "inputs", "calibration"), [("q64", 16, "2 held_out", 4), ("q64x128", 32, "6 calibration", 6)])
 def test_qdq_builds_and_verifies_at_two_sizes(built: Path, name: str, patches: int, inputs: str, calibration: int) -> None:
     project = Project.load(built / "artifacts.yaml", built)
     report = verify_artifact(project, name, **QUIET)

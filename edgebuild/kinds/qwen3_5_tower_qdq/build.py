@@ -72,6 +72,6 @@ def build(context: BuildContext) -> dict[str, Any]:
     context.log(
         f"quantized: {summary['quantized_weights']['count']} weights, "
         f"{summary['qdq_nodes']['QuantizeLinear']} QuantizeLinear, {summary['qdq_nodes']['DequantizeLinear']} DequantizeLinear; "
-        f"{len(summary['left_float'])} kinds of float tensor left"
+        f"{len(summary['left_float'])} float tensor(s) read by computing nodes (see {INFO_FILE})"
     )
     return {"calibrated_tensors": len(ranges.data), "timings": phases.seconds}
