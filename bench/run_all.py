@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["noop_fingerprint.py", "tower_export.py", "siglip_gptq.py", "parallel_matrix.py"]
+BENCHMARKS = ["noop_fingerprint.py", "tower_export.py", "qdq_tower.py", "siglip_gptq.py", "parallel_matrix.py"]
 
 
 def main() -> int:

@@ -346,9 +346,12 @@ def code_digests(*roots: str) -> dict[str, str]:
     return digests
 
 
-def tool_versions() -> dict[str, str]:
+def tool_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Versions of :data:`TOOL_PACKAGES`, and of a kind's ``extra`` tool packages (the
+    QNN SDK for a QNN context): a tool only one kind uses is in only its fingerprints,
+    so upgrading it rebuilds nothing else."""
     versions = {}
-    for package in TOOL_PACKAGES:
+    for package in (*TOOL_PACKAGES, *extra):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

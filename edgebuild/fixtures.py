@@ -4,8 +4,9 @@ No model hub is reachable from the machines this runs on, so the default
 manifest and the tests build from checkpoints generated here. They are laid
 out like the real ones: a Qwen3.5 VL checkpoint keeps its bf16 ``model.visual.*``
 tensors in a shard shared with ``lm_head`` and ``embed_tokens``, with a second
-shard and an index file; a SigLIP checkpoint has one ``model.safetensors`` with
-``vision_model.*`` and ``text_model.*`` and a ``preprocessor_config.json``.
+shard, an index file and its ``Qwen2VLImageProcessor``'s
+``preprocessor_config.json``; a SigLIP checkpoint has one ``model.safetensors``
+with ``vision_model.*`` and ``text_model.*`` and a ``preprocessor_config.json``.
 
 Tensor names and shapes come from instantiating transformers' own model
 classes; values are then redrawn from a seeded generator at scales that make
@@ -192,6 +193,20 @@ def _write_qwen3_5_vl(directory: Path, config: dict[str, Any], seed: int) -> Non
     config_dict.pop("transformers_version", None)
     config_dict["architectures"] = ["Qwen3_5ForConditionalGeneration"]
     (directory / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+    # The image processor the real checkpoints ship: patches of the vision tower's
+    # geometry, pixels normalised to [-1, 1], and the real pixel budget.
+    vision = model_config.vision_config
+    preprocessor = {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "processor_class": "Qwen3VLProcessor",
+        "patch_size": vision.patch_size,
+        "temporal_patch_size": vision.temporal_patch_size,
+        "merge_size": vision.spatial_merge_size,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+    }
+    (directory / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2, sort_keys=True) + "\n")
 
 
 def _write_siglip(directory: Path, config: dict[str, Any], seed: int) -> None:

@@ -129,6 +129,7 @@ class Project:
         own = params.checkpoint_names()
         try:
             kind.check_parameters(params, checkpoints)
+            kind.check_sources(params, {source: self.manifest.artifacts[source] for source in params.source_artifacts()})
         except ParameterError as error:
             keys = [error.key] if error.key else []
             raise ParameterError(f"{self.manifest.where(name, *keys)}: {error}", error.key) from None
@@ -139,16 +140,17 @@ class Project:
         named: dict[str, Any] = {}
         selection = kind.tensor_selection(params)
         try:
-            # Only the artifact's own checkpoints: a source's are covered by its fingerprint.
-            for role, checkpoint_name in _roles("checkpoint", own):
+            # The artifact's own checkpoints; an artifact with none applies its selection
+            # to the checkpoints behind its sources. Either way it covers what this artifact
+            # reads: what a source read is covered by the source's fingerprint.
+            read_directly = own or (list(checkpoints) if selection is not None else [])
+            for role, checkpoint_name in _roles("checkpoint", read_directly):
                 checkpoint = checkpoints[checkpoint_name]
                 inputs[role] = self._checkpoint_fingerprint(checkpoint, selection)
                 named[role] = checkpoint.label
-            for role, patterns in params.input_patterns().items():
-                paths = expand_inputs(patterns, self.manifest.root, self.manifest.where(name, *role.split(".")))
-                # In order: calibration batches are summed in order, so the order is content.
-                inputs[f"files:{role}"] = [self.stat_cache.file_digest(path) for path in paths]
-                named[f"files:{role}"] = [self._display_path(path) for path in paths]
+            files, files_named = self._input_files(name, verify_only=False)
+            inputs |= files
+            named |= files_named
             for role, source in _roles("source", params.source_artifacts()):
                 inputs[role] = self.fingerprint(source)
                 named[role] = source
@@ -159,7 +161,7 @@ class Project:
             params=params.build_parameters(),
             inputs=inputs,
             code=code_digests(kind.build_module),
-            versions=tool_versions(),
+            versions=tool_versions(kind.tool_packages),
         ).model_copy(update={"inputs_named": named})
         self._records[name] = record
         return record
@@ -179,14 +181,29 @@ class Project:
 
     def verify_fingerprint(self, name: str) -> str:
         params = self.manifest.artifacts[name]
-        return digest_json(
-            {"build": self.fingerprint(name), "verify": params.verify_parameters(), "code": self.verify_code(name)}
-        )
+        fingerprinted = {"build": self.fingerprint(name), "verify": params.verify_parameters(), "code": self.verify_code(name)}
+        files, _ = self._input_files(name, verify_only=True)
+        # Only when there are any: every other artifact's verification fingerprint stays as it was.
+        if files:
+            fingerprinted["files"] = files
+        return digest_json(fingerprinted)
+
+    def _input_files(self, name: str, verify_only: bool) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """``files:<role>`` -> the digests of the files the role's patterns name, in order
+        (calibration batches are summed in order, so the order is content); and the same
+        roles -> the files' paths, for explanations."""
+        digests: dict[str, list[str]] = {}
+        named: dict[str, list[str]] = {}
+        for role, patterns in self.manifest.artifacts[name].input_patterns(verify_only).items():
+            paths = expand_inputs(patterns, self.manifest.root, self.manifest.where(name, *role.split(".")))
+            digests[f"files:{role}"] = [self.stat_cache.file_digest(path) for path in paths]
+            named[f"files:{role}"] = [self._display_path(path) for path in paths]
+        return digests, named
 
     def _checkpoint_fingerprint(self, checkpoint: Checkpoint, selection: Any) -> dict[str, Any]:
         if selection is None:
             return {"config": digest_json(checkpoint.config)}
-        entries = checkpoint.select(selection.prefixes)
+        entries = checkpoint.select(selection.prefixes) if selection.prefixes else {}
         by_file: dict[Path, list[Any]] = {}
         for entry in entries.values():
             by_file.setdefault(entry.file, []).append(entry)

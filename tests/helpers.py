@@ -13,7 +13,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 # The generated tiny checkpoint each kind's tests build from: a kind without one is untested.
 KIND_FIXTURES = {
+    "qnn_context": "qwen3_5_vl_tiny",
     "qwen3_5_vision_tower": "qwen3_5_vl_tiny",
+    "qwen3_5_tower_qdq": "qwen3_5_vl_tiny",
     "siglip_f143": "siglip_tiny",
     "siglip_f143_onnx": "siglip_tiny",
 }

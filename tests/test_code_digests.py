@@ -18,10 +18,30 @@ from edgebuild.project import VERIFICATION_MODULE
 # The kind interface (its contexts hand a kind its checkpoints): in every digest.
 KIND_INTERFACE = ["edgebuild/checkpoint.py", "edgebuild/kinds/base.py"]
 BUILD_CODE = {
+    "qnn_context": [
+        "edgebuild/kinds/base.py",
+        "edgebuild/kinds/qnn_context/build.py",
+        "edgebuild/kinds/qnn_context/compile.py",
+        "edgebuild/kinds/qnn_context/params.py",
+        "edgebuild/kinds/qnn_context/qnn.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
+    ],
     "qwen3_5_vision_tower": [
         "edgebuild/kinds/qwen3_5_tower/build.py",
         "edgebuild/kinds/qwen3_5_tower/model.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
+        "edgebuild/onnx_tools.py",
+    ],
+    "qwen3_5_tower_qdq": [
+        "edgebuild/images.py",
+        "edgebuild/inputs.py",
+        "edgebuild/kinds/base.py",
+        "edgebuild/kinds/qwen3_5_tower/params.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/build.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/graph.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/inputs.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/qdq.py",
         "edgebuild/onnx_tools.py",
     ],
     "siglip_f143": [
@@ -51,11 +71,33 @@ BUILD_CODE = {
 # Every verify digest holds the builder's verify path and the report writer.
 JUDGING = ["edgebuild/atomic.py", "edgebuild/hashing.py", "edgebuild/record.py", "edgebuild/report.py", "edgebuild/verification.py"]
 VERIFY_CODE = {
+    "qnn_context": [
+        "edgebuild/compare.py",
+        "edgebuild/kinds/base.py",
+        "edgebuild/kinds/qnn_context/params.py",
+        "edgebuild/kinds/qnn_context/qnn.py",
+        "edgebuild/kinds/qnn_context/verify.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
+        "edgebuild/onnx_tools.py",
+    ],
     "qwen3_5_vision_tower": [
         "edgebuild/compare.py",
         "edgebuild/kinds/qwen3_5_tower/model.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
         "edgebuild/kinds/qwen3_5_tower/verify.py",
+        "edgebuild/onnx_tools.py",
+    ],
+    "qwen3_5_tower_qdq": [
+        "edgebuild/compare.py",
+        "edgebuild/images.py",
+        "edgebuild/inputs.py",
+        "edgebuild/kinds/base.py",
+        "edgebuild/kinds/qwen3_5_tower/params.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/graph.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/inputs.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/qdq.py",
+        "edgebuild/kinds/qwen3_5_tower_qdq/verify.py",
         "edgebuild/onnx_tools.py",
     ],
     "siglip_f143": [
@@ -80,6 +122,7 @@ VERIFY_CODE = {
         "edgebuild/siglip.py",
     ],
 }
+ALL_KINDS = {"qnn_context", "qwen3_5_tower_qdq", "qwen3_5_vision_tower", "siglip_f143", "siglip_f143_onnx"}
 # Code that can change neither an artifact's bytes nor its verdict.
 NEVER_DIGESTED = ["edgebuild/__init__.py", "edgebuild/errors.py", "edgebuild/timing.py", "edgebuild/commands.py",
                   "edgebuild/tasks.py", "edgebuild/status.py", "edgebuild/kinds/__init__.py", "edgebuild/kinds/registry.py"]
@@ -91,7 +134,7 @@ def test_every_kind_is_listed_here() -> None:
 
 @pytest.mark.parametrize("kind", sorted(BUILD_CODE))
 def test_build_digest_covers_exactly_the_build_path(kind: str) -> None:
-    assert sorted(code_digests(get_kind(kind).build_module)) == sorted(KIND_INTERFACE + BUILD_CODE[kind])
+    assert sorted(code_digests(get_kind(kind).build_module)) == sorted(set(KIND_INTERFACE + BUILD_CODE[kind]))
 
 
 @pytest.mark.parametrize("kind", sorted(VERIFY_CODE))
@@ -186,16 +229,22 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("edited", "build_changes", "verify_changes"),
     [
-        ("report.py", set(), {"qwen3_5_vision_tower", "siglip_f143", "siglip_f143_onnx"}),
+        ("report.py", set(), ALL_KINDS),
         ("errors.py", set(), set()),
         ("__init__.py", set(), set()),
         ("commands.py", set(), set()),
-        ("verification.py", set(), {"qwen3_5_vision_tower", "siglip_f143", "siglip_f143_onnx"}),
+        ("verification.py", set(), ALL_KINDS),
         ("kinds/qwen3_5_tower/verify.py", set(), {"qwen3_5_vision_tower"}),
         ("kinds/siglip_f143/verify.py", set(), {"siglip_f143"}),
         ("quant/f143.py", {"siglip_f143", "siglip_f143_onnx"}, {"siglip_f143"}),
         ("quant/gptq.py", {"siglip_f143"}, set()),
         ("kinds/qwen3_5_tower/build.py", {"qwen3_5_vision_tower"}, set()),
+        # The QDQ kind reads the tower's file names, never its build code.
+        ("kinds/qwen3_5_tower/params.py", {"qwen3_5_vision_tower", "qwen3_5_tower_qdq"}, {"qwen3_5_vision_tower", "qwen3_5_tower_qdq"}),
+        ("kinds/qwen3_5_tower_qdq/qdq.py", {"qwen3_5_tower_qdq"}, {"qwen3_5_tower_qdq"}),
+        ("kinds/qwen3_5_tower_qdq/verify.py", set(), {"qwen3_5_tower_qdq"}),
+        ("kinds/qnn_context/qnn.py", {"qnn_context"}, {"qnn_context"}),
+        ("kinds/qnn_context/verify.py", set(), {"qnn_context"}),
     ],
 )
 def test_editing_code_changes_exactly_the_digests_it_should(

@@ -55,23 +55,29 @@ class ArtifactParams(Strict):
     # Fields that name inputs (a checkpoint or source by its alias in the manifest, input
     # files by path or glob): the fingerprint covers what they name, by content, so that
     # a renamed alias, another checkout path or another spelling of a glob is the same
-    # artifact. Each ``InputSet`` field is one too.
+    # artifact. Each ``InputFiles`` field is one too.
     REFERENCE_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint", "source"})
+    # ``InputFiles`` fields only verification reads (held-out images of a kind whose build
+    # never sees them): in the verification fingerprint, not the build's, so changing one
+    # re-verifies and rebuilds nothing.
+    VERIFY_ONLY_INPUTS: ClassVar[frozenset[str]] = frozenset()
 
     def build_parameters(self) -> dict[str, Any]:
         """The canonical parameters that determine the built files (what the reference
         fields name is an input of the fingerprint instead)."""
-        return self.model_dump(mode="json", exclude=self.COSMETIC_FIELDS | self.REFERENCE_FIELDS | set(self._input_sets()))
+        return self.model_dump(mode="json", exclude=self.COSMETIC_FIELDS | self.REFERENCE_FIELDS | set(self._input_fields()))
 
-    def _input_sets(self) -> dict[str, "InputSet"]:
-        return {name: value for name in type(self).model_fields if isinstance(value := getattr(self, name), InputSet)}
+    def _input_fields(self) -> dict[str, "InputFiles"]:
+        return {name: value for name in type(self).model_fields if isinstance(value := getattr(self, name), InputFiles)}
 
-    def input_patterns(self) -> dict[str, list[str]]:
-        """Input files as written in the manifest, by role (``calibration.images``, ...)."""
+    def input_patterns(self, verify_only: bool = False) -> dict[str, list[str]]:
+        """Input files as written in the manifest, by role (``calibration.images``, ...):
+        those the build reads, or (``verify_only``) those only verification reads."""
         return {
             f"{field}.{role}": patterns
-            for field, inputs in self._input_sets().items()
-            for role, patterns in (("pixel_values", inputs.pixel_values), ("images", inputs.images))
+            for field, inputs in self._input_fields().items()
+            if (field in self.VERIFY_ONLY_INPUTS) == verify_only
+            for role, patterns in inputs.roles().items()
         }
 
     def verify_parameters(self) -> dict[str, Any]:
@@ -89,24 +95,35 @@ class ArtifactParams(Strict):
         return [name] if name else []
 
 
+class InputFiles(Strict):
+    """A set of input files named in the manifest: every field is a list of paths or
+    globs relative to the manifest, one per role (``images``, ``pixel_values``, ...)."""
 
-class InputSet(Strict):
+    def roles(self) -> dict[str, list[str]]:
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+    def is_empty(self) -> bool:
+        return not any(self.roles().values())
+
+    def patterns(self) -> list[str]:
+        return [pattern for patterns in self.roles().values() for pattern in patterns]
+
+
+class InputSet(InputFiles):
     """Calibration or held-out inputs: SafeTensors files with a ``pixel_values``
     tensor and/or images (paths or globs, relative to the manifest)."""
 
     pixel_values: list[str] = Field(default_factory=list)
     images: list[str] = Field(default_factory=list)
 
-    def is_empty(self) -> bool:
-        return not self.pixel_values and not self.images
-
 
 @dataclass(frozen=True)
 class TensorSelection:
     """The part of a checkpoint a kind reads: tensors by name prefix, one top-level
-    key of ``config.json`` (``None``: all of it), and other files of the checkpoint
-    directory by name (read through ``Checkpoint.file``). Fingerprints cover exactly
-    this part, by content."""
+    key of ``config.json`` (``None``: all of it), and ``files`` of the checkpoint
+    directory read whole through ``Checkpoint.file`` (an image processor's
+    ``preprocessor_config.json``). Fingerprints cover exactly this part, by content.
+    ``prefixes`` may be empty for a kind that reads no tensors."""
 
     prefixes: tuple[str, ...]
     config_key: str | None = None
@@ -172,14 +189,28 @@ class ArtifactKind:
     verify_module: ClassVar[str]
     # The kinds a ``source:`` may name (checked in the manifest, before anything is built).
     source_kinds: ClassVar[tuple[str, ...]] = ()
+    # Packages beyond fingerprint.TOOL_PACKAGES whose versions can change this kind's
+    # bytes (a compiler only this kind runs): in its fingerprint, and no other kind's.
+    tool_packages: ClassVar[tuple[str, ...]] = ()
 
     def tensor_selection(self, params: ArtifactParams) -> TensorSelection | None:
-        """Which checkpoint tensors the artifact reads; ``None`` if it reads no checkpoint."""
+        """Which part of a checkpoint the artifact reads itself; ``None`` if it reads none.
+
+        It applies to the artifact's own ``checkpoint:``. An artifact without one that
+        still reads a checkpoint directly (a quantized graph running calibration images
+        through the image processor of the checkpoint behind its ``source:``) has it
+        applied to the checkpoints reached through its sources: what a source read is
+        in the source's fingerprint, what this artifact reads there is in its own."""
         return None
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         """Raise :class:`~edgebuild.errors.ParameterError` for parameters this checkpoint
         cannot honour. Called before anything is built or written."""
+
+    def check_sources(self, params: ArtifactParams, sources: dict[str, ArtifactParams]) -> None:
+        """Raise :class:`~edgebuild.errors.ParameterError` (with the key at fault) for
+        parameters the source artifacts' own parameters rule out (a 16-bit type for a
+        graph exported below opset 21). Called before anything is built or written."""
 
     def build(self, context: BuildContext) -> dict[str, Any]:
         """Write the outputs into ``context.out_dir``; return what the record keeps

@@ -1,0 +1,29 @@
+"""Kind ``qnn_context``: a QDQ graph compiled by Qualcomm's QNN for a Snapdragon NPU.
+
+onnxruntime's EPContext generation with the QNN execution provider on the HTP
+backend: the output is a tiny ONNX graph of ``EPContext`` nodes and the compiled
+context binary beside it, which onnxruntime on the device loads without compiling
+again. Built with CPU fallback disabled, so a graph QNN cannot take whole fails the
+build instead of quietly leaving nodes to the CPU. ``qnn.py`` finds the provider
+(the optional ``onnxruntime-qnn`` plugin), ``build.py`` compiles, ``verify.py``
+checks the placement and, for graphs small enough, runs the compiled context on
+the HTP simulator against the QDQ graph on the CPU.
+"""
+
+from __future__ import annotations
+
+from ..base import ArtifactKind
+from ..registry import register
+from .params import CONTEXT_BINARY_FILE, INFO_FILE, MODEL_FILE, QNN_PACKAGE, QnnParams
+
+
+@register
+class QnnContext(ArtifactKind):
+    name = "qnn_context"
+    summary = "QDQ graph -> QNN HTP context binary (EPContext), Snapdragon X by default"
+    Params = QnnParams
+    outputs = (MODEL_FILE, CONTEXT_BINARY_FILE, INFO_FILE)
+    build_module = "edgebuild.kinds.qnn_context.build"
+    verify_module = "edgebuild.kinds.qnn_context.verify"
+    source_kinds = ("qwen3_5_tower_qdq",)
+    tool_packages = (QNN_PACKAGE,)

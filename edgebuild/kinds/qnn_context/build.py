@@ -1,0 +1,72 @@
+"""Building the QNN context: onnxruntime's EPContext generation compiles the QDQ graph
+for the HTP backend of the chosen SoC (in a child process: see ``compile.py``) and
+writes a graph holding one ``EPContext`` node per partition, beside the compiled
+context binary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+from ...errors import ExportError
+from ...timing import Phases
+from ..base import BuildContext
+from ..qwen3_5_tower_qdq.params import MODEL_FILE as SOURCE_MODEL_FILE
+from . import compile as compile_module
+from .params import CONTEXT_BINARY_FILE, INFO_FILE, INFO_FORMAT, MODEL_FILE, PROVIDER, QnnParams
+from .qnn import qnn_version, require_qnn
+
+
+def build(context: BuildContext) -> dict[str, Any]:
+    import onnx
+
+    params = context.params
+    assert isinstance(params, QnnParams)
+    require_qnn()
+    source_model = context.sources[params.source] / SOURCE_MODEL_FILE
+    model_path = context.out_dir / MODEL_FILE
+    phases = Phases()
+    with phases.time("compile"):
+        child = subprocess.run(
+            [sys.executable, "-m", compile_module.__name__, str(source_model), str(model_path),
+             str(params.soc_model), str(params.htp_arch)],
+            capture_output=True, text=True,
+        )
+    lines = child.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        result = {}
+    if child.returncode != 0 or "partitions" not in result:
+        detail = result.get("error") or (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]
+        raise ExportError(f"{source_model}: QNN context compilation failed: {detail}")
+    placed = result["partitions"]
+    # Counted in the session's graph: onnxruntime's own rewrites (a DequantizeLinear per
+    # consumer, NHWC transposes around Conv) run before placement, so it has more nodes
+    # than the file.
+    on_qnn = sum(part["nodes"] for part in placed if part["provider"] == PROVIDER)
+    elsewhere = sum(part["nodes"] for part in placed if part["provider"] != PROVIDER)
+    if not model_path.is_file() or not (context.out_dir / CONTEXT_BINARY_FILE).is_file():
+        written = ", ".join(sorted(path.name for path in context.out_dir.iterdir())) or "nothing"
+        raise ExportError(f"EPContext generation wrote {written}; expected {MODEL_FILE} and {CONTEXT_BINARY_FILE}")
+    context_nodes = list(onnx.load(str(model_path)).graph.node)
+    sdk = next((attribute.s.decode() for node in context_nodes for attribute in node.attribute if attribute.name == "ep_sdk_version"), "")
+    info = {
+        "format": INFO_FORMAT,
+        "soc_model": params.soc_model,
+        "htp_arch": params.htp_arch,
+        "source_nodes": result["source_nodes"],
+        "nodes_on_qnn": on_qnn,
+        "nodes_elsewhere": elsewhere,
+        "partitions": placed,
+        "context_nodes": dict(sorted(Counter(node.op_type for node in context_nodes).items())),
+        "ep_sdk_version": sdk,
+        **qnn_version(),
+    }
+    (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    context.log(f"compiled for soc_model {params.soc_model} (htp v{params.htp_arch}): {on_qnn} nodes in {len(placed)} "
+                f"partition(s), {elsewhere} elsewhere; context binary {(context.out_dir / CONTEXT_BINARY_FILE).stat().st_size / 2**20:.1f} MiB")
+    return {"timings": phases.seconds}

@@ -1,0 +1,52 @@
+"""The ``qnn_context`` manifest parameters, its thresholds and the files it writes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ..base import ArtifactParams, Strict
+
+# The EPContext graph, and the compiled context binary onnxruntime names after it.
+MODEL_FILE = "model.onnx"
+CONTEXT_BINARY_FILE = "model_qnn.bin"
+INFO_FILE = "context.json"
+INFO_FORMAT = 1
+PROVIDER = "QNNExecutionProvider"
+# The package that brings the provider (a plugin library for onnxruntime) and the HTP backend.
+QNN_PACKAGE = "onnxruntime-qnn"
+
+# Snapdragon X (X Elite / X Plus): the laptop NPU this graph is compiled for by default.
+SNAPDRAGON_X_SOC_MODEL = 60
+SNAPDRAGON_X_HTP_ARCH = 73
+
+
+class QnnVerify(Strict):
+    """The HTP simulator's output against the QDQ graph on onnxruntime's CPU provider.
+
+    Both run the same quantized graph, so they differ only by the backends' integer
+    arithmetic and requantization rounding. Measured on the tiny A16W8 tower (README,
+    kind ``qnn_context``): at 64x64 cosine 0.99997, mean abs 0.0040, max abs 0.016; at
+    224x224 cosine 0.999993, mean abs 0.0022, max abs 0.019 (outputs up to ~3).
+    """
+
+    simulate_max_weight_mib: float = Field(
+        default=16.0, ge=0.0,
+        description="Run the HTP simulator only for a source whose weights file is at most this large "
+                    "(the x86 simulator is slow: seconds for the tiny tower, hours for a full-size one).",
+    )
+    cosine_min: float = Field(default=0.9995, ge=-1.0, le=1.0)
+    mean_abs: float = Field(default=0.02, ge=0.0)
+    max_abs: float = Field(default=0.1, ge=0.0)
+    max_partitions: int = Field(default=1, ge=1, description="QNN partitions the graph may be split into.")
+    samples: int = Field(default=2, ge=1, le=16, description="Random inputs, uniform in [-1, 1].")
+    seed: int = 0
+
+
+class QnnParams(ArtifactParams):
+    kind: Literal["qnn_context"]
+    source: str = Field(description="The QDQ graph to compile (a qwen3_5_tower_qdq artifact).")
+    soc_model: int = Field(default=SNAPDRAGON_X_SOC_MODEL, ge=0, description="QNN SoC model id (60: Snapdragon X).")
+    htp_arch: int = Field(default=SNAPDRAGON_X_HTP_ARCH, ge=68, description="Hexagon HTP architecture (73: v73).")
+    verify: QnnVerify = Field(default_factory=QnnVerify)

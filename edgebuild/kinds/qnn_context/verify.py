@@ -1,0 +1,79 @@
+"""Verifying the QNN context: every node of the QDQ graph on QNN with CPU fallback
+disabled, the context graph loadable on the HTP backend the same way, and -- for a
+graph small enough for the x86 simulator -- the compiled context's output against
+the QDQ graph on onnxruntime's CPU provider."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...compare import compare_outputs, worst_case
+from ...errors import ExportError
+from ...report import Check
+from ..base import Verification, VerifyContext
+from ..qwen3_5_tower_qdq.params import MODEL_FILE as SOURCE_MODEL_FILE
+from ..qwen3_5_tower_qdq.params import WEIGHTS_FILE as SOURCE_WEIGHTS_FILE
+from .params import INFO_FILE, MODEL_FILE, PROVIDER, QnnParams
+from .qnn import htp_session, qnn_unavailable_reason
+
+
+def verify(context: VerifyContext) -> Verification:
+    params = context.params
+    assert isinstance(params, QnnParams)
+    info = json.loads((context.out_dir / INFO_FILE).read_text())
+    source = context.sources[params.source]
+    checks = [
+        Check.measure("nodes_off_qnn", info["nodes_elsewhere"], "==", 0,
+                      f"nodes of the compiled session not on {PROVIDER} (CPU fallback disabled); "
+                      f"{info['nodes_on_qnn']} on it, from {info['source_nodes']} in the QDQ graph file"),
+        Check.measure("nodes_on_qnn", info["nodes_on_qnn"], ">=", 1),
+        Check.measure("qnn_partitions", len(info["partitions"]), "<=", params.verify.max_partitions),
+        Check.measure("context_graph_nodes", sorted(info["context_nodes"]), "==", ["EPContext"],
+                      "the compiled graph holds only EPContext nodes"),
+    ]
+    metrics: dict[str, Any] = {"context": info}
+    unavailable = qnn_unavailable_reason()
+    if unavailable is not None:
+        checks.append(Check.measure("qnn_provider", "unavailable", "==", "available", unavailable))
+        return Verification(checks=checks, metrics=metrics)
+    try:
+        session = htp_session(context.out_dir / MODEL_FILE, {}, {})
+    except ExportError as error:
+        checks.append(Check.measure("context_loads", False, "==", True, str(error)))
+        return Verification(checks=checks, metrics=metrics)
+    checks.append(Check.measure("context_loads", True, "==", True, f"on {PROVIDER} (HTP), CPU fallback disabled"))
+
+    weight_mib = (source / SOURCE_WEIGHTS_FILE).stat().st_size / 2**20
+    if weight_mib > params.verify.simulate_max_weight_mib:
+        metrics["simulator"] = (f"skipped: the source's weights are {weight_mib:.1f} MiB, over "
+                                f"verify.simulate_max_weight_mib = {params.verify.simulate_max_weight_mib}")
+        return Verification(checks=checks, metrics=metrics)
+    measured, comparisons = _simulate(session, source / SOURCE_MODEL_FILE, params)
+    note = f"HTP simulator (soc_model {params.soc_model}) vs the QDQ graph on onnxruntime CPU, {params.verify.samples} random inputs"
+    checks += [
+        Check.measure("simulator.cosine", measured["cosine"], ">=", params.verify.cosine_min, note),
+        Check.measure("simulator.mean_abs", measured["mean_abs"], "<=", params.verify.mean_abs, note),
+        Check.measure("simulator.max_abs", measured["max_abs"], "<=", params.verify.max_abs, note),
+    ]
+    metrics["simulator"] = measured | {"reference": note, "samples": comparisons}
+    return Verification(checks=checks, metrics=metrics)
+
+
+def _simulate(session: Any, qdq_model: Any, params: QnnParams) -> tuple[dict[str, float], list[dict[str, float]]]:
+    import numpy
+    import torch
+
+    from ...onnx_tools import run_session
+
+    (graph_input,) = session.get_inputs()
+    # Uniform in [-1, 1]: the range of pixels normalised by the processor (mean = std = 0.5).
+    # Both sides run the same quantized graph, so any input in the calibrated range
+    # exercises the same arithmetic.
+    generator = numpy.random.default_rng(params.verify.seed)
+    feeds = [{graph_input.name: generator.uniform(-1.0, 1.0, graph_input.shape).astype(numpy.float32)}
+             for _ in range(params.verify.samples)]
+    simulated = [session.run(None, feed)[0] for feed in feeds]
+    reference = [outputs[0] for outputs in run_session(qdq_model, feeds)]
+    comparisons = [compare_outputs(torch.from_numpy(ref)[None], torch.from_numpy(out)[None]) for ref, out in zip(reference, simulated)]
+    return worst_case(comparisons), comparisons

@@ -1,0 +1,84 @@
+"""The ``qwen3_5_tower_qdq`` manifest parameters, its thresholds and the files it writes."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from ..base import ArtifactParams, InputFiles, Strict
+
+MODEL_FILE = "model.onnx"
+WEIGHTS_FILE = "model.onnx.data"
+INFO_FILE = "qdq.json"
+INFO_FORMAT = 1
+PREPROCESSOR_FILE = "preprocessor_config.json"
+# The graph's input: one image's patches, [patches, patch_dim].
+PATCHES_INPUT = "patches"
+
+# 16-bit QuantizeLinear / DequantizeLinear exist in the ai.onnx domain from opset 21;
+# below it onnxruntime falls back to com.microsoft contrib ops, which an NPU stack
+# expecting standard ONNX does not take.
+SIXTEEN_BIT_OPSET = 21
+SIXTEEN_BIT_TYPES = frozenset({"uint16", "int16"})
+
+# Default thresholds against the float32 tower graph on the held-out images. Measured
+# on the tiny fixture with the shipped images (4 calibration, 2 held out), minmax:
+# A16W8 cosine 0.9962 / 0.9949 (64x64 / 128x128), mean abs 0.033 / 0.036, max abs
+# 0.20 / 0.27; per-channel weights 0.9968 / 0.9956; A8W8 0.9959 / 0.9945, mean abs
+# 0.036 / 0.040, max abs 0.19 / 0.30. With four calibration images the held-out error
+# is mostly held-out activations beyond the calibrated ranges (clipped): on the
+# calibration images themselves A16W8 reaches cosine 0.99957 and A16W16 1.0000 (mean
+# abs 1e-4), on the held-out ones both ~0.996. Entropy calibration clips harder:
+# 0.9894, mean abs 0.053, max abs 0.42. The defaults admit every method on these
+# inputs with some room, and still fail a broken quantization (a wrong range).
+DEFAULT_LIMITS: dict[str, dict[str, float]] = {
+    "uint16": {"cosine_min": 0.98, "mean_abs": 0.08, "max_abs": 0.6},
+    "uint8": {"cosine_min": 0.975, "mean_abs": 0.1, "max_abs": 0.8},
+}
+
+
+class TowerInputs(InputFiles):
+    """Inputs of the tower: images (paths or globs, relative to the manifest), each
+    run through the checkpoint's own image processor at the tower's size, and/or
+    SafeTensors files holding a ``patches`` tensor of ``[n * patches, patch_dim]``
+    or ``[n, patches, patch_dim]`` (n images already turned into patches)."""
+
+    images: list[str] = Field(default_factory=list)
+    patches: list[str] = Field(default_factory=list)
+
+
+class QdqVerify(Strict):
+    """Thresholds against the float32 tower graph on the held-out inputs; unset ones
+    take the defaults of the activation type."""
+
+    cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0)
+    mean_abs: float | None = Field(default=None, ge=0.0)
+    max_abs: float | None = Field(default=None, ge=0.0)
+
+
+class QdqParams(ArtifactParams):
+    kind: Literal["qwen3_5_tower_qdq"]
+    source: str = Field(description="The float32 qwen3_5_vision_tower artifact to quantize.")
+    calibration: TowerInputs
+    held_out: TowerInputs = Field(
+        default_factory=TowerInputs, description="Verification inputs; default: the calibration inputs."
+    )
+    activation_type: Literal["uint16", "uint8"] = "uint16"
+    weight_type: Literal["uint8", "int8", "uint16"] = "uint8"
+    per_channel: bool = False
+    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    verify: QdqVerify = Field(default_factory=QdqVerify)
+
+    # Held-out inputs only decide the verdict: in the verification fingerprint, not the build's.
+    VERIFY_ONLY_INPUTS: ClassVar[frozenset[str]] = frozenset({"held_out"})
+
+    @model_validator(mode="after")
+    def _has_calibration(self) -> "QdqParams":
+        if self.calibration.is_empty():
+            raise ValueError("calibration needs at least one image or patches file")
+        return self
+
+    def limits(self) -> dict[str, float]:
+        defaults = DEFAULT_LIMITS[self.activation_type]
+        return {key: getattr(self.verify, key) if getattr(self.verify, key) is not None else defaults[key] for key in defaults}

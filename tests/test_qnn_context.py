@@ -1,0 +1,100 @@
+"""The qnn_context kind: the tiny QDQ tower compiled for Snapdragon X by onnxruntime's
+QNN provider (HTP backend, CPU fallback disabled), and the HTP simulator's output
+against the QDQ graph on the CPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgebuild.builder import build_artifact, verify_artifact
+from edgebuild.hashing import file_digest
+from edgebuild.kinds.qnn_context.qnn import qnn_unavailable_reason
+from edgebuild.project import Project
+
+from helpers import REPO
+
+QUIET = {"log": lambda message: None}
+
+MANIFEST = """\
+checkpoints:
+  qwen:
+    fixture: qwen3_5_vl_tiny
+artifacts:
+  tower:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 64
+  qdq:
+    kind: qwen3_5_tower_qdq
+    source: tower
+    calibration:
+      images: [images/*.png]
+  npu:
+    kind: qnn_context
+    source: qdq
+"""
+
+
+def _qnn_reason() -> str:
+    return qnn_unavailable_reason() or ""
+
+
+needs_qnn = pytest.mark.skipif(bool(_qnn_reason()), reason=_qnn_reason())
+
+
+def test_the_qnn_sdk_version_is_in_this_kind_only(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
+    (tmp_path / "artifacts.yaml").write_text(MANIFEST)
+    project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
+    assert "onnxruntime-qnn" in project.record("npu").versions
+    assert "onnxruntime-qnn" not in project.record("qdq").versions
+    assert project.record("npu").params == {"kind": "qnn_context", "soc_model": 60, "htp_arch": 73}
+
+
+@pytest.mark.slow
+@needs_qnn
+def test_context_compiles_whole_and_simulates_like_the_cpu(tmp_path_factory: pytest.TempPathFactory) -> None:
+    digests = []
+    for attempt in ("first", "second"):
+        root = tmp_path_factory.mktemp(attempt)
+        shutil.copytree(REPO / "data" / "calibration", root / "images")
+        (root / "artifacts.yaml").write_text(MANIFEST)
+        project = Project.load(root / "artifacts.yaml", root)
+        for name in ("tower", "qdq", "npu"):
+            build_artifact(project, name, **QUIET)
+        built = root / "build" / "npu"
+        digests.append({name: file_digest(built / name) for name in ("model.onnx", "model_qnn.bin", "context.json")})
+    # Compiled twice, in two directories: the same bytes.
+    assert digests[0] == digests[1]
+
+    report = verify_artifact(project, "npu", **QUIET)
+    assert report.passed, report.summary()
+    checks = {check.name: check for check in report.checks}
+    assert checks["nodes_off_qnn"].value == 0
+    assert checks["qnn_partitions"].value == 1
+    assert checks["context_graph_nodes"].value == ["EPContext"]
+    assert checks["simulator.cosine"].value > 0.9995
+    assert 0 < checks["simulator.max_abs"].value < 0.1
+    info = json.loads((built / "context.json").read_text())
+    assert (info["soc_model"], info["htp_arch"]) == (60, 73)
+    assert info["partitions"][0]["provider"] == "QNNExecutionProvider"
+    assert info["partitions"][0]["ops"]["Gemm"] == 10
+    assert info["source_nodes"] < info["nodes_on_qnn"]
+
+
+@pytest.mark.slow
+@needs_qnn
+def test_simulation_is_skipped_above_the_threshold(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
+    (tmp_path / "artifacts.yaml").write_text(MANIFEST + "    verify:\n      simulate_max_weight_mib: 0.1\n")
+    project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
+    for name in ("tower", "qdq", "npu"):
+        build_artifact(project, name, **QUIET)
+    report = verify_artifact(project, "npu", **QUIET)
+    assert report.passed
+    assert not any(check.name.startswith("simulator.") for check in report.checks)
+    assert report.metrics["simulator"].startswith("skipped: the source's weights are 0.2 MiB, over verify.simulate_max_weight_mib = 0.1")

@@ -1,0 +1,284 @@
+"""The qwen3_5_tower_qdq kind: calibration inputs through the checkpoint's image
+processor, the QNN QDQ recipe in bounded memory (same bytes as one quantize call),
+verification against the float tower, the opset rule, and staleness."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy
+import pytest
+
+from edgebuild.builder import build_artifact, verify_artifact
+from edgebuild.checkpoint import Checkpoint
+from edgebuild.errors import CheckpointError, ParameterError
+from edgebuild.kinds.qwen3_5_tower_qdq.inputs import image_processor, images_to_patches, tower_inputs
+from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
+from edgebuild.project import Project
+
+from helpers import REPO
+
+QUIET = {"log": lambda message: None}
+
+MANIFEST = """\
+checkpoints:
+  qwen:
+    path: ckpt
+artifacts:
+  t64:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 64
+    opset: {opset}
+  t64x128:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: [64, 128]
+  q64:
+    kind: qwen3_5_tower_qdq
+    source: t64
+    calibration:
+      images: [images/*.png]
+    held_out:
+      images: [held_out/*.png]
+  q64x128:
+    kind: qwen3_5_tower_qdq
+    source: t64x128
+    calibration:
+      images: [images/*.png]
+      patches: [patches.safetensors]
+    per_channel: true
+"""
+
+
+def lay_out(root: Path, checkpoint: Path, opset: int = 21) -> Path:
+    """A copy of the Qwen fixture at ``root/ckpt``, the shipped images, the manifest."""
+    shutil.copytree(checkpoint, root / "ckpt")
+    shutil.copytree(REPO / "data" / "calibration", root / "images")
+    shutil.copytree(REPO / "data" / "held_out", root / "held_out")
+    (root / "artifacts.yaml").write_text(MANIFEST.format(opset=opset))
+    return root
+
+
+def geometry(height: int, width: int) -> dict:
+    return {"height": height, "width": width, "grid_h": height // 16, "grid_w": width // 16,
+            "patches": height * width // 256, "patch_dim": 1536}
+
+
+# --- calibration inputs ------------------------------------------------------------
+
+
+def test_fixture_ships_the_image_processor_of_its_tower(qwen_checkpoint: Path) -> None:
+    config = json.loads((qwen_checkpoint / "preprocessor_config.json").read_text())
+    vision = Checkpoint(qwen_checkpoint).config_section("vision_config")
+    assert config["image_processor_type"] == "Qwen2VLImageProcessor"
+    assert (config["patch_size"], config["temporal_patch_size"], config["merge_size"]) == (
+        vision["patch_size"], vision["temporal_patch_size"], vision["spatial_merge_size"])
+
+
+def test_an_image_of_another_size_is_resized_to_the_tower(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    from PIL import Image
+
+    pixels = numpy.random.default_rng(0).integers(0, 256, (70, 100, 3), dtype=numpy.uint8)
+    path = tmp_path / "wide.png"
+    Image.fromarray(pixels).save(path)
+    processor = image_processor(Checkpoint(qwen_checkpoint))
+    (patches,) = images_to_patches(processor, [path], geometry(64, 128))
+    assert patches.shape == (32, 1536) and patches.dtype == numpy.float32
+
+    # Independently: bicubic resize to 128 x 64, pixels to [-1, 1] (mean = std = 0.5),
+    # then Qwen2-VL's layout: patch rows in 2x2 merge blocks, each row (channel,
+    # temporal copy, 16, 16).
+    resized = numpy.asarray(Image.fromarray(pixels).resize((128, 64), resample=Image.BICUBIC), dtype=numpy.float64)
+    normalised = (resized / 255.0 - 0.5) / 0.5
+
+    def row(patch_y: int, patch_x: int) -> numpy.ndarray:
+        block = normalised[patch_y * 16:(patch_y + 1) * 16, patch_x * 16:(patch_x + 1) * 16].transpose(2, 0, 1)
+        return numpy.stack([block, block], axis=1).reshape(-1)
+
+    # Rows 0-3 are the first 2x2 merge block; row 4 starts the next one to the right.
+    for index, (patch_y, patch_x) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1), (0, 2)]):
+        assert numpy.allclose(patches[index], row(patch_y, patch_x), atol=1e-5), index
+
+    # The processor's own resize at a pixel budget of exactly 64 x 128 leaves the
+    # resized image as it is: skipping it changes nothing.
+    with Image.open(path) as image:
+        same = processor(images=[image.resize((128, 64), resample=processor.resample)], return_tensors="np",
+                         size={"shortest_edge": 64 * 128, "longest_edge": 64 * 128})
+    assert numpy.array_equal(same["pixel_values"], patches)
+    assert same["image_grid_thw"].tolist() == [[1, 4, 8]]
+
+
+def test_patches_files_in_either_layout(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    from safetensors.numpy import save_file
+
+    values = numpy.arange(3 * 16 * 1536, dtype=numpy.float32).reshape(3, 16, 1536)
+    save_file({"patches": values}, str(tmp_path / "stacked.safetensors"))
+    save_file({"patches": values.reshape(48, 1536)}, str(tmp_path / "flat.safetensors"))
+    checkpoint = Checkpoint(qwen_checkpoint)
+    for name in ("stacked", "flat"):
+        samples = tower_inputs(TowerInputs(patches=[f"{name}.safetensors"]), tmp_path, checkpoint, geometry(64, 64), "calibration")
+        assert [sample.shape for sample in samples] == [(16, 1536)] * 3
+        assert numpy.array_equal(numpy.stack(samples), values)
+
+    save_file({"patches": values.reshape(24, 2, 1536)}, str(tmp_path / "odd.safetensors"))
+    with pytest.raises(CheckpointError) as caught:
+        tower_inputs(TowerInputs(patches=["odd.safetensors"]), tmp_path, checkpoint, geometry(64, 64), "calibration")
+    assert str(caught.value) == (
+        f"{tmp_path / 'odd.safetensors'}: tensor 'patches': expected shape [n * 16, 1536] or [n, 16, 1536] "
+        "for this tower, found [24, 2, 1536]"
+    )
+
+
+def test_a_preprocessor_that_does_not_fit_the_tower_is_refused(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    root = lay_out(tmp_path, qwen_checkpoint)
+    path = root / "ckpt" / "preprocessor_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps(config | {"merge_size": 4}))
+    with pytest.raises(CheckpointError) as caught:
+        Project.load(root / "artifacts.yaml", root).fingerprint("q64")
+    assert str(caught.value) == (
+        f"{path}: merge_size: expected 2 (vision_config.spatial_merge_size of config.json), found 4"
+    )
+
+
+# --- parameters and fingerprints -------------------------------------------------------
+
+
+def test_sixteen_bit_types_need_a_source_at_opset_21(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    root = lay_out(tmp_path, qwen_checkpoint, opset=20)
+    project = Project.load(root / "artifacts.yaml", root)
+    with pytest.raises(ParameterError) as caught:
+        project.fingerprint("q64")
+    assert str(caught.value) == (
+        f"{root / 'artifacts.yaml'}:14:3: artifacts -> q64 -> activation_type: uint16 needs opset 21 "
+        "(16-bit QuantizeLinear/DequantizeLinear in ai.onnx), but source 't64' is exported at opset 20; "
+        "set its opset to 21, or use an 8-bit activation_type"
+    )
+    # 8-bit activations and weights are standard Q/DQ at any opset the tower takes.
+    (root / "artifacts.yaml").write_text(MANIFEST.format(opset=20).replace(
+        "    source: t64\n", "    source: t64\n    activation_type: uint8\n"))
+    Project.load(root / "artifacts.yaml", root).fingerprint("q64")
+
+
+def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    from edgebuild.staleness import explain
+
+    root = lay_out(tmp_path, qwen_checkpoint)
+    manifest = root / "artifacts.yaml"
+
+    def load() -> Project:
+        return Project.load(manifest, root)
+
+    before = load()
+    # The tower reads no image processor; the QDQ artifact reads it from the checkpoint behind its source.
+    assert "files" not in before.record("t64").inputs["checkpoint"]
+    assert set(before.record("q64").inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
+    assert before.record("q64").inputs["checkpoint"]["tensors"] == {}
+    assert before.record("q64").versions["onnxruntime"] == before.record("t64").versions["onnxruntime"]
+
+    # An unrelated artifact changes: nothing here does.
+    manifest.write_text(manifest.read_text().replace("image_size: [64, 128]", "image_size: [64, 96]"))
+    unrelated = load()
+    assert unrelated.fingerprint("t64x128") != before.fingerprint("t64x128")
+    assert unrelated.fingerprint("q64") == before.fingerprint("q64")
+
+    # Its source tower changes: the QDQ artifact is stale, and says why.
+    manifest.write_text(manifest.read_text().replace("    opset: 21\n", "    opset: 21\n    attn_implementation: eager\n"))
+    source_changed = load()
+    assert source_changed.fingerprint("q64") != before.fingerprint("q64")
+    reasons = explain(before.record("q64").to_json(), source_changed.record("q64").to_json())
+    assert reasons == [f"source artifact t64 changed ({before.fingerprint('t64')[:12]} → {source_changed.fingerprint('t64')[:12]})"]
+
+    # The image processor changes: the QDQ artifact is stale, the tower is not.
+    path = root / "ckpt" / "preprocessor_config.json"
+    path.write_text(path.read_text().replace('"image_std": [\n    0.5', '"image_std": [\n    0.25'))
+    processor_changed = load()
+    assert processor_changed.fingerprint("t64") == source_changed.fingerprint("t64")
+    assert processor_changed.fingerprint("q64") != source_changed.fingerprint("q64")
+    assert explain(source_changed.record("q64").to_json(), processor_changed.record("q64").to_json()) == [
+        f"checkpoint 'qwen' ({root / 'ckpt'}): preprocessor_config.json changed"
+    ]
+
+    # A held-out image changes: re-verify, never rebuild.
+    verify_before = processor_changed.verify_fingerprint("q64")
+    with open(root / "held_out" / "scene_100.png", "ab") as handle:
+        handle.write(b"\0")
+    held_out_changed = load()
+    assert held_out_changed.fingerprint("q64") == processor_changed.fingerprint("q64")
+    assert held_out_changed.verify_fingerprint("q64") != verify_before
+
+
+# --- building and verifying --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, qwen_checkpoint: Path) -> Path:
+    """Both QDQ artifacts of MANIFEST built and verified, once for the module."""
+    from safetensors.numpy import save_file
+
+    root = lay_out(tmp_path_factory.mktemp("qdq"), qwen_checkpoint)
+    patches = numpy.random.default_rng(1).uniform(-1, 1, (2, 32, 1536)).astype(numpy.float32)
+    save_file({"patches": patches}, str(root / "patches.safetensors"))
+    project = Project.load(root / "artifacts.yaml", root)
+    for name in ("t64", "t64x128", "q64", "q64x128"):
+        build_artifact(project, name, **QUIET)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "patches", "inputs", "calibration"), [("q64", 16, "2 held_out", 4), ("q64x128", 32, "6 calibration", 6)])
+def test_qdq_builds_and_verifies_at_two_sizes(built: Path, name: str, patches: int, inputs: str, calibration: int) -> None:
+    project = Project.load(built / "artifacts.yaml", built)
+    report = verify_artifact(project, name, **QUIET)
+    assert report.passed, report.summary()
+    checks = {check.name: check for check in report.checks}
+    # Two blocks (qkv, proj, fc1, fc2, norm1, norm2 each), the merger (norm, fc1, fc2), the patch Conv.
+    assert checks["quantized_weights"].value == 16
+    assert checks["unquantized_weights"].value == 0
+    assert checks["qdq_domains"].value == ["ai.onnx"]
+    assert checks["opset"].value == 21
+    assert checks["weight_types"].value == ["uint8"]
+    assert checks["activation_types"].value == ["uint16"]
+    assert 0.99 < checks["cosine"].value < 1.0
+    assert 0 < checks["mean_abs"].value < 0.06
+    assert report.metrics["comparison"]["reference"].endswith(f"{inputs} inputs")
+
+    info = json.loads((built / "build" / name / "qdq.json").read_text())
+    assert info["calibration_inputs"] == calibration
+    assert info["geometry"]["patches"] == patches
+    assert info["quantized_weights"]["by_op"] == {"Conv": 1, "Gemm": 10, "LayerNormalization": 5}
+    assert info["quantized_biases"] == {"int32": 16}
+    # The only float tensor a computing node reads: the graph's input, before its first Reshape.
+    assert [(item["tensor"], item["consumer"]) for item in info["left_float"]] == [("patches", "Reshape")]
+    text = (built / "build" / name / "qdq.json").read_text()
+    assert str(built) not in text and "seconds" not in text
+
+
+@pytest.mark.slow
+def test_chunked_calibration_gives_the_bytes_of_one_quantize_call(built: Path) -> None:
+    """The bounded-memory build is onnxruntime's recipe, byte for byte."""
+    from onnxruntime.quantization import QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    from edgebuild.kinds.qwen3_5_tower_qdq.qdq import PatchesReader
+
+    samples = tower_inputs(TowerInputs(images=["images/*.png"]), built, Checkpoint(built / "ckpt"), geometry(64, 64), "calibration")
+    plain = built / "plain"
+    shutil.copytree(built / "build" / "t64", plain)
+    config = get_qnn_qdq_config(str(plain / "model.onnx"), PatchesReader(samples, "patches"),
+                                activation_type=QuantType.QUInt16, weight_type=QuantType.QUInt8)
+    quantize(str(plain / "model.onnx"), str(plain / "quantized.onnx"), config)
+    assert (plain / "quantized.onnx.data").read_bytes() == (built / "build" / "q64" / "model.onnx.data").read_bytes()
+    import onnx
+
+    ours = onnx.load(str(built / "build" / "q64" / "model.onnx"), load_external_data=False)
+    theirs = onnx.load(str(plain / "quantized.onnx"), load_external_data=False)
+    # The graphs differ only in the external data file's name.
+    for initializer in theirs.graph.initializer:
+        for entry in initializer.external_data:
+            if entry.key == "location":
+                entry.value = "model.onnx.data"
+    assert ours.SerializeToString() == theirs.SerializeToString()
