@@ -103,10 +103,10 @@ class InputSet(Strict):
 
 @dataclass(frozen=True)
 class TensorSelection:
-    """The part of a checkpoint a kind reads: tensors by name prefix, one top-level
-    key of ``config.json`` (``None``: all of it), and other files of the checkpoint
-    directory by name (read through ``Checkpoint.file``). Fingerprints cover exactly
-    this part, by content."""
+    """The part of a checkpoint a kind reads: tensors by name prefix (``""``: every
+    tensor), one top-level key of ``config.json`` (``None``: all of it), and other files
+    of the checkpoint directory by name (read through ``Checkpoint.file``).
+    Fingerprints cover exactly this part, by content."""
 
     prefixes: tuple[str, ...]
     config_key: str | None = None
@@ -173,8 +173,10 @@ class ArtifactKind:
     # The kinds a ``source:`` may name (checked in the manifest, before anything is built).
     source_kinds: ClassVar[tuple[str, ...]] = ()
 
-    def tensor_selection(self, params: ArtifactParams) -> TensorSelection | None:
-        """Which checkpoint tensors the artifact reads; ``None`` if it reads no checkpoint."""
+    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection | None:
+        """Which part of ``checkpoint`` (one of the artifact's own) the artifact reads;
+        ``None`` if it reads none. A kind that accepts several checkpoint layouts decides
+        here, from the checkpoint, which one it is looking at."""
         return None
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
