@@ -18,12 +18,17 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import CheckpointError
 
+if TYPE_CHECKING:
+    from .hub import HubSnapshot
+
 INDEX_FILE = "model.safetensors.index.json"
 CONFIG_FILE = "config.json"
+# The weights of a checkpoint without an index, as transformers reads them.
+WEIGHTS_FILE = "model.safetensors"
 # A header larger than this is not a SafeTensors header but a corrupt or foreign file.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 METADATA_KEY = "__metadata__"
@@ -256,12 +261,25 @@ def _read_tensor(handle: Any, path: Path, name: str) -> Any:
         raise CheckpointError(f"{path}: tensor '{name}': cannot read: {error}") from None
 
 
-class Checkpoint:
-    """A checkpoint directory: its config and an index of every tensor in its shards."""
+def _first_tensor_of_each_shard(weight_map: dict[str, str]) -> dict[str, str]:
+    """shard -> the first tensor the index places in it (messages name a tensor per shard)."""
+    first: dict[str, str] = {}
+    for name, shard in weight_map.items():
+        first.setdefault(shard, name)
+    return first
 
-    def __init__(self, directory: Path, label: str | None = None) -> None:
+
+class Checkpoint:
+    """A checkpoint directory: its config and an index of every tensor in its shards.
+
+    ``origin`` is the Hugging Face cache snapshot the directory is, when it is one:
+    a file missing from it is then reported with the command that downloads it.
+    """
+
+    def __init__(self, directory: Path, label: str | None = None, origin: "HubSnapshot | None" = None) -> None:
         self.directory = Path(directory)
         self.label = label or str(directory)
+        self.origin = origin
         if self.directory.is_file():
             raise CheckpointError(f"{self.label}: checkpoint directory {self.directory} is a file, not a directory")
         if not self.directory.is_dir():
@@ -286,7 +304,9 @@ class Checkpoint:
     def config(self) -> dict[str, Any]:
         if self._config is None:
             if not self.config_path.exists():
-                raise CheckpointError(f"{self.config_path}: missing (every checkpoint needs a config.json)")
+                raise CheckpointError(
+                    f"{self.config_path}: missing (every checkpoint needs a config.json){self._download_hint(CONFIG_FILE)}"
+                )
             self._config = _read_json_object(self.config_path)
         return self._config
 
@@ -300,9 +320,37 @@ class Checkpoint:
         path = self.directory / name
         if not path.is_file():
             found = "is not a file" if path.exists() else "is missing"
-            raise CheckpointError(f"{path}: {found} ({self.label} must provide it)")
+            raise CheckpointError(f"{path}: {found} ({self.label} must provide it){self._download_hint(name)}")
         self.files_read.add(name)
         return path
+
+    def _download_hint(self, *names: str) -> str:
+        """``; download it with: ...`` for a Hugging Face snapshot, else nothing."""
+        if self.origin is None:
+            return ""
+        return f"; download {'it' if len(names) == 1 else 'them'} with: {self.origin.download_command(names)}"
+
+    def missing_files(self, extra: tuple[str, ...] = ()) -> list[str]:
+        """The files a kind needs that the directory lacks (a partial download): ``config.json``,
+        the weights (the index and every shard it names, else ``model.safetensors``), and
+        ``extra``. A link to a missing blob counts as missing."""
+        missing = [] if self.config_path.is_file() else [CONFIG_FILE]
+        if self.index_path.is_file():
+            shards = sorted(set(self._read_weight_map().values()))
+            missing += [shard for shard in shards if not (self.directory / shard).is_file()]
+        elif not self._weight_files_without_index():
+            missing.append(WEIGHTS_FILE)
+        missing += [name for name in extra if not (self.directory / name).is_file()]
+        return missing
+
+    def file_names_read(self, extra: tuple[str, ...] = ()) -> list[str]:
+        """The names, relative to the directory, of the files a kind reads from this checkpoint:
+        ``config.json``, the index if any, every shard, and ``extra``."""
+        names = [CONFIG_FILE]
+        if self.index_path.is_file():
+            names.append(INDEX_FILE)
+        names += [path.relative_to(self.directory).as_posix() for path in self.shard_files()]
+        return sorted(set(names) | set(extra))
 
     def config_section(self, key: str) -> dict[str, Any]:
         section = self.config.get(key)
@@ -334,45 +382,64 @@ class Checkpoint:
         """The index's tensor -> shard file map, each shard checked to be a file in
         the directory; ``None`` when there is no index."""
         if self._weight_map is None and self.index_path.exists():
-            index = _read_json_object(self.index_path)
-            weight_map = index.get("weight_map")
-            if not isinstance(weight_map, dict):
-                found = "nothing" if "weight_map" not in index else _json_kind(weight_map)
-                raise CheckpointError(
-                    f"{self.index_path}: weight_map: expected an object of tensor names to shard files, found {found}"
-                )
-            first_tensor: dict[str, str] = {}
-            for name, shard in weight_map.items():
-                if not isinstance(shard, str) or not shard:
+            weight_map = self._read_weight_map()
+            for shard, name in _first_tensor_of_each_shard(weight_map).items():
+                path = self.directory / shard
+                if not path.is_file():
+                    found = "is not a file" if path.exists() else "does not exist"
                     raise CheckpointError(
-                        f"{self.index_path}: weight_map -> {name}: expected a shard file name, found {_found(shard)}"
+                        f"{self.index_path}: weight_map -> {name}: shard {shard} {found} in {self.directory}"
+                        f"{self._download_hint(shard)}"
                     )
-                first_tensor.setdefault(shard, name)
-            for shard, name in first_tensor.items():
-                self._check_shard_name(name, shard)
             self._weight_map = weight_map
         return self._weight_map
 
-    def _check_shard_name(self, tensor: str, shard: str) -> None:
-        where = f"{self.index_path}: weight_map -> {tensor}"
-        # Checked by name, not by resolving: shards in a Hugging Face cache are
-        # links out of the directory, which is where they belong.
-        relative = PurePosixPath(shard)
-        if relative.is_absolute() or ".." in relative.parts:
-            raise CheckpointError(f"{where}: shard {shard} is outside the checkpoint directory {self.directory}")
-        path = self.directory / shard
-        if not path.is_file():
-            found = "is not a file" if path.exists() else "does not exist"
-            raise CheckpointError(f"{where}: shard {shard} {found} in {self.directory}")
+    def _read_weight_map(self) -> dict[str, str]:
+        """The index's tensor -> shard file map, every shard named inside the directory
+        (whether the shards exist is the caller's question)."""
+        index = _read_json_object(self.index_path)
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict):
+            found = "nothing" if "weight_map" not in index else _json_kind(weight_map)
+            raise CheckpointError(
+                f"{self.index_path}: weight_map: expected an object of tensor names to shard files, found {found}"
+            )
+        for name, shard in weight_map.items():
+            if not isinstance(shard, str) or not shard:
+                raise CheckpointError(
+                    f"{self.index_path}: weight_map -> {name}: expected a shard file name, found {_found(shard)}"
+                )
+        for shard, name in _first_tensor_of_each_shard(weight_map).items():
+            # Checked by name, not by resolving: shards in a Hugging Face cache are
+            # links out of the directory, which is where they belong.
+            relative = PurePosixPath(shard)
+            if relative.is_absolute() or ".." in relative.parts:
+                raise CheckpointError(
+                    f"{self.index_path}: weight_map -> {name}: shard {shard} is outside the checkpoint directory {self.directory}"
+                )
+        return weight_map
+
+    def _weight_files_without_index(self) -> list[Path]:
+        # transformers' rule: without an index the weights are model.safetensors, and
+        # other SafeTensors files beside it (the packed copy in a built siglip_f143
+        # directory, an adapter) are not part of the model. A directory of loose shards
+        # without either is read whole.
+        weights = self.directory / WEIGHTS_FILE
+        if weights.is_file():
+            return [weights]
+        return sorted(path for path in self.directory.glob("*.safetensors") if path.is_file())
 
     def shard_files(self) -> list[Path]:
-        """Shards from the index when there is one (the index is authoritative), else every ``*.safetensors``."""
+        """Shards from the index when there is one (the index is authoritative), else
+        ``model.safetensors``, else every ``*.safetensors``."""
         weight_map = self._index_weight_map()
         if weight_map is not None:
             return [self.directory / name for name in sorted(set(weight_map.values()))]
-        shards = sorted(self.directory.glob("*.safetensors"))
+        shards = self._weight_files_without_index()
         if not shards:
-            raise CheckpointError(f"{self.label}: no *.safetensors files in {self.directory}")
+            raise CheckpointError(
+                f"{self.label}: no *.safetensors files in {self.directory}{self._download_hint(WEIGHTS_FILE)}"
+            )
         return shards
 
     @property

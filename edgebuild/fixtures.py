@@ -237,6 +237,107 @@ def _write_siglip(directory: Path, config: dict[str, Any], seed: int) -> None:
         processor.save_pretrained(str(directory))
 
 
+# The FP8 releases of Qwen3.5 quantize the text decoder's linear weights in 128x128
+# blocks to float8_e4m3fn, whose largest value is 448, and keep one float32
+# ``weight_scale_inv`` per block (the weight is the float8 value times it).
+FP8_BLOCK = 128
+FLOAT8_E4M3FN_MAX = 448.0
+FP8_TEXT_PREFIX = "model.language_model.layers."
+
+
+def _write_qwen3_5_vl_fp8(directory: Path, config: dict[str, Any], seed: int) -> None:
+    """``qwen3_5_vl_tiny`` as its FP8 release stores it: the decoder layers' linear
+    weights float8_e4m3fn with ``weight_scale_inv`` blocks, a ``quantization_config``
+    whose ``modules_to_not_convert`` lists the vision tower's modules (and lm_head), and
+    every ``model.visual.*`` tensor and ``vision_config`` exactly as in the plain one."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    _write_qwen3_5_vl(directory, config, seed)
+    index_path = directory / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    weight_map: dict[str, str] = {}
+    not_converted = ["lm_head"]
+    total = 0
+    for shard in sorted(set(index["weight_map"].values())):
+        with safe_open(str(directory / shard), framework="pt") as source:
+            # Copies: the shard is replaced below, and a mapping must not outlive its file.
+            tensors = {name: source.get_tensor(name).clone() for name in source.keys()}
+        stored = {}
+        for name in sorted(tensors):
+            tensor = tensors[name]
+            if name.startswith(FP8_TEXT_PREFIX) and tensor.ndim == 2:
+                stored[name], stored[name + "_scale_inv"] = _float8_blocks(tensor)
+            else:
+                stored[name] = tensor
+                if name.startswith("model.visual.") and name.endswith(".weight") and tensor.ndim >= 2:
+                    not_converted.append(name.removesuffix(".weight"))
+        scratch = directory / f".{shard}.tmp"
+        save_file({name: value.contiguous() for name, value in stored.items()}, str(scratch), metadata={"format": "pt"})
+        scratch.replace(directory / shard)
+        for name, tensor in stored.items():
+            weight_map[name] = shard
+            total += tensor.numel() * tensor.element_size()
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    index_path.write_text(json.dumps(index, indent=2) + "\n")
+    config_path = directory / "config.json"
+    config_dict = json.loads(config_path.read_text())
+    config_dict["quantization_config"] = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
+        "modules_to_not_convert": sorted(not_converted),
+    }
+    config_path.write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+
+
+def _float8_blocks(weight: Any) -> tuple[Any, Any]:
+    """``weight`` as float8_e4m3fn values and one float32 scale per 128x128 block (edges
+    padded), each block's largest magnitude mapped to 448."""
+    import torch
+
+    rows, cols = weight.shape
+    row_blocks, col_blocks = -(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK)
+    padded = torch.zeros(row_blocks * FP8_BLOCK, col_blocks * FP8_BLOCK)
+    padded[:rows, :cols] = weight.float()
+    blocks = padded.view(row_blocks, FP8_BLOCK, col_blocks, FP8_BLOCK)
+    largest = blocks.abs().amax(dim=(1, 3))
+    scale_inv = torch.where(largest > 0, largest / FLOAT8_E4M3FN_MAX, torch.ones_like(largest))
+    values = (blocks / scale_inv[:, None, :, None]).clamp(-FLOAT8_E4M3FN_MAX, FLOAT8_E4M3FN_MAX)
+    codes = values.to(torch.float8_e4m3fn).view(row_blocks * FP8_BLOCK, col_blocks * FP8_BLOCK)[:rows, :cols]
+    return codes.contiguous(), scale_inv
+
+
+def _write_siglip_vision(directory: Path, config: dict[str, Any], seed: int) -> None:
+    """The vision encoder of ``siglip_tiny`` (the same weights, for the same vision
+    settings and seed) as transformers 5's ``SiglipVisionModel.save_pretrained`` lays it
+    out: a SiglipVisionConfig ``config.json`` (no ``vision_config``) and tensors without
+    the ``vision_model.`` prefix; with the same ``preprocessor_config.json``."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from transformers import SiglipVisionConfig
+
+    from .siglip import VISION_PREFIX, quiet_transformers
+
+    _write_siglip(directory, {"vision_config": config, "text_config": SIGLIP_TINY["text_config"]}, seed)
+    weights = directory / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as source:
+        state = {
+            name.removeprefix(VISION_PREFIX): source.get_tensor(name).clone()
+            for name in source.keys() if name.startswith(VISION_PREFIX)
+        }
+    scratch = directory / ".model.safetensors.tmp"
+    save_file(dict(sorted(state.items())), str(scratch), metadata={"format": "pt"})
+    scratch.replace(weights)
+    with quiet_transformers():
+        # The keys save_pretrained writes: those that differ from PretrainedConfig's defaults.
+        vision = SiglipVisionConfig(**config).to_diff_dict()
+    vision.pop("transformers_version", None)
+    vision["architectures"] = ["SiglipVisionModel"]
+    (directory / "config.json").write_text(json.dumps(vision, indent=2, sort_keys=True) + "\n")
+
+
 FIXTURES: dict[str, Fixture] = {
     fixture.name: fixture
     for fixture in (
@@ -251,6 +352,18 @@ FIXTURES: dict[str, Fixture] = {
             "SigLIP (SiglipModel), 2-layer 96-wide vision encoder, 64x64 images, uneven LayerNorm scales",
             SIGLIP_TINY,
             _write_siglip,
+        ),
+        Fixture(
+            "qwen3_5_vl_tiny_fp8",
+            "qwen3_5_vl_tiny as an FP8 release: float8_e4m3fn text weights with 128x128 scales, the tower bf16",
+            QWEN3_5_VL_TINY,
+            _write_qwen3_5_vl_fp8,
+        ),
+        Fixture(
+            "siglip_vision_tiny",
+            "siglip_tiny's vision encoder as SiglipVisionModel.save_pretrained writes it (no text tower)",
+            SIGLIP_TINY["vision_config"],
+            _write_siglip_vision,
         ),
     )
 }

@@ -1,9 +1,10 @@
 """The lock file, ``artifacts.lock``: what each built artifact is, meant to be committed.
 
 For every artifact built at its current fingerprint it records that
-fingerprint, the fingerprints of the inputs it read, its parameters, the code
-and tool versions, the size and digest of each output file, and whether it
-verified. A reviewer reads an artifact's change in the diff of this file (an
+fingerprint, the fingerprints of the inputs it read, where its checkpoints come
+from (the Hugging Face repo, commit and file etags of an ``hf:`` checkpoint),
+its parameters, the code and tool versions, the size and digest of each output
+file, and whether it verified. A reviewer reads an artifact's change in the diff of this file (an
 input changed, a tool was upgraded, an output's bytes moved), and anyone can
 check a file in ``build/`` against it.
 
@@ -43,6 +44,9 @@ def lock_entry(project: Project, name: str) -> dict[str, Any] | None:
     # true / false: verified against the current thresholds, passed or failed; null: not verified.
     verified = {VerificationState.VERIFIED: True, VerificationState.FAILED: False}.get(state)
     return record.to_json(only=("kind", "fingerprint", "inputs", "params", "code", "versions", "outputs")) | {
+        # Where the checkpoints come from now (a Hugging Face repo and commit); the built
+        # record may have been pulled from a machine that read the same bytes elsewhere.
+        "checkpoint_origins": project.record(name).to_json(only=("checkpoint_origins",))["checkpoint_origins"],
         "verify_code": project.verify_code(name),
         "verified": verified,
         "verify_fingerprint": verify_fingerprint if verified is not None else None,

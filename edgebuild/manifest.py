@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from .errors import ManifestError
 from .kinds import get_kind, kind_names
@@ -41,32 +41,75 @@ RESERVED_NAMES = frozenset(
 
 
 class CheckpointSpec(Strict):
-    """A checkpoint directory, or a built-in fixture that edgebuild generates.
+    """A checkpoint: a Hugging Face repo in the local cache, a directory, or a built-in
+    fixture that edgebuild generates.
 
-    With both, a non-empty ``path`` wins and the fixture is the fallback: the
-    default manifest says ``path: ${QWEN3_5_CHECKPOINT:-}`` so a user points it
-    at a real checkpoint without editing the file.
+    ``hf`` and ``path`` are alternatives; when both are empty the fixture is the
+    fallback: the default manifest says ``path: ${QWEN3_5_CHECKPOINT:-}`` so a
+    user points it at a real checkpoint without editing the file.
     """
 
+    hf: str | None = Field(
+        default=None,
+        description="Hugging Face repo id (``org/name``), read offline from the local Hugging Face cache.",
+    )
+    revision: str | None = Field(
+        default=None,
+        description=(
+            "With ``hf``: a 40-hex commit, or a branch or tag resolved through the cache's refs "
+            "(default ``main``); the commit it resolves to is recorded."
+        ),
+    )
     path: str | None = Field(default=None, description="Checkpoint directory (``${VAR:-default}`` allowed).")
-    fixture: str | None = Field(default=None, description="Name of a generated tiny checkpoint (used when path is empty).")
+    fixture: str | None = Field(default=None, description="Name of a generated tiny checkpoint (used when path and hf are empty).")
     fixture_config: dict[str, Any] = Field(
         default_factory=dict,
         description="Overrides of the fixture's config (e.g. ``vision_config: {depth: 3}``).",
     )
     description: str = ""
 
+    @field_validator("hf")
+    @classmethod
+    def _a_repo_id(cls, value: str | None) -> str | None:
+        from .hub import repo_id_problem
+
+        problem = repo_id_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("revision")
+    @classmethod
+    def _a_revision(cls, value: str | None) -> str | None:
+        from .hub import revision_problem
+
+        problem = revision_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
     def _a_source(self) -> "CheckpointSpec":
-        if not self.path and not self.fixture:
-            raise ValueError("give a non-empty 'path' or a 'fixture'")
+        if self.path and self.hf:
+            raise ValueError("give one of 'path' and 'hf', not both")
+        if not self.path and not self.hf and not self.fixture:
+            raise ValueError("give a non-empty 'hf' or 'path', or a 'fixture'")
         if self.fixture_config and not self.fixture:
             raise ValueError("'fixture_config' only applies to a 'fixture' checkpoint")
+        if self.revision and not self.hf:
+            raise ValueError("'revision' only applies to an 'hf' checkpoint")
         return self
 
     @property
     def uses_fixture(self) -> bool:
-        return not self.path
+        return not self.path and not self.hf
+
+    @property
+    def hf_revision(self) -> str:
+        """The revision to resolve: as written, ``main`` when empty."""
+        from .hub import DEFAULT_REVISION
+
+        return self.revision or DEFAULT_REVISION
 
 
 class ManifestDocument(Strict):

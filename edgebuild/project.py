@@ -24,7 +24,7 @@ from .inputs import expand_inputs
 from .kinds import get_kind
 from .kinds.base import ArtifactKind, ArtifactParams
 from .manifest import Manifest, load_manifest
-from .record import BuildRecord
+from .record import BuildRecord, CheckpointOrigin
 from .store import Store
 
 # The builder's verify path: with the kind's verify module, the code a verification
@@ -88,21 +88,57 @@ class Project:
     def checkpoint(self, name: str) -> Checkpoint:
         if name not in self._checkpoints:
             spec = self.manifest.checkpoints[name]
-            where = self.manifest.source.where(("checkpoints", name))
-            if spec.uses_fixture:
-                try:
-                    directory = ensure_fixture(self.layout.cache_dir, spec.fixture, spec.fixture_config)
-                except ManifestError as error:
-                    raise ManifestError(f"{where}: checkpoints -> {name} -> {error}") from None
+            if spec.hf:
+                self._checkpoints[name] = self._hub_checkpoint(name, spec.hf, spec.hf_revision)
             else:
-                directory = Path(spec.path).expanduser()
-                if not directory.is_absolute():
-                    directory = (self.manifest.root / directory).absolute()
-                if not directory.is_dir():
-                    found = "is a file, not a directory" if directory.exists() else "does not exist"
-                    raise CheckpointError(f"{where}: checkpoints -> {name} -> path: checkpoint directory {directory} {found}")
-            self._checkpoints[name] = Checkpoint(directory, label=f"checkpoint {name!r} ({directory})")
+                directory = self._checkpoint_directory(name)
+                self._checkpoints[name] = Checkpoint(directory, label=f"checkpoint {name!r} ({directory})")
         return self._checkpoints[name]
+
+    def _checkpoint_directory(self, name: str) -> Path:
+        """A ``path:`` checkpoint's directory, or the generated fixture's."""
+        spec = self.manifest.checkpoints[name]
+        where = self.manifest.source.where(("checkpoints", name))
+        if spec.uses_fixture:
+            try:
+                return ensure_fixture(self.layout.cache_dir, spec.fixture, spec.fixture_config)
+            except ManifestError as error:
+                raise ManifestError(f"{where}: checkpoints -> {name} -> {error}") from None
+        directory = Path(spec.path).expanduser()
+        if not directory.is_absolute():
+            directory = (self.manifest.root / directory).absolute()
+        if not directory.is_dir():
+            found = "is a file, not a directory" if directory.exists() else "does not exist"
+            raise CheckpointError(f"{where}: checkpoints -> {name} -> path: checkpoint directory {directory} {found}")
+        return directory
+
+    def _hub_checkpoint(self, name: str, repo_id: str, revision: str) -> Checkpoint:
+        """A snapshot of the local Hugging Face cache, its config and weights all there."""
+        from .hub import check_snapshot_files, resolve_snapshot
+
+        where = self._hub_where(name)
+        snapshot = resolve_snapshot(repo_id, revision, where)
+        checkpoint = Checkpoint(snapshot.directory, label=f"checkpoint {name!r} ({snapshot.description})", origin=snapshot)
+        check_snapshot_files(checkpoint, snapshot, where)
+        return checkpoint
+
+    def _hub_where(self, name: str) -> str:
+        return f"{self.manifest.source.where(('checkpoints', name, 'hf'))}: checkpoints -> {name} -> hf"
+
+    def _hub_origin(self, name: str, checkpoint: Checkpoint, extra_files: tuple[str, ...]) -> CheckpointOrigin:
+        """Where a Hugging Face checkpoint's bytes come from, once the files a kind reads
+        beyond config and weights (``extra_files``) are known to be in the snapshot."""
+        from .hub import check_snapshot_files
+
+        snapshot = checkpoint.origin
+        assert snapshot is not None
+        check_snapshot_files(checkpoint, snapshot, self._hub_where(name), extra_files)
+        return CheckpointOrigin(
+            hf=snapshot.repo_id,
+            revision=snapshot.revision,
+            commit=snapshot.commit,
+            files=snapshot.etags(checkpoint.file_names_read(extra_files)),
+        )
 
     def checkpoints_for(self, params: ArtifactParams) -> dict[str, Checkpoint]:
         """The checkpoints an artifact's build and verification may read: its own and,
@@ -138,14 +174,21 @@ class Project:
         # named is kept beside them (``inputs_named``), for explanations only.
         inputs: dict[str, Any] = {}
         named: dict[str, Any] = {}
-        selection = kind.tensor_selection(params)
+        checkpoint_origins: dict[str, CheckpointOrigin] = {}
         try:
             # The artifact's own checkpoints; an artifact with none applies its selection
             # to the checkpoints behind its sources. Either way it covers what this artifact
             # reads: what a source read is covered by the source's fingerprint.
-            read_directly = own or (list(checkpoints) if selection is not None else [])
+            read_directly = own or [
+                alias for alias, checkpoint in checkpoints.items() if kind.tensor_selection(params, checkpoint) is not None
+            ]
             for role, checkpoint_name in _roles("checkpoint", read_directly):
                 checkpoint = checkpoints[checkpoint_name]
+                # Per checkpoint: what a kind reads can depend on how the checkpoint is laid out.
+                selection = kind.tensor_selection(params, checkpoint)
+                extra_files = selection.files if selection is not None else ()
+                if checkpoint.origin is not None:
+                    checkpoint_origins[role] = self._hub_origin(checkpoint_name, checkpoint, extra_files)
                 inputs[role] = self._checkpoint_fingerprint(checkpoint, selection)
                 named[role] = checkpoint.label
             files, files_named = self._input_files(name, verify_only=False)
@@ -162,15 +205,19 @@ class Project:
             inputs=inputs,
             code=code_digests(kind.build_module),
             versions=tool_versions(kind.tool_packages),
-        ).model_copy(update={"inputs_named": named})
+        ).model_copy(update={"inputs_named": named, "checkpoint_origins": checkpoint_origins})
         self._records[name] = record
         return record
 
     def _display_path(self, path: Path) -> str:
+        """An input file as the manifest reaches it, relative to the manifest when inside
+        it: normalised (``./`` and ``..`` folded) but not resolved, so a file in a
+        symlinked directory is named through the link the manifest uses."""
+        spelled, root = Path(os.path.abspath(path)), Path(os.path.abspath(self.manifest.root))
         try:
-            return path.resolve().relative_to(self.manifest.root.resolve()).as_posix()
+            return spelled.relative_to(root).as_posix()
         except ValueError:
-            return str(path)
+            return str(spelled)
 
     def fingerprint(self, name: str) -> str:
         return self.record(name).fingerprint

@@ -207,6 +207,9 @@ def provenance_record(
         },
         "params": record["params"],
         "inputs": record["inputs"],
+        # The Hugging Face repo, commit and file etags of each hf: checkpoint, as the
+        # manifest resolves them now (the same bytes as the built record's inputs).
+        "checkpoint_origins": project.record(name).to_json(only=("checkpoint_origins",))["checkpoint_origins"],
         "code": record["code"],
         "verify_code": project.verify_code(name),
         "versions": record["versions"],

@@ -51,6 +51,19 @@ class OutputFile(BaseModel):
         return value
 
 
+class CheckpointOrigin(BaseModel):
+    """Where a checkpoint came from, when it came from the Hugging Face cache: the repo,
+    the revision the manifest asked for, the commit it resolved to, and each file read
+    with its etag (its blob name; ``None`` for a file the cache keeps as a copy)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hf: str
+    revision: str
+    commit: str
+    files: dict[str, str | None]
+
+
 class BuildRecord(BaseModel):
     """A build record. ``outputs`` is empty until the build has run."""
 
@@ -65,6 +78,9 @@ class BuildRecord(BaseModel):
     fingerprint: str
     # What the manifest named for each input (alias, path): for explanations, not hashed.
     inputs_named: dict[str, Any] = Field(default_factory=dict)
+    # Per checkpoint role, the Hugging Face repo and commit it was read from: for
+    # provenance, not hashed (the same files by path are the same artifact).
+    checkpoint_origins: dict[str, CheckpointOrigin] = Field(default_factory=dict)
     artifact: str | None = None
     build_info: dict[str, Any] = Field(default_factory=dict)
     build_seconds: float | None = None

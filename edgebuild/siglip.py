@@ -8,6 +8,7 @@ graphs made from it) and by the benchmarks.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -23,6 +24,94 @@ if TYPE_CHECKING:
 VISION_PREFIX = "vision_model."
 PREPROCESSOR_FILE = "preprocessor_config.json"
 DEFAULT_IMAGE_PROCESSOR = "SiglipImageProcessor"
+# One tensor every SigLIP vision encoder has: where it sits says how tensors are named.
+PATCH_EMBEDDING = "embeddings.patch_embedding.weight"
+VISION_CONFIG_KEY = "vision_config"
+SIGLIP_MODEL_TYPE = "siglip"
+SIGLIP_VISION_MODEL_TYPE = "siglip_vision_model"
+
+
+@dataclass(frozen=True)
+class SiglipLayout:
+    """How a checkpoint stores a SigLIP vision encoder: where ``config.json`` keeps the
+    vision settings (``vision_config``, or the top level) and the prefix of the
+    encoder's tensor names (``vision_model.``, or none)."""
+
+    name: str
+    config_section: str | None
+    prefix: str
+
+    def vision_settings(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The SiglipVisionConfig arguments of ``config``."""
+        return config if self.config_section is None else config[self.config_section]
+
+
+# Every layout edgebuild reads, by (config section, tensor prefix).
+SIGLIP_LAYOUTS = {
+    (VISION_CONFIG_KEY, VISION_PREFIX): SiglipLayout(
+        "SiglipModel (SiglipConfig; vision_model.* and text_model.* tensors)", VISION_CONFIG_KEY, VISION_PREFIX),
+    (VISION_CONFIG_KEY, ""): SiglipLayout(
+        "SiglipVisionModel tensors under a SiglipConfig (a built siglip_f143 artifact)", VISION_CONFIG_KEY, ""),
+    (None, ""): SiglipLayout(
+        "SiglipVisionModel.save_pretrained (SiglipVisionConfig; unprefixed tensors)", None, ""),
+    (None, VISION_PREFIX): SiglipLayout(
+        "SiglipVisionModel saved by transformers 4 (SiglipVisionConfig; vision_model.* tensors)", None, VISION_PREFIX),
+}
+
+
+def siglip_layout(checkpoint: "Checkpoint") -> SiglipLayout:
+    """Which of :data:`SIGLIP_LAYOUTS` ``checkpoint`` is, from its ``config.json`` (a
+    SiglipConfig has a ``vision_config``; a SiglipVisionConfig is one, model_type
+    ``siglip_vision_model``) and the name of its patch embedding (with the
+    ``vision_model.`` prefix or without). Anything else is one error."""
+    config = checkpoint.config
+    model_type = config.get("model_type")
+    if VISION_CONFIG_KEY in config:
+        checkpoint.config_section(VISION_CONFIG_KEY)
+        if model_type not in (None, SIGLIP_MODEL_TYPE):
+            raise CheckpointError(
+                f"{checkpoint.config_path}: model_type: expected {SIGLIP_MODEL_TYPE!r} beside a vision_config, "
+                f"found {model_type!r}"
+            )
+        section = VISION_CONFIG_KEY
+    elif model_type == SIGLIP_VISION_MODEL_TYPE:
+        section = None
+    else:
+        raise CheckpointError(
+            f"{checkpoint.config_path}: not a SigLIP config: expected a 'vision_config' mapping (SiglipConfig) "
+            f"or model_type {SIGLIP_VISION_MODEL_TYPE!r} (SiglipVisionConfig), found neither (model_type {model_type!r})"
+        )
+    tensors = checkpoint.tensors
+    prefixed, bare = VISION_PREFIX + PATCH_EMBEDDING in tensors, PATCH_EMBEDDING in tensors
+    if prefixed == bare:
+        found = "both" if prefixed else f"neither among {len(tensors)} tensors"
+        raise CheckpointError(
+            f"{checkpoint.label}: not a SigLIP vision encoder: expected a tensor named {VISION_PREFIX}{PATCH_EMBEDDING} "
+            f"or {PATCH_EMBEDDING}, found {found} (in {', '.join(path.name for path in checkpoint.shard_files())})"
+        )
+    return SIGLIP_LAYOUTS[(section, VISION_PREFIX if prefixed else "")]
+
+
+def vision_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The SiglipVisionConfig arguments of a SigLIP ``config.json`` already read as
+    one of the layouts (a built ``siglip_f143`` directory's, say)."""
+    section = config.get(VISION_CONFIG_KEY)
+    return section if isinstance(section, dict) else config
+
+
+def vision_config(checkpoint: "Checkpoint", layout: SiglipLayout) -> Any:
+    """transformers' ``SiglipVisionConfig`` of the checkpoint; a bad value is a
+    one-line error naming config.json."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import SiglipVisionConfig
+
+    try:
+        with quiet_transformers():
+            return SiglipVisionConfig(**layout.vision_settings(checkpoint.config))
+    except (TypeError, ValueError, StrictDataclassError) as error:
+        where = layout.config_section or "(top level)"
+        reason = " ".join(str(error).split())
+        raise CheckpointError(f"{checkpoint.config_path}: {where}: not a SiglipVisionConfig ({reason})") from None
 
 
 @contextmanager
@@ -103,36 +192,34 @@ def _read_pixel_values(path: Path) -> "torch.Tensor":
 
 
 def load_vision_model(checkpoint: "Checkpoint", writable: bool = False) -> tuple[Any, Any]:
-    """transformers' ``SiglipVisionModel`` with exactly the checkpoint's ``vision_model.*`` tensors.
+    """transformers' ``SiglipVisionModel`` with exactly the checkpoint's encoder tensors,
+    in any of :data:`SIGLIP_LAYOUTS`; with its ``SiglipVisionConfig``.
 
     ``writable=True`` for a model whose weights will be rewritten: they get memory
     of their own instead of a view of the file (see ``Checkpoint.load``).
     """
-    from transformers import SiglipConfig, SiglipVisionModel
+    from transformers import SiglipVisionModel
     from transformers.initialization import no_init_weights
 
-    try:
-        with quiet_transformers():
-            config = SiglipConfig(**checkpoint.config)
-    except (TypeError, ValueError) as error:
-        raise CheckpointError(f"{checkpoint.config_path}: not a SiglipConfig ({error})") from None
-    entries = checkpoint.select((VISION_PREFIX,))
+    layout = siglip_layout(checkpoint)
+    config = vision_config(checkpoint, layout)
+    entries = checkpoint.select((layout.prefix,))
     checkpoint.check_float_tensors(entries)
     with no_init_weights():
-        model = SiglipVisionModel(config.vision_config)
+        model = SiglipVisionModel(config)
     parameters = dict(model.named_parameters())
     # Assign the loaded tensors instead of copying them into the model's: its own
     # (uninitialised, so never touched) are dropped, and the weights are in memory
     # once.
     state = {
         name: tensor.to(parameters[name].dtype) if name in parameters else tensor
-        for name, tensor in checkpoint.load(entries, strip_prefix=VISION_PREFIX, owned=writable).items()
+        for name, tensor in checkpoint.load(entries, strip_prefix=layout.prefix, owned=writable).items()
     }
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if missing or unexpected:
         raise CheckpointError(
-            f"{checkpoint.label}: the vision_model.* tensors do not match SiglipVisionModel: "
-            f"missing {sorted(missing)[:5]}; unexpected {sorted(unexpected)[:5]}"
+            f"{checkpoint.label}: the {layout.prefix}* tensors do not match SiglipVisionModel "
+            f"(layout: {layout.name}): missing {sorted(missing)[:5]}; unexpected {sorted(unexpected)[:5]}"
         )
     return model.eval(), config
 

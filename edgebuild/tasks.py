@@ -48,6 +48,14 @@ def load_or_exit(manifest_path: str | None = None) -> Any:
 
 def doit_config(project: Any) -> dict[str, Any]:
     dep_file = project.layout.cache_dir / "doit.json"
+    # doit writes its state when it finishes, failed tasks included: a first run that
+    # fails before anything made cache/ (a checkpoint not found) would end in doit's
+    # traceback instead of the one-line error.
+    try:
+        dep_file.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"edgebuild: error: {dep_file.parent}: cannot create the cache directory ({error.strerror})", file=sys.stderr)
+        raise SystemExit(2) from None
     _set_aside_unreadable_state(dep_file)
     return {
         "default_tasks": list(project.manifest.defaults),

@@ -252,12 +252,38 @@ def test_shard_truncated_in_its_data(tmp_path: Path) -> None:
     )
 
 
-def test_tensor_in_two_shards(tmp_path: Path) -> None:
+def test_tensor_in_two_loose_shards(tmp_path: Path) -> None:
     checkpoint = _write_checkpoint(tmp_path / "ckpt")
-    shutil.copy(checkpoint / "model.safetensors", checkpoint / "more.safetensors")
+    (checkpoint / "model.safetensors").rename(checkpoint / "a.safetensors")
+    shutil.copy(checkpoint / "a.safetensors", checkpoint / "b.safetensors")
     assert _error(lambda: Checkpoint(checkpoint).tensors) == (
-        f"{checkpoint / 'more.safetensors'}: tensor 'bias' is also in {checkpoint / 'model.safetensors'}"
+        f"{checkpoint / 'b.safetensors'}: tensor 'bias' is also in {checkpoint / 'a.safetensors'}"
     )
+
+
+def test_without_an_index_model_safetensors_is_the_model(tmp_path: Path) -> None:
+    """transformers' rule: other SafeTensors files beside model.safetensors (the packed
+    copy in a built siglip_f143 directory) are not part of the model."""
+    checkpoint = _write_checkpoint(tmp_path / "ckpt")
+    shutil.copy(checkpoint / "model.safetensors", checkpoint / "model.f143.safetensors")
+    loaded = Checkpoint(checkpoint)
+    assert loaded.shard_files() == [checkpoint / "model.safetensors"]
+    assert {entry.file.name for entry in loaded.tensors.values()} == {"model.safetensors"}
+    assert loaded.file_names_read(("extra.json",)) == ["config.json", "extra.json", "model.safetensors"]
+
+
+def test_missing_files_names_every_file_a_kind_needs(tmp_path: Path) -> None:
+    checkpoint = _write_checkpoint(tmp_path / "ckpt")
+    assert Checkpoint(checkpoint).missing_files(("preprocessor_config.json",)) == ["preprocessor_config.json"]
+    (checkpoint / "model.safetensors").unlink()
+    (checkpoint / "config.json").unlink()
+    assert Checkpoint(checkpoint).missing_files() == ["config.json", "model.safetensors"]
+    index = {"weight_map": {"bias": "model-00001-of-00002.safetensors", "weight": "model-00002-of-00002.safetensors"}}
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
+    (checkpoint / "model-00001-of-00002.safetensors").write_bytes(b"")
+    # A link to a blob that is gone (a pruned Hugging Face cache) is missing too.
+    (checkpoint / "model-00002-of-00002.safetensors").symlink_to(tmp_path / "blobs" / "gone")
+    assert Checkpoint(checkpoint).missing_files() == ["config.json", "model-00002-of-00002.safetensors"]
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,9 @@ BUILD_CODE = {
         "edgebuild/siglip.py",
     ],
     "siglip_f143_onnx": [
+        "edgebuild/hashing.py",
+        "edgebuild/images.py",
+        "edgebuild/inputs.py",
         "edgebuild/kinds/siglip_f143/params.py",
         "edgebuild/kinds/siglip_f143_onnx/build.py",
         "edgebuild/kinds/siglip_f143_onnx/model.py",
@@ -66,6 +69,8 @@ BUILD_CODE = {
         "edgebuild/onnx_tools.py",
         "edgebuild/quant/f143.py",
         "edgebuild/quant/kernels.py",
+        # The source's config.json in any SigLIP layout (already in the source's fingerprint).
+        "edgebuild/siglip.py",
     ],
 }
 # Every verify digest holds the builder's verify path and the report writer.

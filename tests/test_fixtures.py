@@ -62,3 +62,41 @@ def test_siglip_fixture_layout(tmp_path: Path) -> None:
     assert any(name.startswith("vision_model.encoder.layers.") for name in header)
     assert any(name.startswith("text_model.") for name in header)
     assert json.loads((directory / "config.json").read_text())["model_type"] == "siglip"
+
+
+def test_qwen_fp8_fixture_is_the_fp8_release_of_the_plain_one(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    """Text weights float8_e4m3fn with a float32 weight_scale_inv per 128x128 block, a
+    quantization_config that leaves the tower (and lm_head) alone, and every visual
+    tensor byte for byte the plain fixture's."""
+    from safetensors.torch import load_file
+
+    directory = write_fixture(tmp_path / "fp8", "qwen3_5_vl_tiny_fp8")
+    plain, fp8 = Checkpoint(qwen_checkpoint), Checkpoint(directory)
+    quantization = fp8.config["quantization_config"]
+    assert (quantization["quant_method"], quantization["fmt"], quantization["weight_block_size"]) == ("fp8", "e4m3", [128, 128])
+    visual_modules = {name.removesuffix(".weight") for name, entry in plain.tensors.items()
+                      if name.startswith("model.visual.") and name.endswith(".weight") and len(entry.shape) >= 2}
+    assert set(quantization["modules_to_not_convert"]) == visual_modules | {"lm_head"}
+    assert {key: value for key, value in fp8.config.items() if key != "quantization_config"} == plain.config
+
+    weight = "model.language_model.layers.0.mlp.gate_proj.weight"  # [192, 96]: two row blocks
+    assert (fp8.tensors[weight].dtype, fp8.tensors[weight].shape) == ("F8_E4M3", (192, 96))
+    assert (fp8.tensors[weight + "_scale_inv"].dtype, fp8.tensors[weight + "_scale_inv"].shape) == ("F32", (2, 1))
+    tensors = load_file(str(fp8.tensors[weight].file))
+    scales = tensors[weight + "_scale_inv"].repeat_interleave(128, dim=0)[:192]
+    dequantized = tensors[weight].float() * scales
+    original = load_file(str(plain.tensors[weight].file))[weight].float()
+    # float8_e4m3fn keeps 3 mantissa bits: within half a step (1/16) of each block's scale x 448.
+    assert (dequantized - original).abs().max() <= (scales * 448 / 16).max()
+    assert tensors[weight].float().abs().max() == 448  # each block's largest magnitude maps to the largest value
+
+    text_dtypes = {entry.dtype for name, entry in fp8.tensors.items()
+                   if name.startswith("model.language_model.layers.") and not name.endswith("_scale_inv")}
+    assert "F8_E4M3" in text_dtypes and "BF16" in text_dtypes  # norms, conv1d, A_log stay bf16
+    for name, entry in plain.select(("model.visual.",)).items():
+        twin = fp8.tensors[name]
+        assert (twin.dtype, twin.shape) == (entry.dtype, entry.shape) == ("BF16", entry.shape)
+        with open(entry.file, "rb") as first, open(twin.file, "rb") as second:
+            first.seek(entry.start)
+            second.seek(twin.start)
+            assert first.read(entry.nbytes) == second.read(twin.nbytes), name

@@ -13,7 +13,10 @@ from edgebuild.errors import LockfileError
 
 from helpers import TOWER_MANIFEST, clone_project
 
-LOCK_KEYS = {"kind", "fingerprint", "inputs", "params", "code", "verify_code", "versions", "outputs", "verified", "verify_fingerprint"}
+LOCK_KEYS = {
+    "kind", "fingerprint", "inputs", "checkpoint_origins", "params", "code", "verify_code", "versions", "outputs", "verified",
+    "verify_fingerprint",
+}
 
 
 def lock_of(root: Path) -> dict:
@@ -31,6 +34,7 @@ def test_verify_writes_the_lock(verified_seed: Path) -> None:
         assert entry[key] == record[key]
     assert entry["params"]["image_size"] == [64, 64]
     assert set(entry["inputs"]) == {"checkpoint"}
+    assert entry["checkpoint_origins"] == {}  # a fixture, not a Hugging Face checkpoint
     assert entry["versions"]["torch"] and entry["versions"]["onnxruntime"]
     assert set(entry["outputs"]) == {"model.onnx", "model.onnx.data", "tower.json"}
     assert all(set(meta) == {"size", "digest"} for meta in entry["outputs"].values())

@@ -262,7 +262,41 @@ def test_huge_integers_do_not_crash_the_manifest(tmp_path: Path) -> None:
 
 def test_checkpoint_without_source(tmp_path: Path) -> None:
     path = write(tmp_path, "checkpoints:\n  qwen: {}\nartifacts: {}\n")
-    assert error_of(path) == f"{path}:2:3: checkpoints -> qwen: give a non-empty 'path' or a 'fixture'"
+    assert error_of(path) == f"{path}:2:3: checkpoints -> qwen: give a non-empty 'hf' or 'path', or a 'fixture'"
+
+
+def test_hugging_face_checkpoint(tmp_path: Path) -> None:
+    path = write(tmp_path, "checkpoints:\n  q:\n    hf: Qwen/Qwen3.5-27B-FP8\nartifacts: {}\n")
+    spec = load_manifest(path, environ={}).checkpoints["q"]
+    assert (spec.hf, spec.revision, spec.hf_revision, spec.uses_fixture) == ("Qwen/Qwen3.5-27B-FP8", None, "main", False)
+    # Empty (an unset ${VAR:-}): the fixture is the fallback, as for an empty path.
+    path = write(
+        tmp_path,
+        "checkpoints:\n  q:\n    hf: ${QWEN_HF:-}\n    revision: ${QWEN_REVISION:-}\n    fixture: qwen3_5_vl_tiny\n"
+        "artifacts: {}\n",
+    )
+    assert load_manifest(path, environ={}).checkpoints["q"].uses_fixture
+    spec = load_manifest(path, environ={"QWEN_HF": "org/name", "QWEN_REVISION": "v1.0"}).checkpoints["q"]
+    assert (spec.hf, spec.hf_revision, spec.uses_fixture) == ("org/name", "v1.0", False)
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("hf: org/name\n    path: ckpt", "2:3: checkpoints -> q: give one of 'path' and 'hf', not both"),
+        ("path: ckpt\n    revision: main", "2:3: checkpoints -> q: 'revision' only applies to an 'hf' checkpoint"),
+        ("hf: org--x/name", "3:5: checkpoints -> q -> hf: expected a Hugging Face repo id 'org/name' "
+                            "(letters, digits, '-', '_', '.'; no '--' or '..'); found 'org--x/name'"),
+        ("hf: a/b/c", "3:5: checkpoints -> q -> hf: expected a Hugging Face repo id 'org/name' "
+                      "(letters, digits, '-', '_', '.'; no '--' or '..'); found 'a/b/c'"),
+        ("hf: org/name\n    revision: ../../etc", "4:5: checkpoints -> q -> revision: expected a 40-hex commit, "
+                                                   "or a branch or tag name; found '../../etc'"),
+    ],
+    ids=["hf-and-path", "revision-without-hf", "double-dash", "three-parts", "revision-escapes-refs"],
+)
+def test_bad_hugging_face_checkpoint(tmp_path: Path, entry: str, expected: str) -> None:
+    path = write(tmp_path, f"checkpoints:\n  q:\n    {entry}\nartifacts: {{}}\n")
+    assert error_of(path) == f"{path}:{expected}"
 
 
 def test_unknown_top_level_key(tmp_path: Path) -> None:

@@ -161,3 +161,55 @@ def test_fixture_config_out_of_range_is_a_manifest_error(tmp_path: Path, overrid
         ensure_fixture(tmp_path, "qwen3_5_vl_tiny", overrides)
     assert str(caught.value) == expected
     assert not (tmp_path / "fixtures").exists()
+
+
+# --- an FP8 release: the same tower ------------------------------------------------------------
+
+FP8_MANIFEST = """\
+checkpoints:
+  plain:
+    fixture: qwen3_5_vl_tiny
+  fp8:
+    fixture: qwen3_5_vl_tiny_fp8
+artifacts:
+  from_plain:
+    kind: qwen3_5_vision_tower
+    checkpoint: plain
+    image_size: 64
+  from_fp8:
+    kind: qwen3_5_vision_tower
+    checkpoint: fp8
+    image_size: 64
+"""
+
+
+def test_the_fp8_release_has_the_plain_release_s_tower_fingerprint(tmp_path: Path) -> None:
+    """The tower reads vision_config and model.visual.* only: float8 text weights, their
+    scales and a quantization_config are no part of it."""
+    from edgebuild.project import Project
+
+    (tmp_path / "artifacts.yaml").write_text(FP8_MANIFEST)
+    project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
+    plain, fp8 = project.record("from_plain"), project.record("from_fp8")
+    assert fp8.fingerprint == plain.fingerprint
+    assert fp8.inputs == plain.inputs
+    assert "quantization_config" in project.checkpoint("fp8").config
+    assert any(entry.dtype == "F8_E4M3" for entry in project.checkpoint("fp8").tensors.values())
+
+
+@pytest.mark.slow
+def test_the_tower_builds_from_the_fp8_release(verified_seed: Path, tmp_path: Path) -> None:
+    """Built and verified from the FP8 fixture alone, in a project that never saw the plain
+    one: the seed's fingerprint (the tower from the plain fixture) and its bytes."""
+    from helpers import TOWER_MANIFEST, ProjectDir
+    from edgebuild.record import read_record
+
+    project = ProjectDir(tmp_path)
+    project.manifest(TOWER_MANIFEST.replace("fixture: qwen3_5_vl_tiny", "fixture: qwen3_5_vl_tiny_fp8"))
+    result = project.doit("verify", env={"EDGEBUILD_REMOTE_CACHE": "off"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    built, seed = read_record(tmp_path / "build" / "t"), read_record(verified_seed / "build" / "t")
+    assert built is not None and seed is not None
+    assert built.fingerprint == seed.fingerprint
+    for output in seed.outputs:
+        assert (tmp_path / "build" / "t" / output).read_bytes() == (verified_seed / "build" / "t" / output).read_bytes(), output

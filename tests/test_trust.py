@@ -211,6 +211,66 @@ def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_pa
             assert (first / "build" / name / output).read_bytes() == (third.layout.artifact_dir(name) / output).read_bytes(), (name, output)
 
 
+SYMLINKED = """\
+checkpoints:
+  qwen:
+    path: qwen
+  siglip:
+    path: ckpt
+artifacts:
+  tower:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 64
+  quantized:
+    kind: siglip_f143
+    checkpoint: siglip
+    calibration:
+      images: ["images/*.png"]
+    algorithm: nearest
+"""
+
+
+def test_symlinked_checkpoint_and_input_directories_are_the_same_artifact(
+    tmp_path: Path, siglip_checkpoint: Path, qwen_checkpoint: Path
+) -> None:
+    """One project holds its checkpoints and images; another reaches the same files
+    through directory links: the same fingerprints, and `doit status` names a change in
+    words, through the link the manifest uses."""
+    real = lay_out(tmp_path / "real", siglip_checkpoint, SYMLINKED)
+    shutil.copytree(qwen_checkpoint, real / "qwen")
+    (tmp_path / "linked").mkdir()
+    linked = ProjectDir(tmp_path / "linked")
+    for name in ("qwen", "ckpt", "images"):
+        (linked.root / name).symlink_to(real / name, target_is_directory=True)
+    linked.manifest(SYMLINKED)
+    first = Project.load(real / "artifacts.yaml", real)
+    second = Project.load(linked.root / "artifacts.yaml", linked.root)
+    for name in ("tower", "quantized"):
+        assert second.fingerprint(name) == first.fingerprint(name), name
+        assert second.record(name).inputs == first.record(name).inputs, name
+    assert second.record("quantized").inputs_named["files:calibration.images"][0].startswith("images/")
+
+    # As if built in the linked project; then an image and the image processor change
+    # in the real directories.
+    for name in ("tower", "quantized"):
+        directory = second.layout.artifact_dir(name)
+        directory.mkdir(parents=True)
+        second.record(name).completed(name, {}, 0.0, {}).write(directory)
+    image = sorted((real / "images").glob("*.png"))[0]
+    image.write_bytes(image.read_bytes() + b"\0")
+    preprocessor = real / "ckpt" / "preprocessor_config.json"
+    preprocessor.write_text(preprocessor.read_text().replace("0.5", "0.25", 1))
+    result = linked.doit("status")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "tower      up to date (not verified)",
+        "quantized  stale",
+        f"             - checkpoint 'siglip' ({linked.root / 'ckpt'}): preprocessor_config.json changed",
+        f"             - calibration.images: images/{image.name} changed",
+    ]
+
+
 # --- parameters the toolchain cannot honour ------------------------------------------------
 
 def test_exporter_writing_another_opset_is_refused(tmp_path: Path) -> None:

@@ -119,11 +119,10 @@ class InputSet(InputFiles):
 
 @dataclass(frozen=True)
 class TensorSelection:
-    """The part of a checkpoint a kind reads: tensors by name prefix, one top-level
-    key of ``config.json`` (``None``: all of it), and ``files`` of the checkpoint
-    directory read whole through ``Checkpoint.file`` (an image processor's
-    ``preprocessor_config.json``). Fingerprints cover exactly this part, by content.
-    ``prefixes`` may be empty for a kind that reads no tensors."""
+    """The part of a checkpoint a kind reads: tensors by name prefix (``""``: every
+    tensor; no prefix: no tensor), one top-level key of ``config.json`` (``None``: all
+    of it), and other files of the checkpoint directory by name (read through
+    ``Checkpoint.file``). Fingerprints cover exactly this part, by content."""
 
     prefixes: tuple[str, ...]
     config_key: str | None = None
@@ -193,8 +192,10 @@ class ArtifactKind:
     # bytes (a compiler only this kind runs): in its fingerprint, and no other kind's.
     tool_packages: ClassVar[tuple[str, ...]] = ()
 
-    def tensor_selection(self, params: ArtifactParams) -> TensorSelection | None:
-        """Which part of a checkpoint the artifact reads itself; ``None`` if it reads none.
+    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection | None:
+        """Which part of ``checkpoint`` the artifact reads itself; ``None`` if it reads none.
+        A kind that accepts several checkpoint layouts decides here, from the checkpoint,
+        which one it is looking at.
 
         It applies to the artifact's own ``checkpoint:``. An artifact without one that
         still reads a checkpoint directly (a quantized graph running calibration images

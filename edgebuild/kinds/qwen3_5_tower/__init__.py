@@ -27,7 +27,9 @@ class Qwen3_5VisionTower(ArtifactKind):
     build_module = "edgebuild.kinds.qwen3_5_tower.build"
     verify_module = "edgebuild.kinds.qwen3_5_tower.verify"
 
-    def tensor_selection(self, params: ArtifactParams) -> TensorSelection:
+    def tensor_selection(self, params: ArtifactParams, checkpoint: "Checkpoint") -> TensorSelection:
+        # The tower alone: a plain release and its FP8 release (text weights float8 with
+        # scales, a quantization_config) share it, and so share the fingerprint.
         return TensorSelection(prefixes=(VISUAL_PREFIX,), config_key="vision_config")
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:

@@ -49,7 +49,7 @@ class Qwen3_5TowerQdq(ArtifactKind):
     verify_module = "edgebuild.kinds.qwen3_5_tower_qdq.verify"
     source_kinds = ("qwen3_5_vision_tower",)
 
-    def tensor_selection(self, params: ArtifactParams) -> TensorSelection:
+    def tensor_selection(self, params: ArtifactParams, checkpoint: "Checkpoint") -> TensorSelection:
         assert isinstance(params, QdqParams)
         # The image processor's file only when images go through it: patches files alone
         # need no preprocessor_config.json.

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...errors import ParameterError
-from ...siglip import PREPROCESSOR_FILE, VISION_PREFIX
+from ...siglip import PREPROCESSOR_FILE, siglip_layout
 from ..base import ArtifactKind, ArtifactParams, TensorSelection
 from ..registry import register
 from .packed import load_packed
@@ -39,21 +39,23 @@ class SiglipF143(ArtifactKind):
     build_module = "edgebuild.kinds.siglip_f143.build"
     verify_module = "edgebuild.kinds.siglip_f143.verify"
 
-    def tensor_selection(self, params: ArtifactParams) -> TensorSelection:
-        # All of config.json (the model is built from SiglipConfig and the file is
-        # copied into the artifact) and the image processor that makes the calibration
-        # inputs (also copied).
-        return TensorSelection(prefixes=(VISION_PREFIX,), config_key=None, files=(PREPROCESSOR_FILE,))
+    def tensor_selection(self, params: ArtifactParams, checkpoint: "Checkpoint") -> TensorSelection:
+        # The encoder's tensors, named as the checkpoint's layout names them (with or
+        # without ``vision_model.``); all of config.json in every layout (the model is
+        # built from its vision settings, and the file is copied into the artifact);
+        # and the image processor that makes the calibration inputs (also copied).
+        layout = siglip_layout(checkpoint)
+        return TensorSelection(prefixes=(layout.prefix,), config_key=None, files=(PREPROCESSOR_FILE,))
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         assert isinstance(params, SiglipF143Params)
         checkpoint = checkpoints[params.checkpoint]
-        checkpoint.select((VISION_PREFIX,))
-        available = checkpoint.config_int("vision_config", "num_hidden_layers", default=12, minimum=1)
+        layout = siglip_layout(checkpoint)
+        checkpoint.select((layout.prefix,))
+        available = checkpoint.config_int(layout.config_section, "num_hidden_layers", default=12, minimum=1)
         if isinstance(params.layers, int) and params.layers > available:
-            raise ParameterError(
-                f"{params.layers} is outside the model (vision_config.num_hidden_layers = {available})", key="layers"
-            )
+            where = "num_hidden_layers" if layout.config_section is None else f"{layout.config_section}.num_hidden_layers"
+            raise ParameterError(f"{params.layers} is outside the model ({where} = {available})", key="layers")
         if params.device == "cuda":
             import torch
 

@@ -36,7 +36,7 @@ def build(context: BuildContext) -> dict[str, Any]:
     with phases.time("load"):
         model, config = load_vision_model(checkpoint, writable=True)
         model.to(device)
-        layer_count = config.vision_config.num_hidden_layers if params.layers == "all" else params.layers
+        layer_count = config.num_hidden_layers if params.layers == "all" else params.layers
         batches = load_pixel_batches(params.calibration, context.input_root, checkpoint, "calibration")
         held_out = load_pixel_batches(params.held_out, context.input_root, checkpoint, "held_out")
         modules = encoder_linears(model, layer_count)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...compare import compare_outputs, worst_case
 from ...report import Check
-from ...siglip import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest
+from ...siglip import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest, vision_settings
 from ..base import Verification, VerifyContext
 from .packed import EXPONENT_SUFFIX, load_packed, stored_bytes
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
@@ -32,7 +32,7 @@ def verify(context: VerifyContext) -> Verification:
     with no_init_weights():
         # The written config.json, as a user of the directory would read it.
         written = json.loads((out / "config.json").read_text())
-        quantized_model = SiglipVisionModel(SiglipVisionConfig(**written["vision_config"]))
+        quantized_model = SiglipVisionModel(SiglipVisionConfig(**vision_settings(written)))
     with safe_open(str(out / MODEL_FILE), framework="pt") as source:
         saved = {name: source.get_tensor(name) for name in source.keys()}
         metadata = source.metadata() or {}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CheckpointError
+from ...siglip import vision_settings
 from ..siglip_f143.params import REPORT_FILE as SOURCE_REPORT_FILE
 
 if TYPE_CHECKING:
@@ -20,8 +21,8 @@ def load_quantized(source: Path) -> tuple[Any, dict[str, Any], list[str]]:
     from transformers import SiglipVisionConfig, SiglipVisionModel
     from transformers.initialization import no_init_weights
 
-    config = json.loads((source / "config.json").read_text())
-    vision = config["vision_config"]
+    # The source's config.json is its checkpoint's, copied: a SiglipConfig or a SiglipVisionConfig.
+    vision = vision_settings(json.loads((source / "config.json").read_text()))
     with no_init_weights():
         model = SiglipVisionModel(SiglipVisionConfig(**vision))
     missing, unexpected = model.load_state_dict(load_file(str(source / "model.safetensors")), strict=False)
