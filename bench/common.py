@@ -87,11 +87,10 @@ def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> sub
 
 
 def project_dir(path: Path, manifest: str) -> Path:
-    """A user-style project directory: dodo.py, the doit plugin config, a manifest."""
+    """A user-style project directory: dodo.py and a manifest (the doit commands come
+    from the installed package)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "dodo.py").write_text((REPO / "dodo.py").read_text())
-    text = (REPO / "pyproject.toml").read_text()
-    (path / "pyproject.toml").write_text(text[text.index("[tool.doit]"):text.index("[tool.pytest")])
     (path / "artifacts.yaml").write_text(manifest)
     return path
 

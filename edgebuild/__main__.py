@@ -1,8 +1,9 @@
 """``python -m edgebuild``: helpers around the doit tasks.
 
+    python -m edgebuild init [DIR]        start a project: dodo.py, a starter manifest, its schema
     python -m edgebuild schema            the manifest's JSON Schema (editor completion)
+    python -m edgebuild check [--deep]    validate the manifest and print what it declares
     python -m edgebuild fixture NAME DIR  write a generated tiny checkpoint to DIR
-    python -m edgebuild check             validate the manifest and print what it declares
 """
 
 from __future__ import annotations
@@ -18,15 +19,28 @@ from .errors import EdgebuildError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgebuild", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    init = commands.add_parser(
+        "init", help="write dodo.py, a starter artifacts.yaml and its schema into DIR (never overwrites)"
+    )
+    init.add_argument("directory", nargs="?", default=".", type=Path, metavar="DIR")
     commands.add_parser("schema", help="print the manifest's JSON Schema")
     fixture = commands.add_parser("fixture", help="write a generated tiny checkpoint")
     fixture.add_argument("name")
     fixture.add_argument("directory", type=Path)
     check = commands.add_parser("check", help="validate the manifest")
     check.add_argument("manifest", nargs="?", default=None)
+    check.add_argument(
+        "--deep", action="store_true",
+        help="also open the checkpoints and input files and check every artifact's parameters against them",
+    )
     args = parser.parse_args(argv)
     try:
-        if args.command == "schema":
+        if args.command == "init":
+            from .scaffold import describe, init_project
+
+            result = init_project(args.directory)
+            print(describe(result, str(args.directory)))
+        elif args.command == "schema":
             from .manifest import manifest_json_schema
 
             print(json.dumps(manifest_json_schema(), indent=2))
@@ -38,16 +52,35 @@ def main(argv: list[str] | None = None) -> int:
             write_fixture(args.directory, args.name)
             print(args.directory)
         elif args.command == "check":
-            from .kinds import get_kind
-            from .manifest import load_manifest
-
-            manifest = load_manifest(args.manifest)
-            for name, params in manifest.artifacts.items():
-                print(f"{name}\t{get_kind(params.kind).name}\t{params.description}")
+            return _check(args.manifest, args.deep)
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def _check(manifest_path: str | None, deep: bool) -> int:
+    """Print each artifact (name, kind, description); with ``deep``, first check each
+    one as its build would, and report every problem found, not only the first."""
+    from .kinds import get_kind
+    from .manifest import load_manifest
+
+    manifest = load_manifest(manifest_path)
+    problems = []
+    if deep:
+        from .project import Project
+
+        project = Project(manifest)
+        for name in manifest.order():
+            try:
+                project.check(name)
+            except EdgebuildError as error:
+                problems.append(str(error))
+    for name, params in manifest.artifacts.items():
+        print(f"{name}\t{get_kind(params.kind).name}\t{params.description}")
+    for problem in problems:
+        print(f"edgebuild: error: {problem}", file=sys.stderr)
+    return 2 if problems else 0
 
 
 if __name__ == "__main__":

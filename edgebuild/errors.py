@@ -66,4 +66,4 @@ class PublishError(EdgebuildError):
 
 
 class LockfileError(EdgebuildError):
-    """The lock file (``artifacts.lock``) exists but is not one this version can read."""
+    """The lock file (``<manifest stem>.lock``) exists but is not one this version can read."""

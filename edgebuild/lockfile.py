@@ -1,17 +1,21 @@
-"""The lock file, ``artifacts.lock``: what each built artifact is, meant to be committed.
+"""The lock file: what each built artifact is, meant to be committed.
 
-For every artifact built at its current fingerprint it records that
-fingerprint, the fingerprints of the inputs it read, where its checkpoints come
-from (the Hugging Face repo, commit and file etags of an ``hf:`` checkpoint),
-its parameters, the code and tool versions, the size and digest of each output
-file, and whether it verified. A reviewer reads an artifact's change in the diff of this file (an
-input changed, a tool was upgraded, an output's bytes moved), and anyone can
-check a file in ``build/`` against it.
+It sits beside the manifest and is named after it (``artifacts.yaml`` ->
+``artifacts.lock``). For every artifact built at its current fingerprint it
+records that fingerprint, the fingerprints of the inputs it read, where its
+checkpoints come from (the Hugging Face repo, commit and file etags of an ``hf:``
+checkpoint), its parameters, the code and tool versions, the size and digest of
+each output file, and whether it verified. A reviewer reads an artifact's change
+in the diff of this file (an input changed, a tool was upgraded, an output's bytes
+moved), and anyone can check a file in ``build/`` against it.
 
-``doit build`` and ``doit verify`` rewrite it after running, for the artifacts
-they ran (and what those depend on); other artifacts' entries are kept as they
-were, entries of artifacts no longer in the manifest are dropped. It holds no
-timestamps, so an unchanged build leaves it byte for byte unchanged.
+It records only what happened: ``doit build`` and ``doit verify`` refresh the
+entries of the artifacts they ran (and what those depend on) that are now built
+at their current fingerprint. An artifact whose build failed, or was not run,
+keeps the entry it had (its old build is what ``build/`` still holds) and gets
+none if it had none. Entries of artifacts no longer in the manifest are
+dropped. It holds no timestamps, so an unchanged build leaves it byte for byte
+unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_text
+from .console import shown_path
 from .errors import EdgebuildError, FilesystemError, LockfileError
 from .fingerprint import locked
 from .project import Project
@@ -55,16 +60,17 @@ def lock_entry(project: Project, name: str) -> dict[str, Any] | None:
 
 def read_lock(path: Path) -> dict[str, Any]:
     """The artifacts of the lock file at ``path`` (empty when there is none)."""
+    shown = shown_path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (ValueError, UnicodeDecodeError) as error:
-        raise LockfileError(f"{path}: not valid JSON ({error}); delete it and run `doit build` to write it afresh") from None
+        raise LockfileError(f"{shown}: not valid JSON ({error}); delete it and run `doit build` to write it afresh") from None
     if not isinstance(data, dict) or data.get("format") != LOCK_FORMAT or not isinstance(data.get("artifacts"), dict):
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise LockfileError(
-            f"{path}: expected a lock file of format {LOCK_FORMAT}, found format {found!r}; "
+            f"{shown}: expected a lock file of format {LOCK_FORMAT}, found format {found!r}; "
             "delete it and run `doit build` to write it afresh"
         )
     return data["artifacts"]
@@ -75,15 +81,14 @@ def render_lock(artifacts: dict[str, Any]) -> str:
 
 
 def update_lock(project: Project, names: list[str]) -> bool:
-    """Refresh the entries of ``names`` in the project's lock file; ``True`` when it changed."""
+    """Refresh the entries of those of ``names`` that are built at their current
+    fingerprint (the others keep theirs); ``True`` when the file changed."""
     path = project.lock_path
     with locked(project.layout.mutex(path.name)):
         artifacts = {name: entry for name, entry in read_lock(path).items() if name in project.manifest.artifacts}
         for name in names:
             entry = lock_entry(project, name)
-            if entry is None:
-                artifacts.pop(name, None)
-            else:
+            if entry is not None:
                 artifacts[name] = entry
         text = render_lock(artifacts)
         try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ManifestError
 from .kinds import get_kind, kind_names
@@ -35,9 +35,12 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # doit refuses tasks named like its commands; edgebuild adds its own.
 RESERVED_NAMES = frozenset(
-    {"build", "verify", "status", "publish", "gc", "list", "info", "clean", "forget",
+    {"build", "verify", "status", "publish", "gc", "cache", "list", "info", "clean", "forget",
      "ignore", "dumpdb", "strace", "tabcompletion", "reset-dep", "help", "run", "auto"}
 )
+# A plain scalar that is exactly one ``${NAME}`` / ``${NAME:-default}`` (see yamlsource):
+# typed after substitution, so the schema lets it stand for any scalar.
+INTERPOLATION_PATTERN = r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-((?!\$\{)[^}])*)?\}$"
 
 
 class CheckpointSpec(Strict):
@@ -60,6 +63,20 @@ class CheckpointSpec(Strict):
             "(default ``main``); the commit it resolves to is recorded."
         ),
     )
+
+    # The validator below, for the JSON Schema.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["hf"], "properties": {"hf": {"type": "string", "minLength": 1}}},
+                {"required": ["path"], "properties": {"path": {"type": "string", "minLength": 1}}},
+                {"required": ["fixture"], "properties": {"fixture": {"type": "string", "minLength": 1}}},
+            ],
+            "if": {"required": ["fixture_config"], "properties": {"fixture_config": {"minProperties": 1}}},
+            "then": {"required": ["fixture"], "properties": {"fixture": {"type": "string", "minLength": 1}}},
+        }
+    )
+
     path: str | None = Field(default=None, description="Checkpoint directory (``${VAR:-default}`` allowed).")
     fixture: str | None = Field(default=None, description="Name of a generated tiny checkpoint (used when path and hf are empty).")
     fixture_config: dict[str, Any] = Field(
@@ -220,7 +237,9 @@ def load_manifest(
         raise ManifestError("\n".join(errors))
 
     manifest = Manifest(
-        path=path,
+        # Absolute: the manifest's directory is the project's root whatever the cwd
+        # becomes (messages keep the path as given, through ``source``).
+        path=Path(os.path.abspath(path)),
         checkpoints=dict(document.checkpoints),
         artifacts=artifacts,
         defaults=list(document.defaults) if document.defaults is not None else list(artifacts),
@@ -262,6 +281,11 @@ def expand_matrix(template: str, entry: dict[str, Any], source: SourceMap) -> li
                 f"{source.where((*matrix_path, key))}: {format_key_path((*matrix_path, key))}: "
                 f"expected a non-empty list of values, found {_type_name(values)}"
             )
+        if key == "kind":
+            raise ManifestError(
+                f"{source.where((*matrix_path, key))}: {format_key_path((*matrix_path, key))}: "
+                "the kind cannot vary in a matrix; write one entry per kind"
+            )
         if key in entry:
             raise ManifestError(
                 f"{source.where((*path, key))}: {format_key_path((*path, key))}: "
@@ -292,41 +316,149 @@ def expand_matrix(template: str, entry: dict[str, Any], source: SourceMap) -> li
 
 
 def manifest_json_schema() -> dict[str, Any]:
-    """JSON Schema of the manifest (for editor completion): artifacts are a union
-    discriminated on ``kind`` over every registered kind."""
-    artifact_models = [get_kind(name).Params for name in kind_names()]
+    """JSON Schema of the manifest, for editors: it accepts what :func:`load_manifest`
+    accepts, as far as a schema can say it.
+
+    Beyond the models' own schemas: an artifact entry is checked against its kind's
+    parameters (chosen by ``kind``); a matrix entry may give any parameter as a list
+    of values under ``matrix`` instead (every required one in one place or the
+    other, never both), and only an entry whose name has a ``{placeholder}`` has a
+    matrix; a ``${VAR}`` may stand for any scalar. What depends on more than one
+    document -- undeclared checkpoints and sources, a name that misses a matrix
+    key, an image size the checkpoint cannot take -- is the loader's alone.
+    """
     definitions: dict[str, Any] = {}
-    variants = []
-    for model in artifact_models:
+    document = ManifestDocument.model_json_schema(ref_template="#/$defs/{model}")
+    definitions.update(document.pop("$defs", {}))
+    dispatch = []
+    for name in kind_names():
+        model = get_kind(name).Params
         schema = model.model_json_schema(ref_template="#/$defs/{model}")
         definitions.update(schema.pop("$defs", {}))
         definitions[model.__name__] = schema
-        variants.append({"$ref": f"#/$defs/{model.__name__}"})
-    document = ManifestDocument.model_json_schema(ref_template="#/$defs/{model}")
-    definitions.update(document.pop("$defs", {}))
-    artifact_schema = {
-        "oneOf": variants,
-        "discriminator": {
-            "propertyName": "kind",
-            "mapping": {name: f"#/$defs/{get_kind(name).Params.__name__}" for name in kind_names()},
-        },
+        definitions[f"{model.__name__}Matrix"] = _matrix_schema(schema)
+        dispatch.append(
+            {
+                "if": {"required": ["kind"], "properties": {"kind": {"const": name}}},
+                "then": {
+                    "if": {"required": ["matrix"]},
+                    "then": {"$ref": f"#/$defs/{model.__name__}Matrix"},
+                    "else": {"$ref": f"#/$defs/{model.__name__}"},
+                },
+            }
+        )
+    definitions = {key: _interpolation_allowed(value) for key, value in definitions.items()}
+    document["properties"] = {key: _interpolation_allowed(value) for key, value in document["properties"].items()}
+    definitions["Interpolation"] = {
+        "type": "string",
+        "pattern": INTERPOLATION_PATTERN,
+        "description": "${VAR} or ${VAR:-default}: typed as if its value had been written here.",
     }
-    # A matrix entry carries list-valued keys under 'matrix'; allow it on every kind.
+    definitions["Artifact"] = {
+        "type": "object",
+        "required": ["kind"],
+        "properties": {"kind": {"enum": kind_names()}},
+        "allOf": dispatch,
+    }
+    artifact = {"$ref": "#/$defs/Artifact"}
     document["properties"]["artifacts"] = {
         "type": "object",
-        "description": "Artifact name (or name template using {matrix_key}) -> artifact.",
-        "additionalProperties": artifact_schema,
+        "description": "Artifact name (or a name template using {matrix_key}) -> artifact.",
+        "propertyNames": {"not": {"enum": sorted(RESERVED_NAMES)}},
+        # A name with a {placeholder} is a matrix entry; one without is a single artifact.
+        "patternProperties": {
+            r"\{": {"allOf": [artifact, {"required": ["matrix"]}]},
+            r"^[^{]*$": {"allOf": [artifact, {"not": {"required": ["matrix"]}}]},
+        },
     }
-    for model in artifact_models:
-        definitions[model.__name__]["properties"]["matrix"] = {
-            "type": "object",
-            "description": "key -> list of values; one artifact per combination.",
-            "additionalProperties": {"type": "array", "minItems": 1},
-        }
     document["$defs"] = definitions
     document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     document["title"] = "edgebuild manifest"
     return document
+
+
+_SCALAR_TYPES = {"integer", "number", "boolean", "null"}
+
+
+def _matrix_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema of a matrix entry of a kind whose parameters' schema is ``schema``."""
+    properties = dict(schema["properties"])
+    varying = {key: value for key, value in properties.items() if key not in ("kind", "matrix")}
+    required = [key for key in schema.get("required", []) if key != "kind"]
+    properties["matrix"] = {
+        "type": "object",
+        "description": "key -> list of values; one artifact per combination.",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {key: {"type": "array", "minItems": 1, "items": value} for key, value in varying.items()},
+    }
+    in_matrix = lambda key: {"required": ["matrix"], "properties": {"matrix": {"required": [key]}}}  # noqa: E731
+    return {
+        **{key: value for key, value in schema.items() if key not in ("properties", "required")},
+        "properties": properties,
+        "required": ["kind", "matrix"],
+        "allOf": [
+            *({"anyOf": [{"required": [key]}, in_matrix(key)]} for key in required),
+            *({"not": {"allOf": [{"required": [key]}, in_matrix(key)]}} for key in varying),
+        ],
+    }
+
+
+def _interpolation_allowed(schema: Any) -> Any:
+    """``schema`` with a ``${VAR}`` string allowed wherever it takes a scalar other than
+    a free string (a number, a boolean, null, or one of fixed values)."""
+    if not isinstance(schema, dict):
+        return schema
+    result = {}
+    for key, value in schema.items():
+        if key in ("properties", "patternProperties", "$defs"):
+            result[key] = {name: _interpolation_allowed(item) for name, item in value.items()}
+        elif key in ("items", "additionalProperties", "not", "if", "then", "else"):
+            result[key] = _interpolation_allowed(value)
+        elif key in ("prefixItems", "allOf"):
+            result[key] = [_interpolation_allowed(item) for item in value]
+        elif key in ("anyOf", "oneOf"):
+            branches = [_interpolation_allowed(item) for item in value]
+            result[key] = [_without_interpolation(branch) for branch in branches]
+            if any(_is_interpolated(branch) for branch in branches) and not any(
+                branch == _INTERPOLATION_REF for branch in result[key]
+            ):
+                result[key].append(_INTERPOLATION_REF)
+        else:
+            result[key] = value
+    if _takes_fixed_scalar(result):
+        # Annotations stay outside, where an editor looks for them.
+        outside = {key: result.pop(key) for key in _ANNOTATIONS if key in result}
+        return {"anyOf": [result, _INTERPOLATION_REF], **outside}
+    return result
+
+
+_INTERPOLATION_REF = {"$ref": "#/$defs/Interpolation"}
+_ANNOTATIONS = ("title", "description", "default", "examples")
+
+
+def _takes_fixed_scalar(schema: dict[str, Any]) -> bool:
+    if any(key in schema for key in ("properties", "items", "anyOf", "oneOf", "allOf", "$ref", "prefixItems")):
+        return False
+    kind = schema.get("type")
+    return kind in _SCALAR_TYPES or "enum" in schema or "const" in schema
+
+
+def _is_interpolated(schema: Any) -> bool:
+    return (
+        isinstance(schema, dict)
+        and set(schema) <= {"anyOf", *_ANNOTATIONS}
+        and _INTERPOLATION_REF in schema.get("anyOf", [])
+    )
+
+
+def _without_interpolation(schema: Any) -> Any:
+    """A branch of an ``anyOf`` without its own ``${VAR}`` alternative (the ``anyOf``
+    gets one for all its branches)."""
+    if _is_interpolated(schema) and len(schema["anyOf"]) == 2:
+        inner = schema["anyOf"][0]
+        return {**inner, **{key: value for key, value in schema.items() if key != "anyOf"}}
+    return schema
 
 
 # --- helpers -----------------------------------------------------------------

@@ -66,9 +66,13 @@ class Layout:
 
 
 class Project:
+    """A manifest and where its outputs go: ``build/``, ``cache/`` and the lock file sit
+    beside the manifest (``root`` overrides the directory), never in the cwd, so that
+    a command run from anywhere finds the same builds."""
+
     def __init__(self, manifest: Manifest, root: Path | None = None) -> None:
         self.manifest = manifest
-        self.layout = Layout(Path(root) if root is not None else Path.cwd())
+        self.layout = Layout(Path(root).absolute() if root is not None else manifest.root)
         self.stat_cache = StatCache(self.layout.cache_dir / "statcache.json")
         self.store = Store(self.layout.store_dir)
         self._checkpoints: dict[str, Checkpoint] = {}
@@ -163,12 +167,7 @@ class Project:
         kind = self.kind(name)
         checkpoints = self.checkpoints_for(params)
         own = params.checkpoint_names()
-        try:
-            kind.check_parameters(params, checkpoints)
-            kind.check_sources(params, {source: self.manifest.artifacts[source] for source in params.source_artifacts()})
-        except ParameterError as error:
-            keys = [error.key] if error.key else []
-            raise ParameterError(f"{self.manifest.where(name, *keys)}: {error}", error.key) from None
+        self._check_parameters(name, checkpoints)
         # Inputs are keyed by the role they play, never by a manifest alias or a path:
         # the same content under another name is the same artifact. What the manifest
         # named is kept beside them (``inputs_named``), for explanations only.
@@ -221,6 +220,39 @@ class Project:
 
     def fingerprint(self, name: str) -> str:
         return self.record(name).fingerprint
+
+    def check(self, name: str) -> None:
+        """Everything about artifact ``name`` that can go wrong before its build, without
+        hashing anything: its checkpoints open, their config and tensors suit its
+        parameters (the kind's ``check_parameters``), every input file exists."""
+        params = self.manifest.artifacts[name]
+        try:
+            checkpoints = self.checkpoints_for(params)
+            self._check_parameters(name, checkpoints)
+            for checkpoint_name in params.checkpoint_names():
+                checkpoint = checkpoints[checkpoint_name]
+                selection = self.kind(name).tensor_selection(params, checkpoint)
+                if selection is not None and selection.prefixes:
+                    checkpoint.select(selection.prefixes)
+                for file_name in selection.files if selection is not None else ():
+                    checkpoint.file(file_name)
+        except CheckpointError as error:
+            # Say which artifact needs the checkpoint (a ParameterError says where already).
+            key = "checkpoint" if params.checkpoint_names() else "source"
+            raise CheckpointError(f"{self.manifest.where(name, key)}: {error}") from None
+        for verify_only in (False, True):
+            for role, patterns in params.input_patterns(verify_only).items():
+                expand_inputs(patterns, self.manifest.root, self.manifest.where(name, *role.split(".")))
+
+    def _check_parameters(self, name: str, checkpoints: dict[str, Checkpoint]) -> None:
+        params = self.manifest.artifacts[name]
+        kind = self.kind(name)
+        try:
+            kind.check_parameters(params, checkpoints)
+            kind.check_sources(params, {source: self.manifest.artifacts[source] for source in params.source_artifacts()})
+        except ParameterError as error:
+            keys = [error.key] if error.key else []
+            raise ParameterError(f"{self.manifest.where(name, *keys)}: {error}", error.key) from None
 
     def verify_code(self, name: str) -> dict[str, str]:
         """Digests of the code that judges artifact ``name``."""
@@ -294,7 +326,8 @@ class Project:
 
     @property
     def lock_path(self) -> Path:
-        """The lock file beside the manifest: ``artifacts.yaml`` -> ``artifacts.lock``."""
+        """The lock file beside the manifest, named after it: ``artifacts.yaml`` ->
+        ``artifacts.lock``, ``ci/release.yml`` -> ``ci/release.lock``."""
         return self.manifest.path.with_suffix(".lock")
 
     def save_caches(self) -> None:

@@ -15,8 +15,10 @@ that file, so a downloaded artifact can be checked with shell tools alone
 (``sha256sum SHA256SUMS``, then ``sha256sum -c SHA256SUMS``).
 
 Rules: only artifacts that verified at their current fingerprint are published,
-and only if every artifact asked for did (otherwise nothing is); never into the
-project's own ``build/`` or ``cache/``. A fingerprint already published with the
+and only if every artifact asked for did (otherwise nothing is); only from a
+work tree whose commit says what produced them (no uncommitted changes, a
+tracked manifest), unless ``allow_dirty`` -- which the provenance records; never
+into the project's own ``build/`` or ``cache/``. A fingerprint already published with the
 same output files is a no-op once every published file is checked against its
 ``SHA256SUMS``: a published file that no longer matches is an error naming it.
 One published with different bytes is an error. Nothing published is ever
@@ -116,12 +118,15 @@ class EntryFiles:
         return f"{self.name}/{self.fingerprint}"
 
 
-def publish(project: Project, names: list[str], destination: str, log: Log = print) -> list[Published]:
-    """Publish ``names`` to ``destination``; all of them or, if any is not verified, none."""
+def publish(project: Project, names: list[str], destination: str, log: Log = print,
+            allow_dirty: bool = False) -> list[Published]:
+    """Publish ``names`` to ``destination``; all of them or, if any is not verified, none.
+    Refused from a work tree with uncommitted changes, or outside git, unless
+    ``allow_dirty`` (which provenance.json then records)."""
     location = Location(destination)
     _refuse_project_directories(project, location)
+    git = check_work_tree(project, allow_dirty)
     check_publishable(project, names)
-    git = git_state(project.manifest.root)
     prepared = [_prepare(project, name, git) for name in names]
     results = [put_entry(location, item, log) for item in prepared]
     _update_index(location, project, results, log)
@@ -164,7 +169,7 @@ def _unpublishable(project: Project, name: str) -> str | None:
     return None
 
 
-def _prepare(project: Project, name: str, git: dict[str, Any] | None) -> EntryFiles:
+def _prepare(project: Project, name: str, git: dict[str, Any]) -> EntryFiles:
     directory = project.layout.artifact_dir(name)
     record = read_record(directory)
     assert record is not None  # checked by _unpublishable
@@ -182,7 +187,7 @@ def _prepare(project: Project, name: str, git: dict[str, Any] | None) -> EntryFi
 
 
 def provenance_record(
-    project: Project, name: str, record: dict[str, Any], sha256: dict[str, str], git: dict[str, Any] | None
+    project: Project, name: str, record: dict[str, Any], sha256: dict[str, str], git: dict[str, Any]
 ) -> dict[str, Any]:
     """What produced an artifact: enough to rebuild it, or to say why two differ."""
     params = project.manifest.artifacts[name]
@@ -428,19 +433,76 @@ def edgebuild_version() -> str:
         return "unknown"
 
 
-def git_state(directory: Path) -> dict[str, Any] | None:
-    """The commit ``directory`` is checked out at, and whether tracked files differ
-    from it; ``None`` outside a git work tree (or without git)."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=30
+def check_work_tree(project: Project, allow_dirty: bool = False) -> dict[str, Any]:
+    """The provenance's ``git``: the commit the manifest's work tree is at, whether it
+    differs from it, and whether that was allowed. Raises :class:`PublishError` when
+    no commit says what produced the artifacts -- uncommitted changes to tracked
+    files, an untracked manifest, no commit, no git -- unless ``allow_dirty``.
+
+    The lock file is left out: ``doit verify`` rewrites it just before publishing,
+    and it describes the outputs, not what produced them."""
+    state = git_state(project.manifest.root, ignore=(project.lock_path,), tracked=(project.manifest.path,))
+    commit = state["commit"] if state else None
+    changes = state["changes"] if state else []
+    record = {"commit": commit, "dirty": bool(changes) if state else None, "allow_dirty": allow_dirty}
+    if allow_dirty:
+        return record
+    advice = "commit, or pass --allow-dirty to publish anyway (recorded in provenance.json)"
+    if state is None:
+        raise PublishError(
+            f"{project.manifest.root} is not in a git work tree, so no commit records what produced "
+            f"these artifacts; {advice}"
         )
-        if commit.returncode != 0:
+    if commit is None:
+        raise PublishError(f"the git repository at {state['top']} has no commit yet; {advice}")
+    if changes:
+        shown = ", ".join(changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
+        raise PublishError(f"the work tree has uncommitted changes ({shown}); {advice}")
+    return record
+
+
+def git_state(directory: Path, ignore: tuple[Path, ...] = (), tracked: tuple[Path, ...] = ()) -> dict[str, Any] | None:
+    """``{"top", "commit", "changes"}`` of the git work tree holding ``directory``:
+    its top directory, the commit checked out (``None`` before the first one), and
+    the files that differ from it -- tracked files changed (except ``ignore``) and
+    the files of ``tracked`` that git does not track -- as paths from the top.
+    ``None`` outside a git work tree, or without git."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str] | None:
+        try:
+            return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
             return None
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=directory, capture_output=True, text=True, timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
         return None
-    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    root = Path(top.stdout.strip())
+    head = git("rev-parse", "--verify", "--quiet", "HEAD")
+    commit = head.stdout.strip() if head is not None and head.returncode == 0 else None
+    status = git("status", "--porcelain=v1", "-z", "--untracked-files=no")
+    if status is None or status.returncode != 0:
+        return None
+    ignored = {_from_top(path, root) for path in ignore}
+    changes = []
+    records = iter(status.stdout.split("\0"))
+    for record in records:
+        if len(record) < 4:
+            continue
+        if record[0] in "RC":
+            next(records, None)  # the name it was renamed or copied from
+        path = record[3:]
+        if path not in ignored:
+            changes.append(path)
+    for path in tracked:
+        listed = git("ls-files", "--error-unmatch", "--", str(path))
+        if listed is not None and listed.returncode != 0:
+            changes.append(f"{_from_top(path, root)} (untracked)")
+    return {"top": str(root), "commit": commit, "changes": changes}
+
+
+def _from_top(path: Path, top: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(top.resolve()).as_posix()
+    except ValueError:
+        return str(path)

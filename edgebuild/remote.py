@@ -216,6 +216,24 @@ class Location:
             raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
         return hasher.hexdigest()
 
+    def listing(self, prefix: str) -> dict[str, tuple[int, float | None]]:
+        """Every object under the key ``prefix``: key -> (size, modification time as a
+        POSIX timestamp, ``None`` when the backend gives none)."""
+        base = self.path(prefix)
+        try:
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return {}
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(prefix)}: cannot list: {_describe(error)}") from None
+        listing = {}
+        for path, info in found.items():
+            if info.get("type") == "directory" or not path.startswith(base.rstrip("/") + "/"):
+                continue
+            key = f"{prefix}/{path[len(base.rstrip('/')) + 1:]}"
+            listing[key] = (int(info.get("size") or 0), _modified(info))
+        return listing
+
     # --- writes -----------------------------------------------------------------
 
     def write(self, key: str, data: bytes) -> None:
@@ -271,6 +289,25 @@ class Location:
                     self.fs.rm_file(temporary)
         except _BACKEND_ERRORS as error:
             raise RemoteError(f"{self.where(key)}: cannot write: {_describe(error)}") from None
+
+
+def _modified(info: dict[str, Any]) -> float | None:
+    """The modification time in an fsspec ``info`` dict: ``mtime`` (local, a number or
+    a datetime), ``LastModified`` (S3), ``updated`` (GCS) ..., as a POSIX timestamp."""
+    from datetime import datetime
+
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
 
 
 def quoted(value: object) -> str:

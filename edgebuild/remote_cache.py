@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,6 +58,19 @@ PREFIX = f"v{REMOTE_FORMAT}"
 
 Log = Callable[[str], None]
 
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """One build the remote cache holds, as ``doit cache`` lists it."""
+
+    fingerprint: str
+    # From the entry's build record; ``None`` when that cannot be read.
+    artifact: str | None
+    # Every file of the build, record and reports included.
+    size: int
+    # When the entry was written (POSIX time), if the backend says.
+    pushed: float | None
 
 
 class CorruptEntry(Exception):
@@ -117,6 +131,34 @@ class RemoteCache:
         if problem:
             raise CorruptEntry(problem)
         return entry
+
+    def entries(self) -> list[RemoteEntry]:
+        """Every readable entry (corrupt ones are left out: a pull drops them), with
+        the artifact named in its build record. One read per entry and per record."""
+        if not self._root_checked:
+            self.location.check_root()
+            self._root_checked = True
+        found = []
+        for key, (_, pushed) in sorted(self.location.listing(f"{PREFIX}/entries").items()):
+            fingerprint = key.rsplit("/", 1)[-1].removesuffix(".json")
+            if not key.endswith(".json") or not is_digest(fingerprint):
+                continue
+            try:
+                entry = self.entry(fingerprint)
+            except CorruptEntry:
+                continue
+            if entry is None:
+                continue
+            artifact = None
+            raw = self.location.read(blob_key(entry["files"][RECORD_FILE]["digest"]))
+            if raw is not None:
+                try:
+                    artifact = parse_record(raw, RECORD_FILE).artifact
+                except RecordError:
+                    pass
+            size = sum(meta["size"] for meta in entry["files"].values())
+            found.append(RemoteEntry(fingerprint, artifact, size, pushed))
+        return found
 
     def has_entry(self, fingerprint: str) -> bool:
         """Whether a readable entry is there (one read; blobs not checked)."""

@@ -76,6 +76,8 @@ class StoreEntry:
     path: Path
     size: int
     last_used: float
+    # The artifact whose build this is (from its record; ``None`` when unreadable).
+    artifact: str | None = None
 
 
 class Store:
@@ -190,7 +192,8 @@ class Store:
                     last_used = float((entry / LAST_USED_FILE).read_text())
                 except (FileNotFoundError, ValueError):
                     last_used = entry.stat().st_mtime
-                yield StoreEntry(entry.name, entry, size, last_used)
+                record = self.record(entry.name)
+                yield StoreEntry(entry.name, entry, size, last_used, record.artifact if record is not None else None)
 
     def gc(self, max_bytes: int | None, max_age_seconds: float | None, keep: set[str], dry_run: bool = False) -> list[StoreEntry]:
         """Remove entries older than ``max_age_seconds``, then the least recently used

@@ -18,18 +18,23 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+from .console import quiet_libraries
 from .errors import EdgebuildError
 
-_PROJECTS: dict[tuple[str, str], Any] = {}
+_PROJECTS: dict[str, Any] = {}
+# The project the dodo file loaded: what `doit status`, `doit gc`, ... work on.
+_CURRENT: list[Any] = []
 
 
-def project_for(manifest_path: str, root: str) -> Any:
-    """The process-wide :class:`Project` for this manifest (loaded once per process)."""
+def project_for(manifest_path: str) -> Any:
+    """The process-wide :class:`Project` for this manifest (loaded once per process).
+    Its build/, cache/ and lock file sit beside the manifest, whatever the cwd;
+    messages name the manifest as ``manifest_path`` spells it."""
     from .project import Project
 
-    key = (manifest_path, root)
+    key = os.path.abspath(manifest_path)
     if key not in _PROJECTS:
-        _PROJECTS[key] = Project.load(manifest_path, Path(root))
+        _PROJECTS[key] = Project.load(manifest_path)
     return _PROJECTS[key]
 
 
@@ -38,12 +43,19 @@ def load_or_exit(manifest_path: str | None = None) -> Any:
     before doit does anything (no traceback, no output touched)."""
     from .manifest import manifest_path as resolve
 
-    path = str(resolve(manifest_path))
     try:
-        return project_for(path, os.getcwd())
+        project = project_for(str(resolve(manifest_path)))
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    _CURRENT[:] = [project]
+    return project
+
+
+def current_project() -> Any:
+    """The project the dodo file loaded (through :func:`load_or_exit`); the default
+    manifest's when the dodo file loaded none."""
+    return _CURRENT[0] if _CURRENT else load_or_exit()
 
 
 def doit_config(project: Any) -> dict[str, Any]:
@@ -91,7 +103,6 @@ def artifact_tasks(project: Any) -> Iterator[dict[str, Any]]:
     from .kinds import get_kind
 
     manifest_path = str(project.manifest.path)
-    root = str(project.layout.root)
     for name in project.manifest.order():
         params = project.manifest.artifacts[name]
         kind = get_kind(params.kind)
@@ -99,8 +110,8 @@ def artifact_tasks(project: Any) -> Iterator[dict[str, Any]]:
         yield {
             "basename": name,
             "doc": f"[{kind.name}] {description}",
-            "actions": [(_build_action, [manifest_path, root, name])],
-            "uptodate": [(_build_uptodate, [manifest_path, root, name])],
+            "actions": [(_build_action, [manifest_path, name])],
+            "uptodate": [(_build_uptodate, [manifest_path, name])],
             "task_dep": list(params.source_artifacts()),
             "clean": [(_clean_action, [str(project.layout.artifact_dir(name))])],
             "verbosity": 2,
@@ -111,8 +122,8 @@ def artifact_tasks(project: Any) -> Iterator[dict[str, Any]]:
             "basename": "verify",
             "name": name,
             "doc": f"verify {name} against its thresholds; writes build/{name}/report.json",
-            "actions": [(_verify_action, [manifest_path, root, name])],
-            "uptodate": [(_verify_uptodate, [manifest_path, root, name])],
+            "actions": [(_verify_action, [manifest_path, name])],
+            "uptodate": [(_verify_uptodate, [manifest_path, name])],
             "task_dep": [name],
             "verbosity": 2,
         }
@@ -135,19 +146,21 @@ def _share_cores() -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
 
 
-def _build_action(manifest_path: str, root: str, name: str) -> Any:
+def _build_action(manifest_path: str, name: str) -> Any:
     from .builder import build_artifact
 
     _share_cores()
-    project = project_for(manifest_path, root)
+    quiet_libraries()
+    project = project_for(manifest_path)
     return _run_action(project, lambda: {"fingerprint": build_artifact(project, name).fingerprint})
 
 
-def _verify_action(manifest_path: str, root: str, name: str) -> Any:
+def _verify_action(manifest_path: str, name: str) -> Any:
     from .builder import verify_artifact
 
     _share_cores()
-    project = project_for(manifest_path, root)
+    quiet_libraries()
+    project = project_for(manifest_path)
 
     def verify() -> dict[str, str]:
         verify_artifact(project, name)
@@ -181,10 +194,10 @@ def _save_caches(project: Any) -> None:
         pass
 
 
-def _build_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root: str, name: str) -> bool:
+def _build_uptodate(task: Any, values: dict[str, Any], manifest_path: str, name: str) -> bool:
     from .builder import is_built
 
-    project = project_for(manifest_path, root)
+    project = project_for(manifest_path)
     try:
         return values.get("fingerprint") == project.fingerprint(name) and is_built(project, name)
     except EdgebuildError:
@@ -194,10 +207,10 @@ def _build_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root:
         _save_caches(project)
 
 
-def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root: str, name: str) -> bool:
+def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, name: str) -> bool:
     from .record import VerificationState, verification_state
 
-    project = project_for(manifest_path, root)
+    project = project_for(manifest_path)
     try:
         if values.get("verify_fingerprint") != project.verify_fingerprint(name):
             return False
@@ -212,7 +225,13 @@ def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, root
         _save_caches(project)
 
 
-def _clean_action(directory: str) -> None:
+def _clean_action(directory: str, dryrun: bool = False) -> None:
+    # doit passes ``dryrun`` (and then runs this on ``doit clean -n`` too): say what would go.
+    from .console import shown_path
+
     if os.path.isdir(directory):
+        if dryrun:
+            print(f"would remove {shown_path(directory)}")
+            return
         shutil.rmtree(directory)
-        print(f"removed {directory}")
+        print(f"removed {shown_path(directory)}")

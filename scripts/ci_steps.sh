@@ -7,9 +7,11 @@
 #
 # 1. the tests (skipped with --skip-tests, for a caller that has just run them);
 # 2. `doit verify`: build what is stale (pulling from the remote cache when one
-#    is set), verify every artifact, push what verified, write artifacts.lock;
+#    is set), verify every artifact, push what verified, write the lock file;
 # 3. `doit publish --to "$EDGEBUILD_PUBLISH_TO"` when that is set (the workflow
-#    sets it on the main branch only); otherwise nothing is published.
+#    sets it on the main branch only); otherwise nothing is published. Publishing
+#    needs a committed work tree; EDGEBUILD_ALLOW_DIRTY=1 passes --allow-dirty
+#    (for a local rehearsal, never in the workflow).
 #
 # Environment: EDGEBUILD_REMOTE_CACHE (optional), EDGEBUILD_PUBLISH_TO (optional),
 # EDGEBUILD_S3_ENDPOINT_URL and the AWS_* credentials for s3:// locations,
@@ -34,7 +36,7 @@ echo "ci: doit verify (remote cache: ${EDGEBUILD_REMOTE_CACHE:-none})" >&2
 
 if [ -n "${EDGEBUILD_PUBLISH_TO:-}" ]; then
     echo "ci: doit publish --to $EDGEBUILD_PUBLISH_TO" >&2
-    "$venv/bin/doit" publish --to "$EDGEBUILD_PUBLISH_TO"
+    "$venv/bin/doit" publish --to "$EDGEBUILD_PUBLISH_TO" ${EDGEBUILD_ALLOW_DIRTY:+--allow-dirty}
 else
     echo "ci: EDGEBUILD_PUBLISH_TO is not set; nothing published" >&2
 fi

@@ -88,8 +88,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="edgebuild-demo-") as scratch:
         root = Path(scratch)
         shutil.copy(REPO / "dodo.py", root)
-        text = (REPO / "pyproject.toml").read_text()
-        (root / "pyproject.toml").write_text(text[text.index("[tool.doit]"):text.index("[tool.pytest")])
         write_fixture(root / "ckpt", "qwen3_5_vl_tiny")
         manifest = root / "artifacts.yaml"
         manifest.write_text(MANIFEST.format(description="first", opset=21))

@@ -22,17 +22,14 @@ KIND_FIXTURES = {
 
 
 class ProjectDir:
-    """A project directory laid out as a user's: dodo.py, the doit config, a manifest."""
+    """A project directory laid out as a user's: dodo.py and a manifest (the commands
+    come from the installed package's entry points)."""
 
     def __init__(self, root: Path, lay_out: bool = True) -> None:
         self.root = root
         if not lay_out:
             return
         shutil.copy(REPO / "dodo.py", root / "dodo.py")
-        # The doit section of the repository's pyproject.toml: the build/verify plugins.
-        text = (REPO / "pyproject.toml").read_text()
-        section = text[text.index("[tool.doit]"):text.index("[tool.pytest")]
-        (root / "pyproject.toml").write_text(section)
 
     @classmethod
     def existing(cls, root: Path) -> "ProjectDir":
@@ -44,18 +41,41 @@ class ProjectDir:
         path.write_text(textwrap.dedent(text))
         return path
 
-    def doit(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        environment = {key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"}
+    def doit(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        require_installed_commands()
+        environment = {
+            key: value for key, value in os.environ.items() if key not in ("EDGEBUILD_MANIFEST", "EDGEBUILD_VERBOSE")
+        }
         environment.update(env or {})
         doit = Path(sys.executable).with_name("doit")
         return subprocess.run(
-            [str(doit), *args], cwd=self.root, env=environment, capture_output=True, text=True, timeout=600
+            [str(doit), *args], cwd=cwd or self.root, env=environment, capture_output=True, text=True, timeout=600
         )
 
     def project(self):
         from edgebuild.project import Project
 
         return Project.load(self.root / "artifacts.yaml", self.root)
+
+
+EDGEBUILD_COMMANDS = ("build", "cache", "clean", "gc", "publish", "status", "verify")
+
+
+def require_installed_commands() -> None:
+    """The doit commands are entry points of the installed package: an install made
+    before they were (or of another package) does not have them, and every CLI test
+    would fail with doit's "Invalid parameter" instead of saying why."""
+    import pytest
+    from importlib.metadata import entry_points
+
+    found = {point.name: point.value for point in entry_points(group="doit.COMMAND")}
+    missing = [name for name in EDGEBUILD_COMMANDS if not found.get(name, "").startswith("edgebuild.commands:")]
+    if missing:
+        pytest.fail(
+            f"doit command(s) {', '.join(missing)} are not installed as entry points (group doit.COMMAND): "
+            "reinstall the package (pip install -e '.[test]') so that its entry points are registered",
+            pytrace=False,
+        )
 
 
 TOWER_MANIFEST = """\

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from helpers import TOWER_MANIFEST
+
 pytestmark = pytest.mark.slow
 
 FIXTURE_HEAD = """\
@@ -166,3 +168,23 @@ def test_parallel_build(project_dir) -> None:
     assert result.stderr.count("] built in") == 2
     assert (project_dir.root / "build" / "t_64" / "model.onnx").is_file()
     assert (project_dir.root / "build" / "t_96" / "model.onnx").is_file()
+
+
+def test_quiet_unless_asked(project_dir) -> None:
+    """edgebuild's own lines only; doit's per-action clean lines with -v or EDGEBUILD_VERBOSE=1
+    (the exporter's chatter: tests/test_scaffold.py, whose SigLIP export logs some)."""
+    project_dir.manifest(TOWER_MANIFEST)
+    quiet = project_dir.doit("build")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert quiet.stdout == ".  t\n"
+    assert [line for line in quiet.stderr.splitlines() if not line.startswith("  [t] ")] == []
+
+    cleaned = project_dir.doit("clean", "t")
+    assert (cleaned.returncode, cleaned.stdout, cleaned.stderr) == (0, "removed build/t\n", "")
+    assert project_dir.doit("build").returncode == 0  # restored from the store
+    told = project_dir.doit("clean", "-v", "t")
+    assert told.stdout == "t - executing 'Python: function _clean_action'\nremoved build/t\n"
+    assert not (project_dir.root / "build" / "t").exists()
+    assert project_dir.doit("build").returncode == 0
+    told = project_dir.doit("clean", "t", env={"EDGEBUILD_VERBOSE": "1"})
+    assert told.stdout == "t - executing 'Python: function _clean_action'\nremoved build/t\n"

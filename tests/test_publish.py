@@ -44,7 +44,7 @@ def git(root: Path, *args: str) -> str:
 def test_publish_twice_publishes_once(remote_url: str, verified_seed: Path, tmp_path: Path) -> None:
     project = clone_project(verified_seed, tmp_path / "clone")
     git(project.root, "init", "-q")
-    git(project.root, "add", "artifacts.yaml", "dodo.py", "pyproject.toml")
+    git(project.root, "add", "artifacts.yaml", "dodo.py")
     git(project.root, "commit", "-q", "-m", "manifest")
     commit = git(project.root, "rev-parse", "HEAD")
     fingerprint = project.project().fingerprint("t")
@@ -80,7 +80,7 @@ def test_publish_twice_publishes_once(remote_url: str, verified_seed: Path, tmp_
     assert provenance["inputs"] == record["inputs"] and provenance["versions"] == record["versions"]
     assert provenance["manifest"]["file"] == "artifacts.yaml" and provenance["manifest"]["entry"] == "t"
     assert provenance["manifest"]["parameters"]["image_size"] == [64, 64]
-    assert provenance["git"] == {"commit": commit, "dirty": False}
+    assert provenance["git"] == {"commit": commit, "dirty": False, "allow_dirty": False}
     assert provenance["edgebuild_version"] == "0.1.0"
     assert provenance["verification"]["passed"] is True
     assert provenance["outputs"]["model.onnx.data"] == {
@@ -101,20 +101,20 @@ def test_failed_verification_publishes_nothing(verified_seed: Path, tmp_path: Pa
     project = clone_project(verified_seed, tmp_path / "clone")
     project.manifest(TOWER_MANIFEST + STRICT)
     directory = str(tmp_path / "published")
-    result = project.doit("publish", "--to", directory)
+    result = project.doit("publish", "--to", directory, "--allow-dirty")
     assert result.returncode == 1
     assert result.stderr.endswith(
         "edgebuild: error: nothing published:\n  strict: verification failed (see build/strict/report.md)\n"
     )
     # The same refusal, in process, for an S3 destination (verifying once is enough).
     with pytest.raises(PublishError) as error:
-        publish(project.project(), ["t", "strict"], s3_bucket)
+        publish(project.project(), ["t", "strict"], s3_bucket, allow_dirty=True)
     assert str(error.value) == "nothing published:\n  strict: verification failed (see build/strict/report.md)"
     for destination in (Location(directory), Location(s3_bucket)):
         assert destination.read("index.json") is None
         assert not destination.fs.exists(destination.path("t"))
     # Named alone, the verified one publishes.
-    alone = project.doit("publish", "t", "--to", s3_bucket)
+    alone = project.doit("publish", "t", "--to", s3_bucket, "--allow-dirty")
     assert alone.returncode == 0, alone.stdout + alone.stderr
     assert list(json.loads(Location(s3_bucket).read("index.json"))["artifacts"]) == ["t"]
 
@@ -123,10 +123,10 @@ def test_failed_verification_publishes_nothing(verified_seed: Path, tmp_path: Pa
 def test_index_gathers_every_artifact_and_never_overwrites(verified_seed: Path, tmp_path: Path) -> None:
     project = clone_project(verified_seed, tmp_path / "clone")
     destination = tmp_path / "published"
-    assert project.doit("publish", "--to", f"file://{destination}").returncode == 0
+    assert project.doit("publish", "--to", f"file://{destination}", "--allow-dirty").returncode == 0
     # Another artifact with the same build (restored from the store, verified): a second row.
     project.manifest(TOWER_MANIFEST + "  t_copy:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n")
-    result = project.doit("publish", "t_copy", "--to", str(destination))
+    result = project.doit("publish", "t_copy", "--to", str(destination), "--allow-dirty")
     assert result.returncode == 0, result.stdout + result.stderr
     fingerprint = project.project().fingerprint("t")
     index = json.loads((destination / "index.json").read_text())
@@ -139,13 +139,93 @@ def test_index_gathers_every_artifact_and_never_overwrites(verified_seed: Path, 
     lines = [("0" * 64 + "  model.onnx") if line.endswith("  model.onnx") else line for line in lines]
     sums.write_text("\n".join(lines) + "\n")
     before = {path: path.read_bytes() for path in destination.rglob("*") if path.is_file()}
-    clash = project.doit("publish", "t", "--to", str(destination))
+    clash = project.doit("publish", "t", "--to", str(destination), "--allow-dirty")
     assert clash.returncode == 1
     assert clash.stderr.endswith(
         f"edgebuild: error: {destination}/t/{fingerprint}: already published with different content "
         "(model.onnx); not overwritten\n"
     )
     assert {path: path.read_bytes() for path in destination.rglob("*") if path.is_file()} == before
+
+
+@pytest.mark.slow
+def test_publish_refuses_what_no_commit_describes(verified_seed: Path, tmp_path: Path) -> None:
+    """Outside git, with no commit, with uncommitted changes: refused before anything
+    runs, unless --allow-dirty, which the provenance records. The lock file, which
+    `doit verify` rewrites just before publishing, does not count."""
+    project = clone_project(verified_seed, tmp_path / "clone")
+    destination = tmp_path / "published"
+    advice = "commit, or pass --allow-dirty to publish anyway (recorded in provenance.json)"
+
+    outside = project.doit("publish", "--to", str(destination))
+    assert outside.returncode == 3
+    assert outside.stderr == (
+        f"edgebuild: error: {project.root} is not in a git work tree, so no commit records what produced "
+        f"these artifacts; {advice}\n"
+    )
+    assert outside.stdout == "" and not destination.exists()
+
+    git(project.root, "init", "-q")
+    no_commit = project.doit("publish", "--to", str(destination))
+    assert no_commit.returncode == 3
+    assert no_commit.stderr == f"edgebuild: error: the git repository at {project.root} has no commit yet; {advice}\n"
+
+    git(project.root, "add", "artifacts.yaml", "dodo.py", "artifacts.lock")
+    git(project.root, "commit", "-q", "-m", "manifest")
+    commit = git(project.root, "rev-parse", "HEAD")
+    lock = project.root / "artifacts.lock"
+    lock.write_text(json.dumps(json.loads(lock.read_text())))  # rewritten (verify puts it back)
+    (project.root / "artifacts.yaml").write_text(TOWER_MANIFEST + "    description: edited\n")
+    dirty = project.doit("publish", "--to", str(destination))
+    assert dirty.returncode == 3
+    assert dirty.stderr == f"edgebuild: error: the work tree has uncommitted changes (artifacts.yaml); {advice}\n"
+    assert not destination.exists()
+
+    allowed = project.doit("publish", "--to", str(destination), "--allow-dirty")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    fingerprint = project.project().fingerprint("t")
+    provenance = json.loads((destination / "t" / fingerprint / "provenance.json").read_text())
+    assert provenance["git"] == {"commit": commit, "dirty": True, "allow_dirty": True}
+
+    git(project.root, "commit", "-q", "-am", "describe t")
+    lock.write_text(json.dumps(json.loads(lock.read_text())))
+    clean = project.doit("publish", "--to", str(destination))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert f"t {fingerprint[:12]} already published" in clean.stdout
+
+
+def test_work_tree_check(tmp_path: Path) -> None:
+    """What counts as uncommitted: tracked files changed, the manifest untracked;
+    not the lock file, not other untracked files."""
+    from edgebuild.manifest import load_manifest
+    from edgebuild.project import Project
+    from edgebuild.publish import check_work_tree
+
+    (tmp_path / "artifacts.yaml").write_text(TOWER_MANIFEST)
+    (tmp_path / "artifacts.lock").write_text("{}")
+    project = Project(load_manifest(tmp_path / "artifacts.yaml"))
+    git(tmp_path, "init", "-q")
+    (tmp_path / "other.txt").write_text("x")
+    git(tmp_path, "add", "other.txt", "artifacts.lock")
+    git(tmp_path, "commit", "-q", "-m", "first")
+    with pytest.raises(PublishError) as error:
+        check_work_tree(project)
+    assert "uncommitted changes (artifacts.yaml (untracked))" in str(error.value)
+    git(tmp_path, "add", "artifacts.yaml")
+    git(tmp_path, "commit", "-q", "-m", "manifest")
+    commit = git(tmp_path, "rev-parse", "HEAD")
+    (tmp_path / "artifacts.lock").write_text('{"changed": true}')
+    (tmp_path / "untracked.txt").write_text("y")
+    assert check_work_tree(project) == {"commit": commit, "dirty": False, "allow_dirty": False}
+    (tmp_path / "other.txt").write_text("changed")
+    git(tmp_path, "mv", "other.txt", "moved.txt")
+    with pytest.raises(PublishError) as error:
+        check_work_tree(project)
+    assert str(error.value) == (
+        "the work tree has uncommitted changes (moved.txt); "
+        "commit, or pass --allow-dirty to publish anyway (recorded in provenance.json)"
+    )
+    assert check_work_tree(project, allow_dirty=True) == {"commit": commit, "dirty": True, "allow_dirty": True}
 
 
 def test_publish_needs_a_destination(project_dir) -> None:

@@ -34,13 +34,22 @@ def _normalise_dtype(value: Any) -> Any:
 
 
 # An activation dtype as the manifest writes it: float32 | float16, with fp32 / fp16 accepted.
-Dtype = Annotated[Literal["float32", "float16"], BeforeValidator(_normalise_dtype)]
+# The JSON Schema offers what the manifest may say, aliases included.
+Dtype = Annotated[
+    Literal["float32", "float16"],
+    BeforeValidator(
+        _normalise_dtype,
+        json_schema_input_type=Literal[("float32", "float16", *_DTYPE_ALIASES)],  # type: ignore[valid-type]
+    ),
+]
 
 
 class Strict(BaseModel):
-    """Base of every manifest model: unknown keys are errors, values are immutable."""
+    """Base of every manifest model: unknown keys are errors, values are immutable, and
+    values are never coerced (``opset: "21"`` is an error, not 21), so that the manifest's
+    JSON Schema accepts exactly what the loader does."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ArtifactParams(Strict):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..base import ArtifactKind
 from ..registry import register
+from ..starter import Starter
 from .params import CONTEXT_BINARY_FILE, INFO_FILE, MODEL_FILE, QNN_PACKAGE, QnnParams
 
 
@@ -25,5 +26,17 @@ class QnnContext(ArtifactKind):
     outputs = (MODEL_FILE, CONTEXT_BINARY_FILE, INFO_FILE)
     build_module = "edgebuild.kinds.qnn_context.build"
     verify_module = "edgebuild.kinds.qnn_context.verify"
+    starter = Starter(
+        entry="""\
+  # That QDQ graph compiled into a QNN HTP context binary for Snapdragon X; the HTP
+  # simulator's output is checked against the QDQ graph on the CPU.
+  tower_224_qnn_x:
+    kind: qnn_context
+    description: the A16W8 224 tower as a QNN context for Snapdragon X (HTP v73)
+    source: tower_224_qdq
+    soc_model: 60
+    htp_arch: 73
+""",
+    )
     source_kinds = ("qwen3_5_tower_qdq",)
     tool_packages = (QNN_PACKAGE,)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ...errors import ParameterError
 from ..base import ArtifactKind, ArtifactParams, TensorSelection
 from ..registry import register
+from ..starter import Starter
 from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WEIGHTS_FILE, TowerParams, check_vision_config, tower_geometry
 
 if TYPE_CHECKING:
@@ -26,6 +27,23 @@ class Qwen3_5VisionTower(ArtifactKind):
     outputs = (MODEL_FILE, WEIGHTS_FILE, GEOMETRY_FILE)
     build_module = "edgebuild.kinds.qwen3_5_tower.build"
     verify_module = "edgebuild.kinds.qwen3_5_tower.verify"
+    starter = Starter(
+        checkpoints={"qwen3_5": "qwen3_5_vl_tiny"},
+        entry="""\
+  # The Qwen3.5 vision tower as one fixed-shape ONNX graph, checked against the
+  # model's own forward in onnxruntime.
+  tower_224_fp32:
+    kind: qwen3_5_vision_tower
+    description: Qwen3.5 vision tower, one 224x224 image, float32
+    checkpoint: qwen3_5
+    image_size: 224          # or [height, width]: multiples of patch_size x spatial_merge_size
+    dtype: fp32              # fp32 | fp16
+    opset: 21
+    # verify:                # thresholds; unset ones take the dtype's defaults
+    #   cosine_min: 0.9999
+    #   max_abs: 1.0e-4
+""",
+    )
 
     def tensor_selection(self, params: ArtifactParams, checkpoint: "Checkpoint") -> TensorSelection:
         # The tower alone: a plain release and its FP8 release (text weights float8 with

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, PositiveInt, field_validator
 
 from ...errors import ParameterError
 from ...onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
@@ -42,7 +42,10 @@ DEFAULT_LIMITS: dict[str, dict[str, float]] = {
 
 
 def _normalise_image_size(value: Any) -> Any:
-    return [value, value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    # YAML gives a list; the field is a pair.
+    return tuple(value) if isinstance(value, list) else value
 
 
 class TowerVerify(Strict):
@@ -66,9 +69,10 @@ class TowerVerify(Strict):
 class TowerParams(ArtifactParams):
     kind: Literal["qwen3_5_vision_tower"]
     checkpoint: str
-    image_size: Annotated[tuple[int, int], BeforeValidator(_normalise_image_size)] = Field(
-        description="Image side in pixels, or [height, width]."
-    )
+    image_size: Annotated[
+        tuple[int, int],
+        BeforeValidator(_normalise_image_size, json_schema_input_type=PositiveInt | tuple[PositiveInt, PositiveInt]),
+    ] = Field(description="Image side in pixels, or [height, width].")
     dtype: Dtype = "float32"
     opset: int = Field(
         default=21, ge=EXPORTER_MIN_OPSET, le=EXPORTER_MAX_OPSET, description="ONNX opset (16-bit QDQ needs 21)."

@@ -24,6 +24,7 @@ from ...errors import ParameterError
 from ..base import ArtifactKind, ArtifactParams, TensorSelection
 from ..qwen3_5_tower.params import TowerParams
 from ..registry import register
+from ..starter import Starter
 from .inputs import read_preprocessor_config
 from .params import (
     INFO_FILE,
@@ -47,6 +48,22 @@ class Qwen3_5TowerQdq(ArtifactKind):
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
     build_module = "edgebuild.kinds.qwen3_5_tower_qdq.build"
     verify_module = "edgebuild.kinds.qwen3_5_tower_qdq.verify"
+    starter = Starter(
+        entry="""\
+  # The float tower quantized for an NPU: 16-bit activations, 8-bit weights (A16W8)
+  # as QDQ ONNX, calibrated on images run through the checkpoint's image processor.
+  tower_224_qdq:
+    kind: qwen3_5_tower_qdq
+    description: the 224 tower, A16W8 QDQ
+    source: tower_224_fp32               # a float32 qwen3_5_vision_tower at opset 21
+    calibration:
+      images: [data/calibration/*.png]
+    held_out:
+      images: [data/held_out/*.png]      # verification only
+    activation_type: uint16              # uint16 | uint8
+    weight_type: uint8                   # uint8 | int8 | uint16
+""",
+    )
     source_kinds = ("qwen3_5_vision_tower",)
 
     def tensor_selection(self, params: ArtifactParams, checkpoint: "Checkpoint") -> TensorSelection:

@@ -21,6 +21,7 @@ from ...errors import ParameterError
 from ...siglip import PREPROCESSOR_FILE, siglip_layout
 from ..base import ArtifactKind, ArtifactParams, TensorSelection
 from ..registry import register
+from ..starter import Starter
 from .packed import load_packed
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
 
@@ -38,6 +39,25 @@ class SiglipF143(ArtifactKind):
     outputs = ("config.json", "preprocessor_config.json", MODEL_FILE, PACKED_FILE, REPORT_FILE)
     build_module = "edgebuild.kinds.siglip_f143.build"
     verify_module = "edgebuild.kinds.siglip_f143.verify"
+    starter = Starter(
+        checkpoints={"siglip": "siglip_tiny"},
+        entry="""\
+  # A SigLIP vision encoder whose linear weights are reconstructed onto F143 (FP8
+  # E4M3, exponent bias 8) times a power-of-two scale per 64x64 tile.
+  siglip_f143_gptq:
+    kind: siglip_f143
+    description: SigLIP vision encoder, GPTQ onto F143
+    checkpoint: siglip
+    calibration:
+      images: [data/calibration/*.png]   # run through the checkpoint's image processor
+    held_out:
+      images: [data/held_out/*.png]      # measured too, never calibrated on
+    algorithm: gptq                      # gptq | nearest
+    sorted_metadata: true                # the same bytes on every rebuild
+    verify:
+      cosine_min: 0.99                   # quantized vs float encoder, worst batch
+""",
+    )
 
     def tensor_selection(self, params: ArtifactParams, checkpoint: "Checkpoint") -> TensorSelection:
         # The encoder's tensors, named as the checkpoint's layout names them (with or

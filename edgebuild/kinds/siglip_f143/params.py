@@ -3,9 +3,9 @@ the files the kind writes."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ..base import ArtifactParams, InputSet, Strict
 
@@ -30,7 +30,18 @@ class SiglipVerify(Strict):
     max_abs: float | None = Field(default=None, ge=0.0)
 
 
+def _schema_of_the_validators(schema: dict[str, Any]) -> None:
+    """What the validators below check, in the manifest's JSON Schema."""
+    properties = schema["properties"]
+    properties["layers"]["anyOf"][0]["minimum"] = 1
+    properties["calibration"]["anyOf"] = [
+        {"required": [key], "properties": {key: {"minItems": 1}}} for key in ("pixel_values", "images")
+    ]
+
+
 class SiglipF143Params(ArtifactParams):
+    model_config = ConfigDict(json_schema_extra=_schema_of_the_validators)
+
     kind: Literal["siglip_f143"]
     checkpoint: str
     calibration: InputSet

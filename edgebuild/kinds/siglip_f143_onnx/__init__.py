@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ...errors import ParameterError
 from ..base import ArtifactKind, ArtifactParams
 from ..registry import register
+from ..starter import Starter
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams
 
 if TYPE_CHECKING:
@@ -38,6 +39,16 @@ class SiglipF143Onnx(ArtifactKind):
     build_module = "edgebuild.kinds.siglip_f143_onnx.build"
     verify_module = "edgebuild.kinds.siglip_f143_onnx.verify"
     source_kinds = ("siglip_f143",)
+    starter = Starter(
+        entry="""\
+  # That F143 encoder as one ONNX graph: FP8 weights, dequantized in the graph.
+  siglip_f143_gptq_onnx:
+    kind: siglip_f143_onnx
+    description: the F143 SigLIP encoder as ONNX with FP8 weights
+    source: siglip_f143_gptq             # the siglip_f143 artifact above
+    weights: fp8                         # fp8 | float (a plain graph to compare against)
+""",
+    )
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         assert isinstance(params, SiglipOnnxParams)

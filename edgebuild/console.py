@@ -1,0 +1,84 @@
+"""What reaches the terminal: edgebuild's own lines always; the libraries' chatter
+only when asked (``EDGEBUILD_VERBOSE=1``, or ``-v 2`` given to a doit command).
+
+torch's exporter and the ONNX optimiser log at WARNING about things that are
+normal for every export ("Skipping constant folding for op Split with multiple
+outputs"); a user reading them looks for a problem that is not there. Errors
+still come through.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+VERBOSE_ENV = "EDGEBUILD_VERBOSE"
+
+# The exporter, its optimiser and the IR library under it.
+CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx", "torch.export", "torch._export", "torch._dynamo")
+# Packages whose warnings (deprecations, tracer notes) concern their own internals.
+CHATTY_PACKAGES = ("torch", "transformers", "onnxscript", "onnx_ir", "onnxruntime")
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def set_verbose() -> None:
+    """Ask for the chatter in this process and the ones it starts (doit's workers)."""
+    os.environ[VERBOSE_ENV] = "1"
+
+
+def quiet_libraries() -> None:
+    """Keep the libraries' warnings and log messages below ERROR off the terminal,
+    unless :func:`verbose`."""
+    if verbose():
+        return
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for package in CHATTY_PACKAGES:
+        warnings.filterwarnings("ignore", module=rf"{package}(\..*)?$")
+
+
+@contextmanager
+def quieted() -> Iterator[None]:
+    """:func:`quiet_libraries` for the duration of a block, then the logging levels
+    and warning filters as they were: for a library call inside someone's program."""
+    loggers = {name: logging.getLogger(name).level for name in CHATTY_LOGGERS}
+    with warnings.catch_warnings():
+        quiet_libraries()
+        try:
+            yield
+        finally:
+            for name, level in loggers.items():
+                logging.getLogger(name).setLevel(level)
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a message shows it: relative to the cwd when it is below it."""
+    try:
+        return Path(path).absolute().relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def format_size(size: float) -> str:
+    """``1536`` -> ``1.5 KiB`` (binary units, as ``--max-size`` reads them)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_age(seconds: float) -> str:
+    """``5400`` -> ``1.5 h``: the largest unit that keeps the number at least 1."""
+    seconds = max(seconds, 0.0)
+    for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.1f} {unit}"
+    return f"{seconds:.0f} s"

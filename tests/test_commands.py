@@ -1,0 +1,231 @@
+"""The doit commands as a user meets them: entry points of the installed package,
+found from any subdirectory with ``-k``; ``verify`` going on after a failure with
+one summary line; ``status`` exit codes; ``cache`` and ``gc`` listing what is kept;
+outputs and the lock file beside the manifest; the lock recording only what happened."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from doit.cmd_base import Command
+from doit.exceptions import TaskFailed, UnmetDependency
+
+from edgebuild.commands import TaskOutcomes, verification_summary
+
+from helpers import EDGEBUILD_COMMANDS, REPO, TOWER_MANIFEST, clone_project, require_installed_commands
+
+ODD = "  odd:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 450\n"
+STRICT = (
+    "  strict:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
+    "    verify:\n      providers: [DmlExecutionProvider]\n"
+)
+
+
+# --- entry points --------------------------------------------------------------------
+
+
+def test_commands_are_entry_points_of_the_package() -> None:
+    """Installing edgebuild is all a project needs: no doit section in any pyproject."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    declared = pyproject["project"]["entry-points"]["doit.COMMAND"]
+    assert declared == {name: f"edgebuild.commands:{name.capitalize()}" for name in EDGEBUILD_COMMANDS}
+    assert "doit" not in pyproject.get("tool", {})
+    import edgebuild.commands
+
+    for name, location in declared.items():
+        command = getattr(edgebuild.commands, location.split(":")[1])
+        assert issubclass(command, Command) and command.get_name() == name
+    require_installed_commands()
+
+
+def test_verification_summary() -> None:
+    outcomes = TaskOutcomes()
+    outcomes.succeeded |= {"a", "verify:a", "b"}
+    outcomes.failed["verify:b"] = TaskFailed("check failed")
+    outcomes.failed["c"] = TaskFailed("export failed")
+    outcomes.failed["verify:c"] = UnmetDependency("c")
+    outcomes.failed["d"] = UnmetDependency("c")
+    outcomes.failed["verify:d"] = UnmetDependency("d")
+    result = outcomes.verification(["a", "b", "c", "d", "e"])
+    assert result == {"passed": ["a"], "failed": ["b", "c"], "not run": ["d", "e"]}
+    assert verification_summary(result) == "verify: 1 passed, 2 failed (b, c), 2 not run (d, e)"
+    assert verification_summary({"passed": ["a"], "failed": [], "not run": []}) == "verify: 1 passed, 0 failed, 0 not run"
+
+
+def test_options_may_follow_artifact_names() -> None:
+    from doit.cmdparse import CmdOption
+
+    from edgebuild.commands import Publish, _options_first
+
+    options = [CmdOption(dict(option)) for option in Publish.cmd_options]
+    assert _options_first(
+        ["t", "--to", "dest", "--allow-dirty", "u", "-n2", "-v", "2", "--reporter=json", "--", "--to"], options
+    ) == ["--to", "dest", "--allow-dirty", "-n2", "-v", "2", "--reporter=json", "t", "u", "--", "--to"]
+    assert _options_first(["t", "--unknown"], options) == ["t", "--unknown"]
+
+
+# --- status -------------------------------------------------------------------------
+
+
+def test_status_exit_codes(project_dir) -> None:
+    """`doit status` fails only for an artifact in error; `--check` for anything not up to date."""
+    path = project_dir.manifest(TOWER_MANIFEST + ODD)
+    result = project_dir.doit("status")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "t    missing"
+    assert lines[1] == "odd  error"
+    assert lines[2].startswith(
+        f"       - {path.name}:12:5: artifacts -> odd -> image_size: height 450 is not a multiple of patch_size x "
+        "spatial_merge_size = 16 x 2 = 32; nearest valid sizes: 448, 480"
+    )
+    assert result.stderr == "edgebuild: status: 1 error, 1 missing (of 2)\n"
+
+    missing = project_dir.doit("status", "t")
+    assert (missing.returncode, missing.stdout, missing.stderr) == (0, "t  missing\n", "")
+    checked = project_dir.doit("status", "--check", "t")
+    assert (checked.returncode, checked.stdout, checked.stderr) == (1, "t  missing\n", "edgebuild: status: 1 missing (of 1)\n")
+    as_json = project_dir.doit("status", "--json", "--check", "t")
+    assert as_json.returncode == 1
+    assert [state["state"] for state in json.loads(as_json.stdout)] == ["missing"]
+
+
+# --- from a subdirectory -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_every_command_works_from_a_subdirectory_with_k(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "clone")
+    deep = project.root / "src" / "deep"
+    deep.mkdir(parents=True)
+
+    status = project.doit("-k", "status", "--check", cwd=deep)
+    assert (status.returncode, status.stdout, status.stderr) == (0, "t  up to date (verified)\n", "")
+    verify = project.doit("-k", "verify", cwd=deep)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert verify.stdout == "-- t\n-- verify:t\nverify: 1 passed, 0 failed, 0 not run\n"
+    build = project.doit("-k", "build", "t", cwd=deep)
+    assert (build.returncode, build.stdout) == (0, "-- t\n")
+    listed = project.doit("-k", "cache", cwd=deep)
+    assert listed.returncode == 0 and listed.stdout.startswith("local store (cache/store): 1 entry, ")
+    assert project.doit("-k", "gc", cwd=deep).returncode == 0
+    # Nothing was written where the commands ran.
+    assert list(deep.iterdir()) == []
+    # Without -k, doit looks in the current directory only.
+    lost = project.doit("status", cwd=deep)
+    assert lost.returncode == 3
+    assert lost.stderr.startswith(f"ERROR: Could not find dodo file '{deep / 'dodo.py'}'.")
+
+
+# --- verify goes on -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_verify_goes_on_after_a_failure_and_sums_up(verified_seed: Path, tmp_path: Path) -> None:
+    """odd's build fails (image size), strict's verification fails (a provider that is
+    not there), q's build fails (more layers than the model has), so q_onnx is not run;
+    t still passes, and strict is verified although odd failed before it."""
+    project = clone_project(verified_seed, tmp_path / "clone")
+    (project.root / "images").mkdir()
+    (project.root / "images" / "a.png").write_bytes((REPO / "data" / "calibration" / "scene_000.png").read_bytes())
+    project.manifest(
+        TOWER_MANIFEST.replace("checkpoints:\n", "checkpoints:\n  siglip:\n    fixture: siglip_tiny\n")
+        + ODD + STRICT
+        + "  q:\n    kind: siglip_f143\n    checkpoint: siglip\n    layers: 5\n    calibration:\n      images: [images/a.png]\n"
+        + "  q_onnx:\n    kind: siglip_f143_onnx\n    source: q\n"
+    )
+    result = project.doit("verify")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "verify: 1 passed, 3 failed (odd, strict, q), 1 not run (q_onnx)"
+    assert "strict: verification failed: provider:DmlExecutionProvider" in result.stdout + result.stderr
+    assert json.loads((project.root / "build" / "strict" / "report.json").read_text())["passed"] is False
+    # The lock holds what is built: t (verified) and strict (built, verification failed).
+    lock = json.loads((project.root / "artifacts.lock").read_text())["artifacts"]
+    assert {name: entry["verified"] for name, entry in lock.items()} == {"t": True, "strict": False}
+
+    fail_fast = project.doit("verify", "--fail-fast", "odd", "q_onnx", "t")
+    assert fail_fast.returncode != 0
+    assert fail_fast.stdout.splitlines()[-1] == "verify: 0 passed, 1 failed (odd), 2 not run (q_onnx, t)"
+
+
+# --- what is kept ---------------------------------------------------------------------
+
+AGE = r"\d+(\.\d)? (s|min) ago"
+
+
+@pytest.mark.slow
+def test_cache_lists_the_store_and_the_remote_and_gc_names_artifacts(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "clone")
+    fingerprint = project.project().fingerprint("t")
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    env = {"EDGEBUILD_REMOTE_CACHE": str(remote)}
+    assert project.doit("verify", env=env).returncode == 0  # pushes t
+
+    listed = project.doit("cache", env=env)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert re.fullmatch(r"local store \(cache/store\): 1 entry, \d+\.\d MiB", lines[0]), lines[0]
+    assert re.fullmatch(r"  ARTIFACT  FINGERPRINT   SIZE +LAST USED", lines[1]), lines[1]
+    assert re.fullmatch(rf"  t         {fingerprint[:12]}  \d+\.\d MiB  {AGE} +current", lines[2]), lines[2]
+    assert lines[3] == f"remote cache ({remote}): 1 entry, " + lines[0].split(", ")[1]
+    assert re.fullmatch(r"  ARTIFACT  FINGERPRINT   SIZE +PUSHED", lines[4]), lines[4]
+    assert re.fullmatch(rf"  t         {fingerprint[:12]}  \d+\.\d MiB  {AGE} +current", lines[5]), lines[5]
+    assert len(lines) == 6
+    entries = json.loads(project.doit("cache", "--json", env=env).stdout)
+    assert [(section["where"], [(entry["artifact"], entry["fingerprint"], entry["current"]) for entry in section["entries"]])
+            for section in entries] == [("local store", [("t", fingerprint, True)]), ("remote cache", [("t", fingerprint, True)])]
+
+    # A bare gc says what the store holds and what to pass; it removes nothing.
+    bare = project.doit("gc")
+    assert bare.returncode == 0
+    assert re.fullmatch(
+        r"the store holds 1 entries, (\d+\.\d MiB) \(1 current, \1\)\n"
+        r"to prune it, give --max-size and/or --max-age \(e\.g\. doit gc --max-age 30d; --dry-run to preview\)\n",
+        bare.stdout,
+    ), bare.stdout
+    # Once t's build is not the current one, gc may remove it, and names it.
+    project.manifest(TOWER_MANIFEST + "    opset: 20\n")
+    dry = project.doit("gc", "--max-size", "0", "--dry-run")
+    assert dry.returncode == 0
+    assert re.fullmatch(
+        rf"would remove t {fingerprint[:12]} \((\d+\.\d MiB), last used {AGE}\)\nwould remove 1 entry, \1\n", dry.stdout
+    ), dry.stdout
+    assert project.project().store.has(fingerprint)
+    removed = project.doit("gc", "--max-size", "0")
+    assert removed.stdout.startswith(f"removed t {fingerprint[:12]} (")
+    assert not project.project().store.has(fingerprint)
+
+
+# --- where outputs go ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_outputs_and_lock_are_beside_the_manifest(project_dir, tmp_path: Path) -> None:
+    """Another manifest in another directory: build/, cache/ and <stem>.lock go beside
+    it, not into the directory the command runs from."""
+    release = project_dir.root / "release"
+    release.mkdir()
+    (release / "edge.yml").write_text(TOWER_MANIFEST)
+    result = project_dir.doit("build", env={"EDGEBUILD_MANIFEST": "release/edge.yml"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (release / "build" / "t" / "model.onnx").is_file()
+    assert (release / "cache" / "store").is_dir()
+    assert list(json.loads((release / "edge.lock").read_text())["artifacts"]) == ["t"]
+    assert sorted(path.name for path in project_dir.root.iterdir()) == ["dodo.py", "release"]
+
+
+@pytest.mark.slow
+def test_a_failed_build_leaves_the_lock_as_it_was(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "clone")
+    lock = project.root / "artifacts.lock"
+    before = lock.read_bytes()
+    # t cannot build at 450: its entry (of the build still in build/t) stays, odd gets none.
+    project.manifest(TOWER_MANIFEST.replace("image_size: 64", "image_size: 450") + ODD)
+    result = project.doit("build", "--continue")
+    assert result.returncode != 0
+    assert lock.read_bytes() == before

@@ -1,0 +1,133 @@
+"""``python -m edgebuild init``: a new project's files, never overwriting one, and a
+starter manifest with one artifact of every kind that verifies at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgebuild.kinds import get_kind, kind_names
+from edgebuild.manifest import load_manifest
+from edgebuild.scaffold import DODO, starter_manifest
+
+from helpers import REPO, KIND_FIXTURES, ProjectDir
+
+SAMPLES = [f"data/calibration/scene_00{seed}.png" for seed in range(4)] + [
+    "data/held_out/scene_100.png", "data/held_out/scene_101.png"
+]
+
+
+def init(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edgebuild", "init", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_init_writes_a_project(tmp_path: Path) -> None:
+    result = init("proj", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        "wrote dodo.py, artifacts.yaml, edgebuild.schema.json, data/calibration/*.png, data/held_out/*.png, "
+        ".gitignore in proj\n"
+        "next:\n"
+        "  cd proj && doit list      # the artifacts the manifest declares\n"
+        "  doit verify               # build and verify every one of them\n"
+    )
+    root = tmp_path / "proj"
+    assert sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file()) == sorted(
+        [".gitignore", "artifacts.yaml", "dodo.py", "edgebuild.schema.json", *SAMPLES]
+    )
+    assert (root / "dodo.py").read_text() == DODO
+    assert (root / ".gitignore").read_text() == "# edgebuild's outputs and caches (rebuilt from the manifest)\n/build/\n/cache/\n"
+    # The same images as the repository's data/, byte for byte.
+    for sample in SAMPLES:
+        assert (root / sample).read_bytes() == (REPO / sample).read_bytes(), sample
+    manifest = load_manifest(root / "artifacts.yaml", environ={})
+    assert sorted({params.kind for params in manifest.artifacts.values()}) == kind_names()
+
+
+def test_init_in_the_current_directory(tmp_path: Path) -> None:
+    result = init(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("in .\nnext:\n  doit list      # the artifacts the manifest declares\n"
+                                  "  doit verify    # build and verify every one of them\n")
+    assert (tmp_path / "artifacts.yaml").is_file()
+
+
+def test_init_never_overwrites(tmp_path: Path) -> None:
+    (tmp_path / "artifacts.yaml").write_text("mine\n")
+    (tmp_path / "data" / "held_out").mkdir(parents=True)
+    (tmp_path / "data" / "held_out" / "scene_100.png").write_bytes(b"mine")
+    (tmp_path / ".gitignore").write_text("node_modules\n/build/")
+    result = init(str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:4] == [
+        f"wrote dodo.py, edgebuild.schema.json, data/calibration/*.png, data/held_out/*.png in {tmp_path}",
+        f"added /cache/ to {tmp_path}/.gitignore",
+        "kept artifacts.yaml: it exists (init would have written a starter manifest, one artifact of each kind)",
+        "kept data/held_out/*.png: it exists (init would have written generated sample images)",
+    ]
+    assert (tmp_path / "artifacts.yaml").read_text() == "mine\n"
+    assert (tmp_path / "data" / "held_out" / "scene_100.png").read_bytes() == b"mine"
+    assert (tmp_path / "data" / "held_out" / "scene_101.png").read_bytes() == (REPO / "data/held_out/scene_101.png").read_bytes()
+    assert (tmp_path / ".gitignore").read_text() == "node_modules\n/build/\n/cache/\n"
+    again = init(str(tmp_path), cwd=tmp_path)
+    assert "wrote" not in again.stdout and "added" not in again.stdout
+    assert (tmp_path / ".gitignore").read_text() == "node_modules\n/build/\n/cache/\n"
+
+
+def test_every_kind_has_a_starter_on_its_fixture() -> None:
+    manifest = starter_manifest()
+    assert manifest.startswith("# yaml-language-server: $schema=./edgebuild.schema.json\n")
+    for name in kind_names():
+        starter = get_kind(name).starter
+        assert starter.entry in manifest
+        assert set(starter.checkpoints.values()) <= {KIND_FIXTURES[name]}
+
+
+def test_the_repository_dodo_is_the_starter_dodo() -> None:
+    assert (REPO / "dodo.py").read_text() == DODO
+
+
+@pytest.mark.slow
+def test_init_then_verify(tmp_path: Path) -> None:
+    """What a new user does next: every starter artifact builds and verifies."""
+    assert init("proj", cwd=tmp_path).returncode == 0
+    project = ProjectDir.existing(tmp_path / "proj")
+    result = project.doit("verify")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "verify: 3 passed, 0 failed, 0 not run"
+    # Quiet: the exporter's chatter about the SigLIP graph stays out...
+    assert "Skipping constant folding" not in result.stderr
+    assert "Warning" not in result.stderr
+    # ... unless asked for (a float16 graph: a new export).
+    (project.root / "artifacts.yaml").write_text(
+        (project.root / "artifacts.yaml").read_text()
+        + "  siglip_fp16:\n    kind: siglip_f143_onnx\n    source: siglip_f143_gptq\n    dtype: fp16\n"
+    )
+    loud = project.doit("build", "-v", "2", "siglip_fp16")  # or EDGEBUILD_VERBOSE=1
+    assert loud.returncode == 0, loud.stdout + loud.stderr
+    assert "Skipping constant folding for op Split with multiple outputs." in loud.stderr
+
+
+def test_readme_walks_a_new_user_through() -> None:
+    """The README's "In your own repository" gives the install, init and verify steps
+    that test_new_user.py runs; its quickstart stays two commands."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## In your own repository\n", 1)[1].split("\n## ", 1)[0]
+    (commands,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    steps = [line.split("#")[0].strip() for line in commands.splitlines()]
+    assert steps == [
+        "python3 -m venv .venv && .venv/bin/pip install /path/to/edgebuild",
+        ".venv/bin/python -m edgebuild init",
+        ".venv/bin/doit verify",
+    ]
+    quickstart = readme.split("## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", quickstart, flags=re.S)
+    assert [line for line in block.splitlines() if not line.startswith("#")] == [
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/doit verify",
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest",
+    ]
