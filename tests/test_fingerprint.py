@@ -1,0 +1,90 @@
+"""Byte-range digests: whatever the reading and hashing strategy, a span's digest is
+plain single-threaded blake3 of exactly that span's bytes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import blake3
+import pytest
+
+from edgebuild import fingerprint
+from edgebuild.fingerprint import StatCache, _hash_ranges
+
+# The block the small file's spans are laid out around; reads use it and sizes either side.
+SPAN_BLOCK = 64 * 1024
+
+
+def reference_digest(data: bytes, span: tuple[int, int]) -> str:
+    return blake3.blake3(data[span[0] : span[1]], max_threads=1).hexdigest()
+
+
+def reference_digests(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[tuple[int, int], str]]:
+    """Each distinct span once, with its digest, in order."""
+    return [(span, reference_digest(data, span)) for span in sorted(set(spans))]
+
+
+def spans_around(block: int, size: int) -> list[tuple[int, int]]:
+    """Spans that are empty, tiny, ending on a block boundary, exactly one block,
+    straddling a boundary, multi-block with odd sizes, overlapping, apart from the
+    others, and at the end of the file (the file starts on a block boundary)."""
+    return [
+        (0, 0),
+        (0, 1),
+        (1, block),
+        (block, 2 * block),
+        (2 * block, 2 * block),
+        (2 * block, 3 * block - 1),
+        (3 * block - 1, 3 * block + 1),
+        (3 * block + 1, 5 * block + 12_345),
+        (block // 2, 3 * block + 11),
+        (5 * block + 20_000, 5 * block + 20_001),
+        (6 * block + 3, size - 17),
+        (size - 17, size),
+        (size, size),
+    ]
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> tuple[Path, bytes]:
+    data = os.urandom(8 * SPAN_BLOCK + 4_321)
+    path = tmp_path / "shard.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+@pytest.mark.parametrize("read_block", [4096, SPAN_BLOCK, 1024 * 1024])
+def test_range_digests_are_plain_blake3(
+    monkeypatch: pytest.MonkeyPatch, data_file: tuple[Path, bytes], read_block: int
+) -> None:
+    """Spans many blocks long, exactly a block, and all in one block; small ones on blake3's threads too."""
+    path, data = data_file
+    monkeypatch.setattr(fingerprint, "READ_BLOCK", read_block)
+    monkeypatch.setattr(fingerprint, "MULTITHREAD_SPAN", 16 * 1024)
+    spans = spans_around(SPAN_BLOCK, len(data))
+    assert sorted(_hash_ranges(path, spans, "shard")) == reference_digests(data, spans)
+
+
+def test_range_digests_at_full_block_size(tmp_path: Path) -> None:
+    """The real block size and read-ahead: spans of exactly one block and several."""
+    block = fingerprint.READ_BLOCK
+    data = os.urandom(3 * block + 999_999)
+    path = tmp_path / "shard.bin"
+    path.write_bytes(data)
+    spans = [(0, 7), (0, block), (7, 7 + block), (7 + block, 3 * block + 5), (3 * block + 5, len(data)), (0, len(data))]
+    assert sorted(_hash_ranges(path, spans, "shard")) == reference_digests(data, spans)
+
+
+def test_stat_cache_digests_match_reference(tmp_path: Path, data_file: tuple[Path, bytes]) -> None:
+    path, data = data_file
+    cache = StatCache(tmp_path / "statcache.json")
+    spans = spans_around(SPAN_BLOCK, len(data))
+    assert cache.range_digests(path, spans) == {span: reference_digest(data, span) for span in spans}
+    assert cache.file_digest(path) == reference_digest(data, (0, len(data)))
+
+
+def test_span_past_the_end_of_the_file_is_an_error(data_file: tuple[Path, bytes]) -> None:
+    path, data = data_file
+    with pytest.raises(OSError, match="file ended"):
+        dict(_hash_ranges(path, [(0, 10), (len(data) - 5, len(data) + 5)], "shard"))
