@@ -115,21 +115,10 @@ def _pull(project: Project, name: str, fingerprint: str, target: Path, log: Log)
 
 
 def _build_into_place(project: Project, name: str, record: BuildRecord, log: Log) -> BuildRecord:
-    params = project.manifest.artifacts[name]
     kind = project.kind(name)
     layout = project.layout
     with new_directory(layout.artifact_dir(name), layout.scratch_dir) as scratch:
-        context = BuildContext(
-            name=name,
-            params=params,
-            out_dir=scratch,
-            checkpoints=project.checkpoints_for(params),
-            sources={source: layout.artifact_dir(source) for source in params.source_artifacts()},
-            source_params={source: project.manifest.artifacts[source] for source in params.source_artifacts()},
-            input_root=project.manifest.root,
-            fingerprint=record.fingerprint,
-            log=log,
-        )
+        context = BuildContext(**project.kind_inputs(name), out_dir=scratch, fingerprint=record.fingerprint, log=log)
         started = time.perf_counter()
         info = kind.build(context)
         elapsed = time.perf_counter() - started

@@ -221,6 +221,20 @@ class Project:
     def fingerprint(self, name: str) -> str:
         return self.record(name).fingerprint
 
+    def kind_inputs(self, name: str) -> dict[str, Any]:
+        """What a kind's build and verify are handed about artifact ``name`` (the
+        common part of ``BuildContext`` and ``VerifyContext``)."""
+        params = self.manifest.artifacts[name]
+        sources = params.source_artifacts()
+        return {
+            "name": name,
+            "params": params,
+            "checkpoints": self.checkpoints_for(params),
+            "sources": {source: self.layout.artifact_dir(source) for source in sources},
+            "source_params": {source: self.manifest.artifacts[source] for source in sources},
+            "input_root": self.manifest.root,
+        }
+
     def check(self, name: str) -> None:
         """Everything about artifact ``name`` that can go wrong before its build, without
         hashing anything: its checkpoints open, their config and tensors suit its

@@ -38,17 +38,7 @@ def judge(project: "Project", name: str, log: Callable[[str], None]) -> Report:
             f"changed since build: {', '.join(changed)}" if changed else "every output matches its recorded digest",
         )
     ]
-    context = VerifyContext(
-        name=name,
-        params=params,
-        out_dir=directory,
-        checkpoints=project.checkpoints_for(params),
-        sources={source: project.layout.artifact_dir(source) for source in params.source_artifacts()},
-        source_params={source: project.manifest.artifacts[source] for source in params.source_artifacts()},
-        input_root=project.manifest.root,
-        build_info=built.build_info,
-        log=log,
-    )
+    context = VerifyContext(**project.kind_inputs(name), out_dir=directory, build_info=built.build_info, log=log)
     started = time.perf_counter()
     verification = kind.verify(context)
     checks.extend(verification.checks)
