@@ -419,6 +419,21 @@ class Status(_NamesAnywhere, _ProjectCommand):
         return 0
 
 
+class Report(_ProjectCommand):
+    name = "report"
+    doc_purpose = "write build/index.html: every artifact, its state, its checks and plots"
+    doc_usage = ""
+    doc_description = "One static page beside the manifest; builds and verifies nothing (run `doit verify` first)."
+
+    def run(self, project, params, args):  # noqa: D102
+        from .report_page import write_report_page
+
+        path = write_report_page(project)
+        project.save_caches()
+        print(path)
+        return 0
+
+
 class Cache(_NamesAnywhere, _ProjectCommand):
     name = "cache"
     doc_purpose = "list what the local store and the remote cache hold"

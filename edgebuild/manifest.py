@@ -35,7 +35,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # doit refuses tasks named like its commands; edgebuild adds its own.
 RESERVED_NAMES = frozenset(
-    {"build", "verify", "status", "publish", "gc", "cache", "list", "info", "clean", "forget",
+    {"build", "verify", "status", "publish", "gc", "cache", "report", "list", "info", "clean", "forget",
      "ignore", "dumpdb", "strace", "tabcompletion", "reset-dep", "help", "run", "auto"}
 )
 # A plain scalar that is exactly one ``${NAME}`` / ``${NAME:-default}`` (see yamlsource):

@@ -318,3 +318,18 @@ def test_the_page_renders_in_a_browser(verified_seed: Path, tmp_path: Path, sigl
     assert _png_size(screenshot) == (1400, 2000)
     # A blank page compresses to a few kB; this one has tables and plots.
     assert screenshot.stat().st_size > 50_000
+
+
+@pytest.mark.slow
+def test_doit_report_writes_the_page_beside_the_manifest(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    (project.root / "sub").mkdir()
+    # From a subdirectory, as a user in their own repository would.
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("doit")), "-k", "report"], cwd=project.root / "sub",
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    page = project.root / "build" / "index.html"
+    assert result.stdout == f"{page}\n"
+    assert 'data-artifact="t"' in page.read_text()
