@@ -52,11 +52,29 @@ class InitResult:
     appended: list[str] = field(default_factory=list)
 
 
+def _sources_first(names: list[str]) -> list[str]:
+    """Kind names, each after the kinds its ``source:`` takes: the starter reads top down."""
+    from .kinds import get_kind
+
+    ordered: list[str] = []
+
+    def place(name: str) -> None:
+        if name in ordered:
+            return
+        for source in get_kind(name).source_kinds:
+            place(source)
+        ordered.append(name)
+
+    for name in names:
+        place(name)
+    return ordered
+
+
 def starter_manifest() -> str:
     """The starter ``artifacts.yaml``: one artifact of every registered kind."""
     from .kinds import get_kind, kind_names
 
-    starters = [(name, getattr(get_kind(name), "starter", None)) for name in kind_names()]
+    starters = [(name, getattr(get_kind(name), "starter", None)) for name in _sources_first(kind_names())]
     missing = [name for name, starter in starters if starter is None]
     if missing:
         raise TypeError(f"artifact kind {missing[0]!r} declares no starter (a Starter for `python -m edgebuild init`)")
@@ -83,7 +101,7 @@ def starter_manifest() -> str:
         ]
     lines += ["", "artifacts:"]
     for _, starter in starters:
-        lines += [starter.entry.rstrip("\n"), ""]
+        lines += [starter.text(), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -97,7 +97,7 @@ def test_init_then_verify(tmp_path: Path) -> None:
     project = ProjectDir.existing(tmp_path / "proj")
     result = project.doit("verify")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == "verify: 3 passed, 0 failed, 0 not run"
+    assert result.stdout.splitlines()[-1] == "verify: 5 passed, 0 failed, 0 not run"
     # Quiet: the exporter's chatter about the SigLIP graph stays out...
     assert "Skipping constant folding" not in result.stderr
     assert "Warning" not in result.stderr

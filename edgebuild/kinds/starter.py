@@ -17,3 +17,20 @@ class Starter:
 
     entry: str
     checkpoints: dict[str, str] = field(default_factory=dict)
+    # An optional extra the kind needs (``qnn``), and the module that shows it is
+    # installed: without it the entry is written commented out, saying what to install,
+    # so that ``doit verify`` passes right after ``init`` in any installation.
+    extra: str | None = None
+    extra_module: str | None = None
+
+    def available(self) -> bool:
+        import importlib.util
+
+        return self.extra_module is None or importlib.util.find_spec(self.extra_module) is not None
+
+    def text(self) -> str:
+        entry = self.entry.rstrip("\n")
+        if self.available():
+            return entry
+        commented = "\n".join(f"  # {line[2:]}" if line.strip() else line for line in entry.splitlines())
+        return f"  # Needs the {self.extra!r} extra: pip install 'edgebuild[{self.extra}]', then uncomment.\n{commented}"

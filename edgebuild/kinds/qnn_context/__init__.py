@@ -37,6 +37,8 @@ class QnnContext(ArtifactKind):
     soc_model: 60
     htp_arch: 73
 """,
+        extra="qnn",
+        extra_module="onnxruntime_qnn",
     )
     source_kinds = ("qwen3_5_tower_qdq",)
     tool_packages = (QNN_PACKAGE,)
