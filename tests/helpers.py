@@ -58,7 +58,7 @@ class ProjectDir:
         return Project.load(self.root / "artifacts.yaml", self.root)
 
 
-EDGEBUILD_COMMANDS = ("build", "cache", "clean", "gc", "publish", "status", "verify")
+EDGEBUILD_COMMANDS = ("build", "cache", "clean", "gc", "publish", "report", "status", "verify")
 
 
 def require_installed_commands() -> None:
