@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -238,3 +239,27 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def rss() -> int:
+    """This process's resident set size in bytes (0 where /proc is missing)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class RssSampler(threading.Thread):
+    """Samples this process's RSS every 20 ms; ``peaks`` holds the peak per ``phase``,
+    which the benchmark sets as it goes."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.phase = "start"
+        self.peaks: dict[str, int] = {}
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), rss())
+            time.sleep(0.02)

@@ -23,7 +23,6 @@ import argparse
 import glob
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -31,27 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 IMAGE_SIZE = 224
-
-
-def _rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-class Sampler(threading.Thread):
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.phase = "start"
-        self.peaks: dict[str, int] = {}
-        self.running = True
-
-    def run(self) -> None:
-        while self.running:
-            rss = _rss()
-            self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), rss)
-            time.sleep(0.02)
 
 
 def _digests(directory: Path) -> dict[str, str]:
@@ -70,9 +48,9 @@ def side_plain(root: Path, images: list[str]) -> dict:
     from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
     from edgebuild.kinds.qwen3_5_tower_qdq.qdq import PatchesReader
 
-    sampler = Sampler()
+    sampler = common.RssSampler()
     sampler.start()
-    baseline = _rss()
+    baseline = common.rss()
     tower = root / "build" / "tower"
     geometry = json.loads((tower / "tower.json").read_text())["geometry"]
     checkpoint = Checkpoint(Path(json.loads((root / "checkpoint.json").read_text())["path"]))
@@ -98,7 +76,7 @@ def side_edgebuild(root: Path) -> dict:
     from edgebuild.builder import build_artifact
     from edgebuild.project import Project
 
-    sampler = Sampler()
+    sampler = common.RssSampler()
     sampler.start()
 
     def log(message: str) -> None:
@@ -112,7 +90,7 @@ def side_edgebuild(root: Path) -> dict:
 
     project = Project.load(root / "artifacts.yaml", root)
     project.fingerprint("qdq")
-    baseline = _rss()
+    baseline = common.rss()
     sampler.phase = "inputs"
     started = time.perf_counter()
     record = build_artifact(project, "qdq", log=log)

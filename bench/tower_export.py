@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,33 +25,12 @@ import common  # noqa: E402
 PHASES = ("load", "wrapper check", "export", "sanitize", "verify")
 
 
-def _rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-class Sampler(threading.Thread):
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.phase = "start"
-        self.peaks: dict[str, int] = {}
-        self.running = True
-
-    def run(self) -> None:
-        while self.running:
-            rss = _rss()
-            self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), rss)
-            time.sleep(0.02)
-
-
 def run_side(root: Path, name: str) -> dict:
     sys.path.insert(0, str(common.REPO))
     from edgebuild.builder import build_artifact, verify_artifact
     from edgebuild.project import Project
 
-    sampler = Sampler()
+    sampler = common.RssSampler()
     sampler.start()
 
     def log(message: str) -> None:
@@ -66,7 +43,7 @@ def run_side(root: Path, name: str) -> dict:
             sampler.phase = "done"
 
     project = Project.load(root / "artifacts.yaml", root)
-    baseline = _rss()
+    baseline = common.rss()
     read_before = _read_bytes()
     sampler.phase = "load"
     started = time.perf_counter()
