@@ -149,6 +149,10 @@ def image_processor(checkpoint: "Checkpoint") -> Any:
     processor_class = getattr(transformers, name, None)
     if processor_class is None or not name.endswith("ImageProcessor"):
         raise CheckpointError(f"{path}: image_processor_type: {name!r} is not an image processor transformers provides")
+    # The plain name picks a torchvision backend where torchvision is installed and the
+    # PIL one otherwise (with a warning): the PIL one always, so the pixels, and the
+    # artifact's bytes, do not depend on what else a machine has installed.
+    processor_class = getattr(transformers, f"{name}Pil", processor_class)
     try:
         with quiet_transformers():
             return processor_class.from_dict(settings)
