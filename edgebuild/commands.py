@@ -18,6 +18,8 @@ from doit.cmd_run import Run
 from doit.exceptions import InvalidCommand
 
 from .errors import EdgebuildError
+from .scale_options import PUBLISH_OPTIONS, RUN_OPTIONS
+from .scale_options import prepare as prepare_scaled
 
 
 def _artifact_names() -> list[str]:
@@ -99,25 +101,36 @@ def _run_and_lock(command: Run, params, selected: list[str], tasks: list[str]) -
 class Build(Run):
     name = "build"
     doc_purpose = "build artifacts (all, or the ones named) and what they depend on"
-    doc_usage = "[ARTIFACT ...]"
+    doc_usage = "[--shard I/N] [--dask ADDRESS] [ARTIFACT ...]"
     doc_description = "Rebuilds only what is stale; up-to-date artifacts are skipped. Writes artifacts.lock."
+    cmd_options = Run.cmd_options + RUN_OPTIONS  # scale: edgebuild/scale_options.py
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         selected = _selected(args, _artifact_names())
-        return _run_and_lock(self, params, selected, selected)
+        # scale: shards, a cluster, a read-only remote, pull-only (edgebuild/scale_options.py)
+        prepared = prepare_scaled(params, selected, verify=False)
+        if not prepared.selected:
+            return prepared.status
+        return _run_and_lock(self, params, prepared.selected, prepared.selected) or prepared.status
 
 
 class Verify(Run):
     name = "verify"
     doc_purpose = "build what is stale, then verify artifacts (all, or the ones named)"
-    doc_usage = "[ARTIFACT ...]"
+    doc_usage = "[--shard I/N] [--dask ADDRESS] [ARTIFACT ...]"
     doc_description = (
         "Writes build/<name>/report.json and report.md, and artifacts.lock; exits non-zero if any check fails."
     )
+    cmd_options = Run.cmd_options + RUN_OPTIONS  # scale: edgebuild/scale_options.py
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         selected = _selected(args, _artifact_names())
-        return _run_and_lock(self, params, selected, [f"verify:{name}" for name in selected])
+        # scale: shards, a cluster, a read-only remote, pull-only (edgebuild/scale_options.py)
+        prepared = prepare_scaled(params, selected, verify=True)
+        if not prepared.selected:
+            return prepared.status
+        tasks = [f"verify:{name}" for name in prepared.selected]
+        return _run_and_lock(self, params, prepared.selected, tasks) or prepared.status
 
 
 class Publish(Run):
@@ -132,7 +145,7 @@ class Publish(Run):
     cmd_options = Run.cmd_options + (
         {"name": "to", "short": "", "long": "to", "type": str, "default": "",
          "help": "where to publish: a directory or an fsspec URL"},
-    )
+    ) + PUBLISH_OPTIONS  # scale: --remote-readonly, --pull-only (the gather step)
 
     def parse_execute(self, in_args):  # noqa: D102 - doit's signature
         # doit's parser (getopt) stops at the first artifact name; `doit publish NAME --to DEST`
@@ -148,6 +161,7 @@ class Publish(Run):
         if not params["to"]:
             raise InvalidCommand("give --to DEST: a directory or an fsspec URL such as s3://bucket/artifacts")
         selected = _selected(args, _artifact_names())
+        prepare_scaled(params, selected, verify=True)  # scale: --remote-readonly, --pull-only
         result = _run_and_lock(self, params, selected, [f"verify:{name}" for name in selected])
         try:
             check_publishable(_project(), selected)

@@ -2,15 +2,17 @@
 
 For every artifact built at its current fingerprint it records that
 fingerprint, the fingerprints of the inputs it read, its parameters, the code
-and tool versions, the size and digest of each output file, and whether it
-verified. A reviewer reads an artifact's change in the diff of this file (an
+and tool versions, the size and digest of each output file, whether it
+verified, and what building and verifying it cost (seconds and peak memory,
+rounded to two significant figures: CI shards are balanced by them). A reviewer reads an artifact's change in the diff of this file (an
 input changed, a tool was upgraded, an output's bytes moved), and anyone can
 check a file in ``build/`` against it.
 
 ``doit build`` and ``doit verify`` rewrite it after running, for the artifacts
 they ran (and what those depend on); other artifacts' entries are kept as they
 were, entries of artifacts no longer in the manifest are dropped. It holds no
-timestamps, so an unchanged build leaves it byte for byte unchanged.
+timestamps, so an unchanged build leaves it byte for byte unchanged (its costs
+come from the build's record, which a restore or a pull brings back as it was).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import write_text
+from .costs import lock_cost
 from .errors import EdgebuildError, FilesystemError, LockfileError
 from .fingerprint import locked
 from .project import Project
 from .record import VerificationState, read_record_or_none, verification_state
+from .report import read_report
 
 LOCK_FORMAT = 1
 
@@ -46,6 +50,9 @@ def lock_entry(project: Project, name: str) -> dict[str, Any] | None:
         "verify_code": project.verify_code(name),
         "verified": verified,
         "verify_fingerprint": verify_fingerprint if verified is not None else None,
+        # What the build and its verification cost (edgebuild/costs.py): CI shards are
+        # balanced by it, cluster tasks sized by it.
+        "cost": lock_cost(record, read_report(project.layout.artifact_dir(name)) if verified is not None else None),
     }
 
 

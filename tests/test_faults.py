@@ -43,7 +43,8 @@ def test_build_killed_or_interrupted_leaves_nothing_built(verified_seed: Path, t
     assert killed.returncode != 0
     # The build ran in a worker process of its own: the doit process reports it by name.
     ending = "was killed by SIGKILL" if action == "kill" else "was interrupted (SIGINT)"
-    assert f"t: the build process (pid " in killed.stdout and ending in killed.stdout, killed.stdout + killed.stderr
+    output = killed.stdout + killed.stderr
+    assert "t: the build process (pid " in output and ending in output, output
     assert not (project.root / "build" / "t").exists()
     status = project.doit("status")
     assert status.stdout.startswith("t  missing"), status.stdout
