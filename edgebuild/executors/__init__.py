@@ -235,9 +235,14 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
     """Build ``job`` and verify it, each in a worker process; the verification pushes it to
     the remote cache. Raises the edgebuild error that stopped it (one line, naming it)."""
     from ..hashing import digest_bytes
+    from ..remote_cache import RemoteCache
     from ..workers import run_worker_at
 
     started = time.perf_counter()
+    if RemoteCache.open(job.remote_cache).has(job.fingerprint):
+        # An earlier attempt (on a worker lost after it pushed) or another driver got there first.
+        emit("in the remote cache already: nothing to do")
+        return {"seconds": time.perf_counter() - started}
     root = local_directory / "edgebuild" / digest_bytes(job.manifest_path.encode())[:16]
     root.mkdir(parents=True, exist_ok=True)
     environment = {key: value for key, value in os.environ.items() if key not in JOB_UNSET_ENV}
@@ -246,10 +251,12 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
     environment.setdefault("EDGEBUILD_JOBS", str(max(1, threads)))
 
     def relay(stream: str, line: str) -> None:
+        # All of it in the worker's own log; to the driver, what says what happens (not the
+        # report's table, which the driver pulls with the build).
         sys.stderr.write(line)
-        stripped = line.rstrip("\n")
-        if stripped.strip():
-            emit(stripped.strip())
+        text = line.strip()
+        if text and not text.startswith(("|", "fingerprint `")):
+            emit(text)
 
     built = run_worker_at("build", job.manifest_path, str(root), job.name, environment, relay)
     if built.get("fingerprint") != job.fingerprint:

@@ -52,7 +52,7 @@ class DaskExecutor(Executor):
             target = address
             self.label = address
         try:
-            self.client = distributed.Client(target, timeout=CONNECT_TIMEOUT_SECONDS, set_as_default=False)
+            self.client = distributed.Client(target, timeout=CONNECT_TIMEOUT_SECONDS)
         except (OSError, TimeoutError, ValueError) as error:
             self.close()
             raise ClusterError(
@@ -121,7 +121,10 @@ class DaskExecutor(Executor):
         name, worker, line = message.get("artifact"), message.get("worker"), message.get("line")
         if message.get("started"):
             running[name] = worker
-        say(f"  [{name} @ {worker}] {line}")
+        text = str(line)
+        if text.startswith(f"[{name}] "):
+            text = text[len(name) + 3:]
+        say(f"  [{name} @ {worker}] {text}")
 
     def _outcome(self, job: Job, future: Any, outcomes: dict[str, Outcome], running: dict[str, str]) -> Outcome:
         from distributed.scheduler import KilledWorker
