@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,5 +101,11 @@ def _shard(project: Any, text: str, selected: list[str], verify: bool) -> list[s
     return list(shard.artifacts)
 
 
+_SAYING = threading.Lock()
+
+
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    # One write per line, under a lock: a cluster's progress arrives on another thread.
+    with _SAYING:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()

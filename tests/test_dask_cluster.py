@@ -149,7 +149,7 @@ def test_memory_is_estimated_from_the_weights_and_the_kind(project_dir: ProjectD
     images = REPO / "data" / "calibration"
     project_dir.manifest(
         THREE.replace("checkpoints:\n", "checkpoints:\n  siglip:\n    fixture: siglip_tiny\n", 1)
-        + f"  s:\n    kind: siglip_f143\n    checkpoint: siglip\n    device: cuda\n"
+        + "  s:\n    kind: siglip_f143\n    checkpoint: siglip\n    device: cuda\n"
         + f"    calibration:\n      images: [{images}/*.png]\n"
     )
     project = project_dir.project()
@@ -268,23 +268,23 @@ def test_resources_no_worker_has_are_an_error_not_a_hang(two_workers: Cluster, t
     assert not (project.root / "build" / "t").exists()
 
 
-def _read_until(stream, pattern: str, seen: list[str], timeout: float) -> re.Match:
-    """Read ``stream`` line by line (into ``seen``) until a line matches ``pattern``."""
-    found: list[re.Match] = []
-    done = threading.Event()
+def _read_until(stream, pattern: str, seen: list[str], timeout: float) -> threading.Thread:
+    """Read ``stream`` line by line into ``seen``, to its end, on a thread; return once a
+    line matches ``pattern`` (the thread goes on reading)."""
+    found = threading.Event()
 
     def read() -> None:
         for line in iter(stream.readline, ""):
             seen.append(line)
-            if not found and (match := re.search(pattern, line)):
-                found.append(match)
-                done.set()
-        done.set()
+            if re.search(pattern, line):
+                found.set()
+        found.set()
 
-    threading.Thread(target=read, daemon=True).start()
-    done.wait(timeout)
-    assert found, f"no line matching {pattern!r} within {timeout} s:\n{''.join(seen)}"
-    return found[0]
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    found.wait(timeout)
+    assert any(re.search(pattern, line) for line in seen), f"no line matching {pattern!r} within {timeout} s:\n{''.join(seen)}"
+    return reader
 
 
 @pytest.mark.slow
@@ -311,24 +311,27 @@ def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path:
         )
         seen: list[str] = []
         try:
-            _read_until(process.stderr, r"\[t @ \S+\] fault: stalling at build\.before_record", seen, timeout=300)
+            reader = _read_until(process.stderr, r"\[t @ \S+\] fault: stalling at build\.before_record", seen, timeout=300)
             # Built but not recorded, not verified, not pushed: nothing anyone could count as built.
             assert not (remote / "v1" / "entries").exists()
             if retry:
                 cluster.start_worker("w2", "3e9")
             w1 = cluster.worker_address("w1")
             cluster.kill("w1")
-            stdout, _ = process.communicate(timeout=400)
+            process.wait(timeout=400)
+            reader.join(timeout=30)
+            stdout = process.stdout.read()
         finally:
             if process.poll() is None:
                 process.kill()
         output = "".join(seen)
     finally:
         cluster.stop()
-    assert f"  [t] worker {w1} was lost while it ran; the scheduler runs it again on another worker" in output, output
     if retry:
         assert process.returncode == 0, stdout + output
-        assert f"  [t @ {cluster.worker_address('w2')}] started" in output
+        w2 = cluster.worker_address("w2")
+        assert f"  [t] worker {w1} was lost while it ran; the scheduler runs it again on {w2}" in output, output
+        assert f"  [t @ {w2}] started" in output
         assert "cluster: 1 of 1 built and verified" in output
         # The retried build gave the same bytes as the seed's.
         assert outputs_of(driver.root, "t") == outputs_of(verified_seed, "t")

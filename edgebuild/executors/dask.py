@@ -43,7 +43,8 @@ class DaskExecutor(Executor):
                 "--dask needs dask's distributed scheduler, which is not installed: pip install -e '.[dask]'"
             ) from None
         self._cluster = None
-        self._printed: set[tuple[str, str]] = set()
+        # (artifact, worker) pairs already said to be lost.
+        self._lost: set[tuple[str, str]] = set()
         if address == LOCAL or address.startswith(LOCAL + ":"):
             self._cluster = _local_cluster(address)
             target: Any = self._cluster
@@ -120,6 +121,13 @@ class DaskExecutor(Executor):
             return
         name, worker, line = message.get("artifact"), message.get("worker"), message.get("line")
         if message.get("started"):
+            before = running.get(name)
+            if before is not None and before != worker and (name, before) not in self._lost:
+                # A running task starts again only after its worker died (the scheduler
+                # moves waiting tasks, never running ones).
+                self._lost.add((name, before))
+                say(f"  [{name}] worker {before} was lost while it ran; the scheduler runs it again on {worker} "
+                    "(from nothing: the same fingerprint gives the same bytes)")
             running[name] = worker
         text = str(line)
         if text.startswith(f"[{name}] "):
@@ -166,14 +174,14 @@ class DaskExecutor(Executor):
         offers = self._offers()
         present = {offer.address for offer in offers}
         for name, worker in list(running.items()):
-            if worker not in present and name not in outcomes:
+            if worker not in present and name not in outcomes and (name, worker) not in self._lost:
+                self._lost.add((name, worker))
                 say(
                     f"  [{name}] worker {worker} was lost while it ran; the scheduler runs it again on another worker "
-                    "(from nothing: the same fingerprint gives the same bytes)"
+                    "if it may (from nothing: the same fingerprint gives the same bytes)"
                 )
-                running.pop(name)
         now = time.monotonic()
-        waiting = [job for job in jobs if futures[job.name] in pending and job.name not in running]
+        waiting = [job for job in jobs if futures[job.name] in pending and running.get(job.name) not in present]
         for job in waiting:
             if any(all(offer.resources.get(key, 0.0) >= amount for key, amount in job.resources.items()) for offer in offers):
                 unplaceable_since.pop(job.name, None)
