@@ -19,13 +19,11 @@ Shards are balanced by it (``edgebuild/shards.py``); cluster tasks are sized by 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .project import Project
-    from .record import BuildRecord
 
 LOCK_SOURCE = "lock file"
 RECORD_SOURCE = "build record"
@@ -43,24 +41,6 @@ class Cost:
         if self.build_seconds is None:
             return None
         return self.build_seconds + ((self.verify_seconds or 0.0) if verify else 0.0)
-
-
-def significant(value: float | None, digits: int = 2) -> float | None:
-    """``value`` rounded to ``digits`` significant figures (12.34 -> 12.0, 0.0456 -> 0.046)."""
-    if value is None or value <= 0 or not math.isfinite(value):
-        return value
-    return round(value, digits - 1 - int(math.floor(math.log10(value))))
-
-
-def lock_cost(record: "BuildRecord", report: dict[str, Any] | None) -> dict[str, Any]:
-    """The ``cost`` of a lock entry, from the build's record and its report."""
-    peak = record.build_info.get("peak_rss_bytes")
-    verify_seconds = (report or {}).get("metrics", {}).get("verify_seconds")
-    return {
-        "build_seconds": significant(record.build_seconds),
-        "verify_seconds": significant(verify_seconds) if isinstance(verify_seconds, (int, float)) else None,
-        "peak_rss_bytes": int(significant(float(peak))) if isinstance(peak, (int, float)) and peak > 0 else None,
-    }
 
 
 def recorded_costs(project: "Project", names: list[str]) -> dict[str, Cost | None]:
@@ -93,6 +73,7 @@ def _from_lock(entry: Any) -> Cost | None:
 
 
 def _from_build(project: "Project", name: str) -> Cost | None:
+    from .lockfile import lock_cost
     from .record import read_record_or_none
     from .report import read_report
 

@@ -4,9 +4,10 @@ For every artifact built at its current fingerprint it records that
 fingerprint, the fingerprints of the inputs it read, its parameters, the code
 and tool versions, the size and digest of each output file, whether it
 verified, and what building and verifying it cost (seconds and peak memory,
-rounded to two significant figures: CI shards are balanced by them). A reviewer reads an artifact's change in the diff of this file (an
-input changed, a tool was upgraded, an output's bytes moved), and anyone can
-check a file in ``build/`` against it.
+rounded to two significant figures: CI shards are balanced by them). A
+reviewer reads an artifact's change in the diff of this file (an input
+changed, a tool was upgraded, an output's bytes moved), and anyone can check a
+file in ``build/`` against it.
 
 ``doit build`` and ``doit verify`` rewrite it after running, for the artifacts
 they ran (and what those depend on); other artifacts' entries are kept as they
@@ -18,15 +19,15 @@ come from the build's record, which a restore or a pull brings back as it was).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_text
-from .costs import lock_cost
 from .errors import EdgebuildError, FilesystemError, LockfileError
 from .fingerprint import locked
 from .project import Project
-from .record import VerificationState, read_record_or_none, verification_state
+from .record import BuildRecord, VerificationState, read_record_or_none, verification_state
 from .report import read_report
 
 LOCK_FORMAT = 1
@@ -53,6 +54,24 @@ def lock_entry(project: Project, name: str) -> dict[str, Any] | None:
         # What the build and its verification cost (edgebuild/costs.py): CI shards are
         # balanced by it, cluster tasks sized by it.
         "cost": lock_cost(record, read_report(project.layout.artifact_dir(name)) if verified is not None else None),
+    }
+
+
+def significant(value: float | None, digits: int = 2) -> float | None:
+    """``value`` rounded to ``digits`` significant figures (12.34 -> 12.0, 0.0456 -> 0.046)."""
+    if value is None or value <= 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - int(math.floor(math.log10(value))))
+
+
+def lock_cost(record: BuildRecord, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``cost`` of a lock entry, from the build's record and its report."""
+    peak = record.build_info.get("peak_rss_bytes")
+    verify_seconds = (report or {}).get("metrics", {}).get("verify_seconds")
+    return {
+        "build_seconds": significant(record.build_seconds),
+        "verify_seconds": significant(verify_seconds) if isinstance(verify_seconds, (int, float)) else None,
+        "peak_rss_bytes": int(significant(float(peak))) if isinstance(peak, (int, float)) and peak > 0 else None,
     }
 
 

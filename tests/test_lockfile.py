@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.costs import significant
-from edgebuild.lockfile import LOCK_FORMAT, read_lock, render_lock
+from edgebuild.lockfile import LOCK_FORMAT, read_lock, render_lock, significant
 from edgebuild.errors import LockfileError
 
 from helpers import TOWER_MANIFEST, clone_project

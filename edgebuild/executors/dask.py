@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError, EdgebuildError
-from . import Executor, Job, Outcome, Say, WorkerOffer, cluster_wait_seconds, run_job
+from .base import Executor, Job, Outcome, Say, WorkerOffer, cluster_wait_seconds, run_job
 
 PROGRESS_TOPIC = "edgebuild-progress"
 LOCAL = "local"
