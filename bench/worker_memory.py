@@ -134,6 +134,12 @@ the project, after the build, after the verification, and its peak (VmHWM), in G
 peak of the build worker and the largest worker (build or verify), from `RUSAGE_CHILDREN`.
 
 {common.table(["checkpoint", "build and verify", "RSS loaded", "RSS after build", "RSS after verify", "peak", "build worker peak", "largest worker peak"], rows)}
+- In its own process the doit process keeps what the build left (the allocator does not hand it back) and
+  verifies on top of it: its peak is the build's leftovers plus the verification's. With worker processes it
+  stays at what loading the project costs (no torch imported) whatever it builds; each worker's peak is its
+  own step's, and the memory goes back when the worker exits.
+- Full size: the synthetic checkpoint of `tower_export.py` with the real tower shape (the non-visual
+  filler shrunk: it is not read). Single runs on a machine shared with other jobs; memory is not affected.
 """
     common.write_section("worker_memory", markdown)
     print(markdown)

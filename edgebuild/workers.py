@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _work(mode: str, manifest_path: str, root: Path, name: str) -> dict[str, Any]:
-    from .builder import build_artifact, verify_artifact
+    from .builder import ExportRequired, build_artifact, verify_artifact
     from .project import Project
 
     share_cores()
@@ -298,9 +298,17 @@ def _work(mode: str, manifest_path: str, root: Path, name: str) -> dict[str, Any
             # Sources first, from what is there (a cluster worker pulls them; under doit
             # they are built already): a build reads its sources' directories.
             for source in project.manifest.order(project.manifest.artifacts[name].source_artifacts()):
-                if source != name:
+                try:
                     build_artifact(project, source, export=False)
-            values = {"fingerprint": build_artifact(project, name, export=not pull_only()).fingerprint}
+                except ExportRequired:
+                    raise WorkerError(
+                        f"{name}: its source {source} is neither built in {root}, in the store nor in the remote "
+                        "cache; build it first (a cluster task runs only after its sources pushed theirs)"
+                    ) from None
+            try:
+                values = {"fingerprint": build_artifact(project, name, export=not pull_only()).fingerprint}
+            except ExportRequired:
+                raise refused_export(project, name) from None
         else:
             verify_artifact(project, name)
             values = {"verify_fingerprint": project.verify_fingerprint(name)}
