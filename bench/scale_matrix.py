@@ -198,6 +198,8 @@ no store, empty remote caches). Peak RSS in GiB, sampled every 0.2 s over the co
   no verification ran again.
 - "largest other process": doit's `-n 2` workers (they only relay), Dask's nannies and workers (they only
   start worker processes and relay); the builds themselves are the edgebuild workers in every mode.
+- No full-size tower in this matrix: on these two shared cores one full-size build and verification takes
+  minutes per configuration. Its memory with and without worker processes is in "Worker processes" above.
 """
     common.write_section("scale_matrix", markdown)
     print(markdown)
