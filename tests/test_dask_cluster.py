@@ -344,3 +344,21 @@ def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path:
         ) in output
         assert not (driver.root / "build" / "t").exists()
         assert not (remote / "v1" / "entries").exists()
+
+
+@pytest.mark.slow
+def test_a_local_cluster(verified_seed: Path, tmp_path: Path) -> None:
+    """``--dask local:1``: a LocalCluster on loopback, closed when the command ends."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    driver = clone_project(verified_seed, tmp_path / "driver")
+    driver.manifest(TOWER_MANIFEST + "  u:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 96\n")
+    result = driver.doit("build", "--dask", "local:1", env={"EDGEBUILD_REMOTE_CACHE": str(remote)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    # t was verified here already: pushed, no cluster time; u is built and verified on the cluster.
+    assert "[t] remote cache: pushed" in result.stderr
+    assert re.search(r"cluster local:1 \(tcp://127\.0\.0\.1:\d+\): 1 artifacts to build and verify \(u\)", result.stderr)
+    assert re.search(r"  \[u @ tcp://127\.0\.0\.1:\d+\] started", result.stderr)
+    assert "cluster: 1 of 1 built and verified" in result.stderr
+    assert f"  [u] pulled from the remote cache {remote} in " in result.stderr
+    assert (driver.root / "build" / "u" / "model.onnx").is_file()

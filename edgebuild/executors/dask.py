@@ -229,7 +229,10 @@ def _local_cluster(address: str) -> Any:
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        # Diagnostics on loopback too, at a free port: a fixed one (8787) collides with
+        # another cluster on the machine.
+        dashboard_address="127.0.0.1:0",
+        worker_dashboard_address="127.0.0.1:0",
         silence_logs=logging.ERROR,
         resources={"MEMORY": float(memory)},
         # The workers' builds share this machine's cores: each takes cores / N torch threads.
