@@ -23,9 +23,17 @@ from .kinds.base import BuildContext
 from .project import Project
 from .record import BuildRecord, output_manifest, read_record_or_none
 from .report import Report
+from .timing import peak_rss_bytes
 from .verification import judge
 
 Log = Callable[[str], None]
+
+
+class ExportRequired(Exception):
+    """Raised by ``build_artifact(..., export=False)`` when neither the build directory,
+    the store nor the remote cache has the artifact, so only an export would make it
+    current. Not an :class:`EdgebuildError`: the caller decides (export in a worker
+    process of its own, or refuse: ``--pull-only``)."""
 
 
 def stderr_log(name: str) -> Log:
@@ -53,13 +61,14 @@ def _changed_outputs(project: Project, name: str, record: BuildRecord) -> list[s
     return record.changed_outputs(project.layout.artifact_dir(name), digest=project.stat_cache.file_digest)
 
 
-def build_artifact(project: Project, name: str, log: Log | None = None) -> BuildRecord:
+def build_artifact(project: Project, name: str, log: Log | None = None, export: bool = True) -> BuildRecord:
     """Make ``build/<name>/`` current: nothing if it is, a restore if the store has
-    the fingerprint, a pull if the remote cache has it, a build otherwise. Returns the record.
+    the fingerprint, a pull if the remote cache has it, a build otherwise (with
+    ``export=False``: :class:`ExportRequired` instead). Returns the record.
     A file that cannot be written (a full disk, a read-only directory) is a
     :class:`FilesystemError` naming it; what was there before is untouched."""
     try:
-        return _make_current(project, name, log or stderr_log(name))
+        return _make_current(project, name, log or stderr_log(name), export)
     except OSError as error:
         raise FilesystemError.of(error, project.layout.artifact_dir(name), f"{name}: cannot build") from None
 
@@ -74,7 +83,7 @@ def _remember_outputs(project: Project, name: str, record: BuildRecord) -> Build
     return record
 
 
-def _make_current(project: Project, name: str, log: Log) -> BuildRecord:
+def _make_current(project: Project, name: str, log: Log, export: bool) -> BuildRecord:
     record = project.record(name)
     with locked(project.layout.mutex(name)):
         if is_built(project, name):
@@ -101,6 +110,8 @@ def _make_current(project: Project, name: str, log: Log) -> BuildRecord:
                     f"{time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})"
                 )
                 return _remember_outputs(project, name, pulled)
+        if not export:
+            raise ExportRequired(name)
         complete = _build_into_place(project, name, record, log)
         project.store.put(fingerprint, target)
         return _remember_outputs(project, name, complete)
@@ -122,6 +133,10 @@ def _build_into_place(project: Project, name: str, record: BuildRecord, log: Log
         started = time.perf_counter()
         info = kind.build(context)
         elapsed = time.perf_counter() - started
+        # The peak of the process that built it -- a worker process of its own
+        # (edgebuild/workers.py), so the build's -- sizes cluster tasks and balances
+        # shards (edgebuild/costs.py). In the record only, like the timings.
+        info = {**info, "peak_rss_bytes": peak_rss_bytes()}
         missing = [output for output in kind.outputs if not (scratch / output).exists()]
         if missing:
             raise ExportError(f"{name}: the {kind.name} build did not write {', '.join(missing)}")
@@ -150,6 +165,12 @@ def verify_artifact(project: Project, name: str, log: Log | None = None) -> Repo
         raise VerificationFailed(f"{name}: verification failed: {failed}")
     _keep_verified(project, name, report.fingerprint, project.layout.artifact_dir(name), log)
     return report
+
+
+def keep_verified(project: Project, name: str, log: Log | None = None) -> None:
+    """Keep ``build/<name>/``, verified at its current verification fingerprint (a report
+    that passed, pulled with the build or written here), in the store and push it."""
+    _keep_verified(project, name, project.fingerprint(name), project.layout.artifact_dir(name), log or stderr_log(name))
 
 
 def _keep_verified(project: Project, name: str, fingerprint: str, directory: Path, log: Log) -> None:

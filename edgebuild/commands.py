@@ -27,6 +27,8 @@ from doit.cmd_run import Run
 from doit.exceptions import InvalidCommand
 
 from .errors import EdgebuildError
+from .scale_options import PUBLISH_OPTIONS, RUN_OPTIONS
+from .scale_options import prepare as prepare_scaled
 
 
 def _open_project(command: DoitCmdBase, params: Any) -> Any:
@@ -227,11 +229,11 @@ _FAIL_FAST_OPTION = {
 
 
 def _run_and_lock(command: Run, params: Any, project: Any, selected: list[str], tasks: list[str],
-                  verifying: bool = False) -> int:
+                  verifying: bool = False, failed_elsewhere: list[str] = ()) -> int:
     """doit's ``run`` of ``tasks``, then the lock file refreshed for ``selected`` and
     what they depend on (the artifacts that are built at their current fingerprint).
     ``verifying``: go on after a failure (unless ``--fail-fast``), then print one
-    summary line."""
+    summary line, counting ``failed_elsewhere`` (on a cluster) as failed."""
     from .console import set_verbose
     from .errors import LockfileError
     from .lockfile import read_lock, update_lock
@@ -261,46 +263,61 @@ def _run_and_lock(command: Run, params: Any, project: Any, selected: list[str], 
 
         # doit's json reporter owns stdout: one JSON document, nothing after it.
         stream = sys.stderr if issubclass(RecordingReporter.base or object, JsonReporter) else sys.stdout
-        print(verification_summary(outcomes.verification(selected)), file=stream, flush=True)
+        outcome = outcomes.verification(selected)
+        outcome["failed"] += list(failed_elsewhere)
+        print(verification_summary(outcome), file=stream, flush=True)
     return result
 
 
 class Build(_NamesAnywhere, Run):
     name = "build"
     doc_purpose = "build artifacts (all, or the ones named) and what they depend on"
-    doc_usage = "[ARTIFACT ...]"
+    doc_usage = "[--shard I/N] [--dask ADDRESS] [ARTIFACT ...]"
     doc_description = (
         "Rebuilds only what is stale; up-to-date artifacts are skipped. Refreshes the lock file "
         "(<manifest stem>.lock) for what is built."
     )
+    cmd_options = Run.cmd_options + RUN_OPTIONS
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         project = _open_project(self, params)
         selected = _selected(args, project.manifest.order())
-        return _run_and_lock(self, params, project, selected, selected)
+        prepared = prepare_scaled(project, params, selected, verify=False)
+        if not prepared.selected:
+            return prepared.status
+        return _run_and_lock(self, params, project, prepared.selected, prepared.selected) or prepared.status
 
 
 class Verify(_NamesAnywhere, Run):
     name = "verify"
     doc_purpose = "build what is stale, then verify artifacts (all, or the ones named)"
-    doc_usage = "[ARTIFACT ...] [--fail-fast]"
+    doc_usage = "[--shard I/N] [--dask ADDRESS] [ARTIFACT ...] [--fail-fast]"
     doc_description = (
         "Verifies every selected artifact even when one fails, then prints one line: how many passed, "
         "failed and were not run (their build, or a source's, failed). Writes build/<name>/report.json "
         "and report.md, refreshes the lock file; exits non-zero if anything failed."
     )
-    cmd_options = Run.cmd_options + (_FAIL_FAST_OPTION,)
+    cmd_options = Run.cmd_options + (_FAIL_FAST_OPTION,) + RUN_OPTIONS
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         project = _open_project(self, params)
         selected = _selected(args, project.manifest.order())
-        return _run_and_lock(self, params, project, selected, [f"verify:{name}" for name in selected], verifying=True)
+        prepared = prepare_scaled(project, params, selected, verify=True)
+        if not prepared.selected:
+            # An empty shard, or everything failed on the cluster (doit would run the default tasks).
+            if prepared.failed:
+                print(verification_summary({"passed": [], "failed": prepared.failed, "not run": []}), flush=True)
+            return prepared.status
+        tasks = [f"verify:{name}" for name in prepared.selected]
+        result = _run_and_lock(self, params, project, prepared.selected, tasks, verifying=True,
+                               failed_elsewhere=prepared.failed)
+        return result or prepared.status
 
 
 class Publish(_NamesAnywhere, Run):
     name = "publish"
     doc_purpose = "verify artifacts (all, or the ones named), then publish them to DEST"
-    doc_usage = "[ARTIFACT ...] --to DEST [--allow-dirty]"
+    doc_usage = "[ARTIFACT ...] --to DEST [--allow-dirty] [--pull-only]"
     doc_description = (
         "DEST is a directory or an fsspec URL (file://, s3://bucket/prefix, ...). Each artifact goes to "
         "DEST/<artifact>/<fingerprint>/ with its report, provenance.json and SHA256SUMS; DEST/index.json "
@@ -314,7 +331,7 @@ class Publish(_NamesAnywhere, Run):
         {"name": "allow_dirty", "short": "", "long": "allow-dirty", "type": bool, "default": False,
          "help": "publish from uncommitted changes or outside git (recorded in provenance.json)"},
         _FAIL_FAST_OPTION,
-    )
+    ) + PUBLISH_OPTIONS
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         from .errors import PublishError
@@ -330,6 +347,9 @@ class Publish(_NamesAnywhere, Run):
         except EdgebuildError as error:
             print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
             return 3
+        prepared = prepare_scaled(project, params, selected, verify=True)  # --remote-readonly, --pull-only
+        if prepared.status:
+            return prepared.status
         result = _run_and_lock(self, params, project, selected, [f"verify:{name}" for name in selected], verifying=True)
         try:
             check_publishable(project, selected)

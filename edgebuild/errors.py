@@ -67,3 +67,14 @@ class PublishError(EdgebuildError):
 
 class LockfileError(EdgebuildError):
     """The lock file (``<manifest stem>.lock``) exists but is not one this version can read."""
+
+
+class WorkerError(EdgebuildError):
+    """A worker process building or verifying one artifact crashed (a signal, the
+    kernel's OOM killer) or was interrupted; the message names the artifact."""
+
+
+class ClusterError(EdgebuildError):
+    """A cluster cannot run what was asked: its scheduler is unreachable, no worker
+    offers the resources an artifact needs, a worker was lost, or the workers have no
+    remote cache to hand builds back through."""

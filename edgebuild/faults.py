@@ -7,7 +7,9 @@ no-op. Actions:
 - ``kill``: SIGKILL this process, so no ``finally`` block or cleanup runs (a
   killed CI runner, an out-of-memory kill);
 - ``interrupt``: SIGINT, as Ctrl-C would (Python raises ``KeyboardInterrupt``);
-- ``raise``: raise :class:`InjectedFault`, an unexpected error, so cleanup runs.
+- ``raise``: raise :class:`InjectedFault`, an unexpected error, so cleanup runs;
+- ``stall``: say so on stderr, then sleep (``EDGEBUILD_FAULT_STALL_SECONDS``, default
+  600): a build that hangs, for a test to kill its machine in the middle of it.
 
 Points:
 
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import time
 
 FAULT_ENV = "EDGEBUILD_FAULT"
 
@@ -51,4 +55,8 @@ def fault_point(name: str) -> None:
         return
     if action == "raise":
         raise InjectedFault(f"{FAULT_ENV}={spec}")
-    raise InjectedFault(f"{FAULT_ENV}={spec}: the action must be 'kill', 'interrupt' or 'raise'")
+    if action == "stall":
+        print(f"fault: stalling at {point} (pid {os.getpid()})", file=sys.stderr, flush=True)
+        time.sleep(float(os.environ.get("EDGEBUILD_FAULT_STALL_SECONDS", "600")))
+        return
+    raise InjectedFault(f"{FAULT_ENV}={spec}: the action must be 'kill', 'interrupt', 'raise' or 'stall'")

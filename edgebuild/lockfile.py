@@ -5,7 +5,9 @@ It sits beside the manifest and is named after it (``artifacts.yaml`` ->
 records that fingerprint, the fingerprints of the inputs it read, where its
 checkpoints come from (the Hugging Face repo, commit and file etags of an ``hf:``
 checkpoint), its parameters, the code and tool versions, the size and digest of
-each output file, and whether it verified. A reviewer reads an artifact's change
+each output file, whether it verified, and what building and verifying it
+cost (seconds and peak memory, rounded to two significant figures: CI shards
+are balanced by them). A reviewer reads an artifact's change
 in the diff of this file (an input changed, a tool was upgraded, an output's bytes
 moved), and anyone can check a file in ``build/`` against it.
 
@@ -15,12 +17,14 @@ at their current fingerprint. An artifact whose build failed, or was not run,
 keeps the entry it had (its old build is what ``build/`` still holds) and gets
 none if it had none. Entries of artifacts no longer in the manifest are
 dropped. It holds no timestamps, so an unchanged build leaves it byte for byte
-unchanged.
+unchanged (its costs come from the build's record, which a restore or a pull
+brings back as it was).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,8 @@ from .console import shown_path
 from .errors import EdgebuildError, FilesystemError, LockfileError
 from .fingerprint import locked
 from .project import Project
-from .record import VerificationState, read_record_or_none, verification_state
+from .record import BuildRecord, VerificationState, read_record_or_none, verification_state
+from .report import read_report
 
 LOCK_FORMAT = 1
 
@@ -55,6 +60,27 @@ def lock_entry(project: Project, name: str) -> dict[str, Any] | None:
         "verify_code": project.verify_code(name),
         "verified": verified,
         "verify_fingerprint": verify_fingerprint if verified is not None else None,
+        # What the build and its verification cost (edgebuild/costs.py): CI shards are
+        # balanced by it, cluster tasks sized by it.
+        "cost": lock_cost(record, read_report(project.layout.artifact_dir(name)) if verified is not None else None),
+    }
+
+
+def significant(value: float | None, digits: int = 2) -> float | None:
+    """``value`` rounded to ``digits`` significant figures (12.34 -> 12.0, 0.0456 -> 0.046)."""
+    if value is None or value <= 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - int(math.floor(math.log10(value))))
+
+
+def lock_cost(record: BuildRecord, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``cost`` of a lock entry, from the build's record and its report."""
+    peak = record.build_info.get("peak_rss_bytes")
+    verify_seconds = (report or {}).get("metrics", {}).get("verify_seconds")
+    return {
+        "build_seconds": significant(record.build_seconds),
+        "verify_seconds": significant(verify_seconds) if isinstance(verify_seconds, (int, float)) else None,
+        "peak_rss_bytes": int(significant(float(peak))) if isinstance(peak, (int, float)) and peak > 0 else None,
     }
 
 

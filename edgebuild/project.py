@@ -32,6 +32,12 @@ from .store import Store
 VERIFICATION_MODULE = "edgebuild.verification"
 REMOTE_CACHE_ENV = "EDGEBUILD_REMOTE_CACHE"
 REMOTE_CACHE_OFF = "off"
+# Pull from the remote cache, never push (pull requests: see remote_cache.py).
+REMOTE_CACHE_READONLY_ENV = "EDGEBUILD_REMOTE_CACHE_READONLY"
+
+
+def remote_cache_readonly() -> bool:
+    return os.environ.get(REMOTE_CACHE_READONLY_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -328,7 +334,8 @@ class Project:
 
     @functools.cached_property
     def remote_cache(self) -> Any:
-        """The :class:`~edgebuild.remote_cache.RemoteCache`, or ``None``."""
+        """The :class:`~edgebuild.remote_cache.RemoteCache` (read-only under
+        ``EDGEBUILD_REMOTE_CACHE_READONLY=1``), or ``None``."""
         spec = self.remote_cache_spec
         if spec is None:
             return None
@@ -336,7 +343,7 @@ class Project:
 
         # A relative directory in the manifest is relative to the manifest, like every path there.
         base = self.manifest.root if spec == self.manifest.remote_cache else Path.cwd()
-        return RemoteCache.open(spec, base)
+        return RemoteCache.open(spec, base, readonly=remote_cache_readonly())
 
     @property
     def lock_path(self) -> Path:

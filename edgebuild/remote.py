@@ -108,6 +108,12 @@ class Location:
         self.has_buckets = bool(BUCKET_PROTOCOLS.intersection(protocols))
         self.is_local = "file" in protocols
 
+    @property
+    def url(self) -> str:
+        """The location as another process opens it, whatever its working directory: an
+        absolute path for a directory, the URL as given otherwise."""
+        return self._url
+
     def _open(self) -> tuple[Any, str]:
         import fsspec.core
 

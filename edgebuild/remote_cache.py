@@ -35,6 +35,11 @@ The remote's root must exist (the directory, or the bucket): it is checked once
 per process, and a missing one is an error naming it, never a silent miss. It
 is never created: a shared directory that is missing is more likely an
 unmounted disk than a new cache, so the first user creates it (``mkdir -p``).
+
+Read-only (``EDGEBUILD_REMOTE_CACHE_READONLY=1``, or ``--remote-readonly``): pull,
+never push. A shared cache is written only by trusted builds (CI on the protected
+branch); a pull request's build reads it and keeps what it makes to itself, so
+code nobody has reviewed can never put bytes where everyone else pulls from.
 """
 
 from __future__ import annotations
@@ -90,17 +95,22 @@ def blob_key(digest: str) -> str:
 
 
 class RemoteCache:
-    def __init__(self, location: Location) -> None:
+    def __init__(self, location: Location, readonly: bool = False) -> None:
         self.location = location
+        self.readonly = readonly
         self._root_checked = False
 
     @classmethod
-    def open(cls, spec: str, base: Path | None = None) -> "RemoteCache":
-        return cls(Location(spec, base))
+    def open(cls, spec: str, base: Path | None = None, readonly: bool = False) -> "RemoteCache":
+        return cls(Location(spec, base), readonly)
 
     @property
     def label(self) -> str:
         return self.location.label
+
+    def takes_pushes(self, fingerprint: str) -> bool:
+        """Whether a push of ``fingerprint`` would add it: not read-only, and no entry yet."""
+        return not self.readonly and not self.has_entry(fingerprint)
 
     # --- reading ------------------------------------------------------------------
 
@@ -246,7 +256,10 @@ class RemoteCache:
 
     def push(self, fingerprint: str, store: Store, log: Log) -> bool:
         """Upload the stored build of ``fingerprint`` (outputs, record, reports).
-        ``False`` when the remote already holds a complete entry for it."""
+        ``False`` when the remote already holds a complete entry for it, or is read-only."""
+        if self.readonly:
+            log(f"remote cache: read-only, {fingerprint[:12]} not pushed to {self.label}")
+            return False
         directory = store.entry_dir(fingerprint)
         record = store.record(fingerprint)
         if record is None:

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from .console import quiet_libraries
 from .errors import EdgebuildError
 
 _PROJECTS: dict[str, Any] = {}
@@ -135,38 +134,20 @@ def _failed(error: EdgebuildError) -> Any:
     return TaskFailed(str(error))
 
 
-def _share_cores() -> None:
-    """Under ``doit build -n N`` (EDGEBUILD_JOBS=N), give torch cores / N threads: N
-    processes each spinning up a thread per core leave OpenMP threads waiting on
-    each other, which slows small ops by orders of magnitude."""
-    jobs = int(os.environ.get("EDGEBUILD_JOBS", "0") or 0)
-    if jobs > 1:
-        import torch
-
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
-
-
 def _build_action(manifest_path: str, name: str) -> Any:
-    from .builder import build_artifact
+    # The export runs in a worker process of its own (edgebuild/workers.py).
+    from .workers import build_in_worker
 
-    _share_cores()
-    quiet_libraries()
     project = project_for(manifest_path)
-    return _run_action(project, lambda: {"fingerprint": build_artifact(project, name).fingerprint})
+    return _run_action(project, lambda: build_in_worker(project, name))
 
 
 def _verify_action(manifest_path: str, name: str) -> Any:
-    from .builder import verify_artifact
+    # The verification runs in a worker process of its own (edgebuild/workers.py).
+    from .workers import verify_in_worker
 
-    _share_cores()
-    quiet_libraries()
     project = project_for(manifest_path)
-
-    def verify() -> dict[str, str]:
-        verify_artifact(project, name)
-        return {"verify_fingerprint": project.verify_fingerprint(name)}
-
-    return _run_action(project, verify)
+    return _run_action(project, lambda: verify_in_worker(project, name))
 
 
 def _run_action(project: Any, action: Any) -> Any:
@@ -218,7 +199,8 @@ def _verify_uptodate(task: Any, values: dict[str, Any], manifest_path: str, name
             return False
         # Verified before the remote cache was set (or before it lost the entry):
         # verify again, which pushes it, so that what is verified here is shared.
-        return project.remote_cache is None or project.remote_cache.has_entry(project.fingerprint(name))
+        # A read-only remote (pull requests) takes no push, so it is not waited for.
+        return project.remote_cache is None or not project.remote_cache.takes_pushes(project.fingerprint(name))
     except EdgebuildError:
         return False
     finally:

@@ -3,6 +3,7 @@ report (never for a payload file: timings differ run to run)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -23,3 +24,12 @@ class Phases:
         finally:
             key = f"{name}_s"
             self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started
+
+
+def peak_rss_bytes() -> int:
+    """The largest resident set this process has had so far, in bytes."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux counts kibibytes, macOS bytes.
+    return int(peak if sys.platform == "darwin" else peak * 1024)

@@ -3,24 +3,44 @@
 # (.github/workflows/ci.yml) runs it, and so does .ci/run, so what the workflow
 # does is what CI here exercises.
 #
-#   scripts/ci_steps.sh [--skip-tests]
+#   scripts/ci_steps.sh [--skip-tests | --only-tests] [--shard I/N | --gather]
 #
-# 1. the tests (skipped with --skip-tests, for a caller that has just run them);
+# 1. the tests (skipped with --skip-tests, for a caller that has just run them;
+#    --only-tests stops after them);
 # 2. `doit verify`: build what is stale (pulling from the remote cache when one
-#    is set), verify every artifact, push what verified, write the lock file;
+#    is set), verify, push what verified, write the lock file. With --shard I/N
+#    only shard I of N (an artifact with its sources, balanced by recorded cost);
+#    with --gather nothing is built: `--pull-only` pulls every artifact the shards
+#    pushed (an artifact no shard pushed is an error naming it, not a rebuild);
 # 3. `doit publish --to "$EDGEBUILD_PUBLISH_TO"` when that is set (the workflow
-#    sets it on the main branch only); otherwise nothing is published. Publishing
-#    needs a committed work tree; EDGEBUILD_ALLOW_DIRTY=1 passes --allow-dirty
-#    (for a local rehearsal, never in the workflow).
+#    sets it on the main branch only), except in a shard: the gather step publishes.
+#    Publishing needs a committed work tree; EDGEBUILD_ALLOW_DIRTY=1 passes
+#    --allow-dirty (for a local rehearsal, never in the workflow).
 #
-# Environment: EDGEBUILD_REMOTE_CACHE (optional), EDGEBUILD_PUBLISH_TO (optional),
-# EDGEBUILD_S3_ENDPOINT_URL and the AWS_* credentials for s3:// locations,
-# EDGEBUILD_VENV (default .venv: where the project is installed).
+# Environment: EDGEBUILD_REMOTE_CACHE (optional; required by --gather),
+# EDGEBUILD_REMOTE_CACHE_READONLY (pull requests: pull, never push),
+# EDGEBUILD_PUBLISH_TO (optional), EDGEBUILD_S3_ENDPOINT_URL and the AWS_*
+# credentials for s3:// locations, EDGEBUILD_VENV (default .venv: where the
+# project is installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${EDGEBUILD_VENV:-.venv}
 
-if [ "${1:-}" != "--skip-tests" ]; then
+tests=run
+selection=()
+gather=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --skip-tests) tests=skip ;;
+        --only-tests) tests=only ;;
+        --shard) selection=(--shard "$2"); shift ;;
+        --gather) gather=1; selection=(--pull-only) ;;
+        *) echo "ci: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+if [ "$tests" != skip ]; then
     echo "ci: tests" >&2
     status=0
     "$venv/bin/python" -m pytest || status=$?
@@ -29,14 +49,15 @@ if [ "${1:-}" != "--skip-tests" ]; then
         exit 1
     fi
     [ "$status" -eq 0 ] || exit "$status"
+    [ "$tests" != only ] || exit 0
 fi
 
-echo "ci: doit verify (remote cache: ${EDGEBUILD_REMOTE_CACHE:-none})" >&2
-"$venv/bin/doit" verify
+echo "ci: doit verify ${selection[*]:-} (remote cache: ${EDGEBUILD_REMOTE_CACHE:-none}${EDGEBUILD_REMOTE_CACHE_READONLY:+, read-only})" >&2
+"$venv/bin/doit" verify "${selection[@]}"
 
-if [ -n "${EDGEBUILD_PUBLISH_TO:-}" ]; then
+if [ -n "${EDGEBUILD_PUBLISH_TO:-}" ] && [ "${selection[0]:-}" != --shard ]; then
     echo "ci: doit publish --to $EDGEBUILD_PUBLISH_TO" >&2
-    "$venv/bin/doit" publish --to "$EDGEBUILD_PUBLISH_TO" ${EDGEBUILD_ALLOW_DIRTY:+--allow-dirty}
+    "$venv/bin/doit" publish ${gather:+--pull-only} --to "$EDGEBUILD_PUBLISH_TO" ${EDGEBUILD_ALLOW_DIRTY:+--allow-dirty}
 else
-    echo "ci: EDGEBUILD_PUBLISH_TO is not set; nothing published" >&2
+    echo "ci: nothing published here (EDGEBUILD_PUBLISH_TO unset, or a shard: the gather step publishes)" >&2
 fi

@@ -41,6 +41,10 @@ def test_build_killed_or_interrupted_leaves_nothing_built(verified_seed: Path, t
     project = unbuilt_clone(verified_seed, tmp_path / "p")
     killed = project.doit("build", env=NO_REMOTE | {"EDGEBUILD_FAULT": f"{point}={action}"})
     assert killed.returncode != 0
+    # The build ran in a worker process of its own: the doit process reports it by name.
+    ending = "was killed by SIGKILL" if action == "kill" else "was interrupted (SIGINT)"
+    output = killed.stdout + killed.stderr
+    assert "t: the build process (pid " in output and ending in output, output
     assert not (project.root / "build" / "t").exists()
     status = project.doit("status")
     assert status.stdout.startswith("t  missing"), status.stdout
@@ -78,6 +82,9 @@ def test_verify_killed_after_its_report_pushes_on_the_next_run(verified_seed: Pa
     remote = tmp_path / "remote"
     remote.mkdir()
     env = {"EDGEBUILD_REMOTE_CACHE": str(remote)}
+    # Without its report the build is judged again (a passing report for the current
+    # verification fingerprint would be kept and pushed without judging).
+    (project.root / "build" / "t" / "report.json").unlink()
     killed = project.doit("verify", env=env | {"EDGEBUILD_FAULT": "verify.after_report=kill"})
     assert killed.returncode != 0
     assert not (remote / "v1").exists()

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.lockfile import LOCK_FORMAT, read_lock, render_lock
+from edgebuild.lockfile import LOCK_FORMAT, read_lock, render_lock, significant
 from edgebuild.errors import LockfileError
 
 from helpers import TOWER_MANIFEST, clone_project
 
 LOCK_KEYS = {
     "kind", "fingerprint", "inputs", "checkpoint_origins", "params", "code", "verify_code", "versions", "outputs", "verified",
-    "verify_fingerprint",
+    "verify_fingerprint", "cost",
 }
 
 
@@ -32,6 +32,14 @@ def test_verify_writes_the_lock(verified_seed: Path) -> None:
     record = json.loads((verified_seed / "build" / "t" / ".edgebuild.json").read_text())
     for key in ("kind", "fingerprint", "inputs", "params", "code", "versions", "outputs"):
         assert entry[key] == record[key]
+    # The cost, from the record and the report, to two significant figures.
+    report = json.loads((verified_seed / "build" / "t" / "report.json").read_text())
+    assert entry["cost"] == {
+        "build_seconds": significant(record["build_seconds"]),
+        "verify_seconds": significant(report["metrics"]["verify_seconds"]),
+        "peak_rss_bytes": int(significant(float(record["build_info"]["peak_rss_bytes"]))),
+    }
+    assert 2**20 < entry["cost"]["peak_rss_bytes"] < 2**40
     assert entry["params"]["image_size"] == [64, 64]
     assert set(entry["inputs"]) == {"checkpoint"}
     assert entry["checkpoint_origins"] == {}  # a fixture, not a Hugging Face checkpoint

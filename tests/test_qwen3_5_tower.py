@@ -60,6 +60,29 @@ def test_wrapper_reproduces_model_forward(qwen_checkpoint: Path, dtype_name: str
         assert wrapped.float().std() > 0
 
 
+@pytest.mark.parametrize("image_size", [(448, 448), (224, 448)])
+def test_float16_module_cast_after_the_float32_check_is_the_float16_load(qwen_checkpoint: Path, image_size: tuple[int, int]) -> None:
+    """The build checks the wrapper in float32, then casts: the module it exports must be
+    the one loading in float16 gives, every weight and buffer in the same dtype, bit for
+    bit (the rotary cos/sin staying float32), or the float32 check would prove nothing
+    about it."""
+    import torch
+
+    from edgebuild.kinds.qwen3_5_tower.build import _cast_weights
+
+    checkpoint = Checkpoint(qwen_checkpoint)
+    geometry = tower_geometry(checkpoint.config_section("vision_config"), image_size)
+    loaded = fixed_shape_tower_class()(load_tower(checkpoint, torch.float16), geometry)
+    cast = fixed_shape_tower_class()(_cast_weights(load_tower(checkpoint, torch.float32), torch.float16), geometry)
+    expected = dict(loaded.named_parameters()) | dict(loaded.named_buffers())
+    found = dict(cast.named_parameters()) | dict(cast.named_buffers())
+    assert found.keys() == expected.keys()
+    assert [name for name in expected if found[name].dtype != expected[name].dtype] == []
+    assert [name for name in expected if not torch.equal(found[name], expected[name])] == []
+    assert found["rope_cos"].dtype == torch.float32 and found["pos_embeds"].dtype == torch.float16
+    assert found["tower.blocks.0.attn.qkv.weight"].dtype == torch.float16
+
+
 def test_rotary_frequencies_stay_float32(qwen_checkpoint: Path) -> None:
     import torch
 

@@ -1,0 +1,364 @@
+"""``doit build --dask`` / ``doit verify --dask`` on a real Dask cluster: a scheduler and
+worker processes on 127.0.0.1, each worker with resources of its own, started and
+stopped here with bounded waits. Also the resource estimate and the refusals that need
+no cluster (no remote cache, a read-only one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edgebuild.costs import LOCK_SOURCE, Cost
+from edgebuild.executors.resources import PROCESS_FOOTPRINT_BYTES, task_resources
+from edgebuild.lockfile import render_lock
+from edgebuild.remote_cache import RemoteCache
+
+from helpers import REPO, TOWER_MANIFEST, ProjectDir, clone_project
+
+pytest.importorskip("distributed")
+
+DASK = str(Path(sys.executable).with_name("dask"))
+START_TIMEOUT = 60
+# The cluster's tasks: t (from the session's seed) and u, independent; q consumes t.
+THREE = TOWER_MANIFEST + f"""\
+  u:
+    kind: qwen3_5_vision_tower
+    checkpoint: qwen
+    image_size: 96
+  q:
+    kind: qwen3_5_tower_qdq
+    source: t
+    calibration:
+      images: [{REPO / "data" / "calibration"}/*.png]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Cluster:
+    """``dask scheduler`` and ``dask worker`` processes on loopback, each in a process group
+    of its own (a worker is its nanny and the worker process under it: killing the group
+    is losing the machine)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+
+    def _environment(self, extra: dict[str, str]) -> dict[str, str]:
+        environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+        # The workers import this checkout's edgebuild, and share two cores between them.
+        environment["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+        environment["EDGEBUILD_JOBS"] = "2"
+        return environment | extra
+
+    def _start(self, name: str, command: list[str], extra: dict[str, str]) -> None:
+        log = self.root / f"{name}.log"
+        with open(log, "w") as handle:
+            self.processes[name] = subprocess.Popen(
+                command, stdout=handle, stderr=subprocess.STDOUT, env=self._environment(extra), start_new_session=True
+            )
+        self.logs[name] = log
+
+    def start_scheduler(self, extra: dict[str, str] | None = None) -> None:
+        self._start("scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(self.port),
+                                  "--dashboard-address", "127.0.0.1:0"], extra or {})
+        self._wait_for(lambda: _listening(self.port), "the scheduler to listen", "scheduler")
+
+    def start_worker(self, name: str, memory: str, extra: dict[str, str] | None = None) -> None:
+        self._start(name, [DASK, "worker", self.address, "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0",
+                           "--nthreads", "1", "--name", name, "--resources", f"MEMORY={memory}",
+                           "--local-directory", str(self.root / name)], extra or {})
+        self._wait_for(lambda: "Registered to:" in self.logs[name].read_text(), f"worker {name} to register", name)
+
+    def worker_address(self, name: str) -> str:
+        match = re.search(r"Start worker at:\s+(tcp://\S+)", self.logs[name].read_text())
+        assert match, self.logs[name].read_text()
+        return match.group(1)
+
+    def kill(self, name: str) -> None:
+        os.killpg(self.processes[name].pid, signal.SIGKILL)
+        self.processes[name].wait(timeout=30)
+
+    def _wait_for(self, condition, what: str, name: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.processes[name].poll() is not None:
+                pytest.fail(f"{name} exited with {self.processes[name].returncode}:\n{self.logs[name].read_text()}")
+            if condition():
+                return
+            time.sleep(0.2)
+        pytest.fail(f"waited {START_TIMEOUT} s for {what}:\n{self.logs[name].read_text()}")
+
+    def stop(self) -> None:
+        for name, process in reversed(list(self.processes.items())):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=20)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory):
+    """A scheduler and two workers of one thread each, offering different memory."""
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start_scheduler()
+        cluster.start_worker("w1", "4e9")
+        cluster.start_worker("w2", "3e9")
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def outputs_of(root: Path, name: str) -> dict:
+    return json.loads((root / "build" / name / ".edgebuild.json").read_text())["outputs"]
+
+
+# --- no cluster needed -----------------------------------------------------------------
+
+
+def test_memory_is_estimated_from_the_weights_and_the_kind(project_dir: ProjectDir) -> None:
+    images = REPO / "data" / "calibration"
+    project_dir.manifest(
+        THREE.replace("checkpoints:\n", "checkpoints:\n  siglip:\n    fixture: siglip_tiny\n", 1)
+        + "  s:\n    kind: siglip_f143\n    checkpoint: siglip\n    device: cuda\n"
+        + f"    calibration:\n      images: [{images}/*.png]\n"
+    )
+    project = project_dir.project()
+    tower_weights = sum(
+        4 * _elements(entry.shape) for entry in project.checkpoint("qwen").select(("model.visual.",)).values()
+    )
+    resources, basis = task_resources(project, "t", None)
+    assert resources == {"MEMORY": float(int(PROCESS_FOOTPRINT_BYTES + 3.0 * tower_weights))}
+    assert basis.startswith("estimated: 1.00 GiB + 3 x ") and basis.endswith(" GiB of float32 weights")
+    # A QDQ graph reads no tensors itself: its source's weights size it.
+    assert task_resources(project, "q", None)[0] == resources
+    # A recorded peak above the estimate wins, with a margin.
+    recorded, basis = task_resources(project, "t", Cost(10.0, 1.0, 8 << 30, LOCK_SOURCE))
+    assert recorded == {"MEMORY": float(10 << 30)}
+    assert basis == "recorded peak 8.00 GiB in the lock file, plus 25%"
+    # device: cuda asks for a GPU.
+    assert task_resources(project, "s", None)[0]["GPU"] == 1.0
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    count = 1
+    for extent in shape:
+        count *= extent
+    return count
+
+
+def test_without_a_remote_cache_nothing_is_submitted(project_dir: ProjectDir) -> None:
+    project_dir.manifest(TOWER_MANIFEST)
+    result = project_dir.doit("build", "--dask", "tcp://127.0.0.1:9", env={"EDGEBUILD_REMOTE_CACHE": "off"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "edgebuild: error: --dask: cluster workers hand their builds back through the remote cache, and none is set: "
+        "set EDGEBUILD_REMOTE_CACHE (or the manifest's remote_cache) to a location every worker can reach "
+        "(a shared directory, s3://bucket/prefix)"
+    )
+    assert not (project_dir.root / "build").exists()
+
+
+def test_a_read_only_or_missing_remote_cache_is_refused(project_dir: ProjectDir, tmp_path: Path) -> None:
+    project_dir.manifest(TOWER_MANIFEST)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    readonly = project_dir.doit("build", "--remote-readonly", "--dask", "tcp://127.0.0.1:9", env={"EDGEBUILD_REMOTE_CACHE": str(remote)})
+    assert readonly.returncode == 2
+    assert f"edgebuild: error: --dask: the remote cache {remote} is read-only" in readonly.stderr
+    missing = project_dir.doit("build", "--dask", "tcp://127.0.0.1:9", env={"EDGEBUILD_REMOTE_CACHE": str(tmp_path / "nowhere")})
+    assert missing.returncode == 2
+    assert f"edgebuild: error: {tmp_path / 'nowhere'}: " in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_an_unreachable_scheduler_is_one_line(project_dir: ProjectDir, tmp_path: Path) -> None:
+    project_dir.manifest(TOWER_MANIFEST)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    started = time.monotonic()
+    result = project_dir.doit("build", "--dask", f"tcp://127.0.0.1:{free_port()}", env={"EDGEBUILD_REMOTE_CACHE": str(remote)})
+    assert result.returncode == 2
+    assert re.search(r"edgebuild: error: --dask tcp://127\.0\.0\.1:\d+: cannot reach a Dask scheduler there within 15 s", result.stderr)
+    assert "Traceback" not in result.stderr and time.monotonic() - started < 120
+
+
+# --- a real cluster ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_build_over_two_workers(two_workers: Cluster, verified_seed: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    driver = clone_project(verified_seed, tmp_path / "driver")
+    for name in ("build", "cache"):
+        # A driver that has built nothing: everything comes back from the workers.
+        shutil.rmtree(driver.root / name)
+    driver.manifest(THREE)
+    result = driver.doit("verify", "--dask", two_workers.address, env={"EDGEBUILD_REMOTE_CACHE": str(remote)})
+    output = result.stderr
+    assert result.returncode == 0, result.stdout + output
+    assert "3 artifacts to build and verify (t, u, q)" in output
+    # Which artifact runs where: t and u at once, one on each worker; q after t.
+    workers = {name: set(re.findall(rf"  \[{name} @ (tcp://127\.0\.0\.1:\d+)\] started", output)) for name in "tuq"}
+    assert workers["t"] | workers["u"] == {two_workers.worker_address("w1"), two_workers.worker_address("w2")}, output
+    assert output.index("[q @ ") > output.index("[t @ ")
+    # q's worker got its source t from the remote cache (or had built it itself).
+    assert re.search(r"  \[q @ \S+\] (\[t\] pulled from the remote cache|\[t\] up to date)", output), output
+    assert "cluster: 3 of 3 built and verified" in output
+    # The driver exported nothing and judged nothing: it pulled what the workers verified.
+    for name in "tuq":
+        assert f"  [{name}] pulled from the remote cache {remote} in " in output
+        assert f"  [{name}] verified already" in output
+        assert f"  [{name}] built in" not in output
+    # The same bytes as the seed's own build of t on this machine.
+    assert outputs_of(driver.root, "t") == outputs_of(verified_seed, "t")
+    lock = json.loads((driver.root / "artifacts.lock").read_text())["artifacts"]
+    assert {name: entry["verified"] for name, entry in lock.items()} == {"t": True, "u": True, "q": True}
+
+
+@pytest.mark.slow
+def test_resources_no_worker_has_are_an_error_not_a_hang(two_workers: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    project = ProjectDir(tmp_path / "p")
+    project.manifest(TOWER_MANIFEST)
+    # History says t peaked at 64 GiB (a full-size build, say): no worker offers that.
+    (project.root / "artifacts.lock").write_text(
+        render_lock({"t": {"cost": {"build_seconds": 120.0, "verify_seconds": 30.0, "peak_rss_bytes": 64 << 30}}})
+    )
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    started = time.monotonic()
+    result = project.doit("build", "--dask", two_workers.address, env={"EDGEBUILD_REMOTE_CACHE": str(remote)})
+    assert time.monotonic() - started < 120
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "edgebuild: error: t: no worker of the cluster offers the resources it needs (MEMORY=8.59e+10; MEMORY recorded "
+        "peak 64.00 GiB in the lock file, plus 25%): MEMORY=8.59e+10 needed, at most 4e+09 offered; start a worker "
+        "with --resources \"MEMORY=8.59e+10\" (or more); nothing was submitted"
+    )
+    assert not (project.root / "build" / "t").exists()
+
+
+def _read_until(stream, pattern: str, seen: list[str], timeout: float) -> threading.Thread:
+    """Read ``stream`` line by line into ``seen``, to its end, on a thread; return once a
+    line matches ``pattern`` (the thread goes on reading)."""
+    found = threading.Event()
+
+    def read() -> None:
+        for line in iter(stream.readline, ""):
+            seen.append(line)
+            if re.search(pattern, line):
+                found.set()
+        found.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    found.wait(timeout)
+    assert any(re.search(pattern, line) for line in seen), f"no line matching {pattern!r} within {timeout} s:\n{''.join(seen)}"
+    return reader
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("retry", [True, False], ids=["retried-elsewhere", "given-up"])
+def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path: Path, retry: bool) -> None:
+    """Worker w1 hangs before its build's record is written; it is killed. With another
+    worker the scheduler runs the build again there and the driver gets the same bytes;
+    with retries exhausted the artifact is reported by name and nothing counts as built."""
+    cluster = Cluster(tmp_path / "cluster")
+    (tmp_path / "cluster").mkdir()
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    driver = clone_project(verified_seed, tmp_path / "driver")
+    shutil.rmtree(driver.root / "build")
+    shutil.rmtree(driver.root / "cache" / "store")
+    try:
+        cluster.start_scheduler({} if retry else {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"})
+        cluster.start_worker("w1", "4e9", {"EDGEBUILD_FAULT": "build.before_record=stall"})
+        environment = {key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"}
+        environment["EDGEBUILD_REMOTE_CACHE"] = str(remote)
+        process = subprocess.Popen(
+            [str(Path(sys.executable).with_name("doit")), "verify", "--dask", cluster.address],
+            cwd=driver.root, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        seen: list[str] = []
+        try:
+            reader = _read_until(process.stderr, r"\[t @ \S+\] fault: stalling at build\.before_record", seen, timeout=300)
+            # Built but not recorded, not verified, not pushed: nothing anyone could count as built.
+            assert not (remote / "v1" / "entries").exists()
+            if retry:
+                cluster.start_worker("w2", "3e9")
+            w1 = cluster.worker_address("w1")
+            cluster.kill("w1")
+            process.wait(timeout=400)
+            reader.join(timeout=30)
+            stdout = process.stdout.read()
+        finally:
+            if process.poll() is None:
+                process.kill()
+        output = "".join(seen)
+    finally:
+        cluster.stop()
+    if retry:
+        assert process.returncode == 0, stdout + output
+        w2 = cluster.worker_address("w2")
+        assert f"  [t] worker {w1} was lost while it ran; the scheduler runs it again on {w2}" in output, output
+        assert f"  [t @ {w2}] started" in output
+        assert "cluster: 1 of 1 built and verified" in output
+        # The retried build gave the same bytes as the seed's.
+        assert outputs_of(driver.root, "t") == outputs_of(verified_seed, "t")
+        assert RemoteCache.open(str(remote)).has(driver.project().fingerprint("t"))
+    else:
+        assert process.returncode == 1, stdout + output
+        assert (
+            f"edgebuild: error: t: every Dask worker that ran it was lost (the scheduler's allowed-failures ran out; "
+            f"last on {w1}); nothing of it counts as built"
+        ) in output
+        assert not (driver.root / "build" / "t").exists()
+        assert not (remote / "v1" / "entries").exists()
+
+
+@pytest.mark.slow
+def test_a_local_cluster(verified_seed: Path, tmp_path: Path) -> None:
+    """``--dask local:1``: a LocalCluster on loopback, closed when the command ends."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    driver = clone_project(verified_seed, tmp_path / "driver")
+    driver.manifest(TOWER_MANIFEST + "  u:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 96\n")
+    result = driver.doit("build", "--dask", "local:1", env={"EDGEBUILD_REMOTE_CACHE": str(remote)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    # t was verified here already: pushed, no cluster time; u is built and verified on the cluster.
+    assert "[t] remote cache: pushed" in result.stderr
+    assert re.search(r"cluster local:1 \(tcp://127\.0\.0\.1:\d+\): 1 artifacts to build and verify \(u\)", result.stderr)
+    assert re.search(r"  \[u @ tcp://127\.0\.0\.1:\d+\] started", result.stderr)
+    assert "cluster: 1 of 1 built and verified" in result.stderr
+    assert f"  [u] pulled from the remote cache {remote} in " in result.stderr
+    assert (driver.root / "build" / "u" / "model.onnx").is_file()

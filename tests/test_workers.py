@@ -1,0 +1,101 @@
+"""Worker processes (edgebuild/workers.py): each build and verification runs in a process
+of its own; its edgebuild errors come back as one line of the same class, a crash is
+reported by artifact name, and a build whose report already passed is not judged again."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from edgebuild.errors import ParameterError, WorkerError
+from edgebuild.workers import run_worker_at, worker_environment
+
+from helpers import REPO, ProjectDir, clone_project
+
+NO_REMOTE = {"EDGEBUILD_REMOTE_CACHE": "off"}
+
+
+def test_an_edgebuild_error_comes_back_as_the_same_class_and_line(project_dir: ProjectDir) -> None:
+    path = project_dir.manifest(
+        "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\n"
+        "artifacts:\n  odd:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 450\n"
+    )
+    lines: list[tuple[str, str]] = []
+    with pytest.raises(ParameterError) as caught:
+        run_worker_at("build", str(path), str(project_dir.root), "odd", relay=lambda stream, line: lines.append((stream, line)))
+    message = str(caught.value)
+    assert message.startswith(
+        f"{path}:8:5: artifacts -> odd -> image_size: height 450 is not a multiple of patch_size x spatial_merge_size"
+    )
+    assert "\n" not in message
+    # The worker printed no traceback of its own: the message is the whole story.
+    assert not any("Traceback" in line for _, line in lines)
+    assert not (project_dir.root / "build" / "odd").exists()
+
+
+def test_worker_runs_this_checkouts_edgebuild_first() -> None:
+    environment = worker_environment({"PYTHONPATH": os.pathsep.join(["/elsewhere", str(REPO)])})
+    assert environment["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]
+    assert environment["PYTHONUNBUFFERED"] == "1"
+
+
+@pytest.mark.slow
+def test_failed_verification_is_one_line_without_a_traceback(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    project.manifest(
+        "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\n"
+        "artifacts:\n  t:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
+        "    verify:\n      max_abs: 0.0\n"
+    )
+    result = project.doit("verify", env=NO_REMOTE)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "Traceback" not in output
+    failures = [line for line in output.splitlines() if "t: verification failed:" in line]
+    assert len(failures) == 1 and re.search(r"t: verification failed: max_abs = \S+ \(limit <= 0\): onnxruntime CPU vs ", failures[0]), output
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_reported_by_artifact_name_and_the_next_run_recovers(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    (project.root / "build" / "t" / "report.json").unlink()
+    killed = project.doit("verify", env=NO_REMOTE | {"EDGEBUILD_FAULT": "verify.after_report=kill"})
+    assert killed.returncode != 0
+    assert re.search(
+        r"t: the verify process \(pid \d+\) was killed by SIGKILL \(out of memory\? the kernel's OOM killer sends "
+        r"SIGKILL\); nothing of it counts as built",
+        killed.stdout + killed.stderr,
+    ), killed.stdout + killed.stderr
+    assert "Traceback" not in killed.stdout + killed.stderr
+    # The report was written before the kill and passed: the next run keeps it without judging again.
+    again = project.doit("verify", env=NO_REMOTE)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "[t] verified already: its report passed at this verification fingerprint; not judged again" in again.stderr
+    assert "# t (qwen3_5_vision_tower)" not in again.stderr
+
+
+@pytest.mark.slow
+def test_an_unexpected_exception_shows_the_workers_traceback(verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    (project.root / "build" / "t" / "report.json").unlink()
+    result = project.doit("verify", env=NO_REMOTE | {"EDGEBUILD_FAULT": "verify.after_report=raise"})
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    # A bug, not a fault edgebuild explains: the worker's own traceback, then the artifact's name.
+    assert "edgebuild.faults.InjectedFault: EDGEBUILD_FAULT=verify.after_report=raise" in output
+    assert re.search(r"t: the verify process \(pid \d+\) failed with exit status 1 \(its traceback is above\)", output), output
+
+
+def test_a_signal_is_named(tmp_path: Path) -> None:
+    """The parent's reading of a worker's end, without a build: a worker that kills itself."""
+    from edgebuild.workers import _outcome
+
+    with pytest.raises(WorkerError) as caught:
+        _outcome("build", "tower", 4242, -15, b"")
+    assert str(caught.value) == "tower: the build process (pid 4242) was killed by SIGTERM; nothing of it counts as built"
+    with pytest.raises(WorkerError) as caught:
+        _outcome("verify", "tower", 4242, 130, b'{"interrupted": true}\n')
+    assert str(caught.value) == "tower: the verify process (pid 4242) was interrupted (SIGINT); nothing of it counts as built"
