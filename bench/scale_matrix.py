@@ -63,6 +63,9 @@ FULL_SIZE_ARTIFACT = """\
     dtype: fp32
 """
 TINY_ARTIFACTS = 12
+# A pull by the doit process itself ("  [name] pulled ..."), not one a cluster worker's
+# relayed output reports ("  [name @ tcp://...] ...": a worker pulling a source).
+DRIVER_PULL = re.compile(r"^  \[[^]@]+\] pulled from the remote cache", re.M)
 
 
 def manifest(full_size: Path | None) -> str:
@@ -159,41 +162,48 @@ def main() -> None:
                     f"p = Project.load(Path({str(root)!r}) / 'artifacts.yaml', Path({str(root)!r})); p.checkpoint('qwen')"],
                    common.REPO)
     rows = []
-    results = {}
 
+    history = work / "n1.lock"
     for jobs in (1, 2):
         result = doit(fresh(roots["local"]), ["verify", "-n", str(jobs)], None)
         assert result["stderr"].count("] built in") == artifacts, result["stderr"]
-        results[f"-n {jobs}"] = result
+        if jobs == 1:
+            # What a committed lock file would hold after one full run: every artifact's cost.
+            shutil.copyfile(roots["local"] / "artifacts.lock", history)
         rows.append([f"`doit verify -n {jobs}`", f"{result['seconds']:.0f}", gib(result["peaks"]["doit"]),
                      gib(result["peaks"]["edgebuild worker"]), gib(result["peaks"]["other"]), gib(result["peaks"]["tree"]),
                      f"{artifacts} built and verified"])
 
-    remote = work / "remote-shards"
-    remote.mkdir()
-    shard_seconds = 0.0
-    shard_lines = []
-    for index in (1, 2):
-        root = fresh(roots[f"shard{index}"])
-        result = doit(root, ["verify", "--shard", f"{index}/2"], remote)
-        shard_seconds += result["seconds"]
-        line = next(line for line in result["stderr"].splitlines() if line.startswith(f"shard {index}/2:"))
-        shard_lines.append(line)
-        count = result["stderr"].count("] built in")
-        rows.append([f"`doit verify --shard {index}/2`", f"{result['seconds']:.0f}", gib(result["peaks"]["doit"]),
-                     gib(result["peaks"]["edgebuild worker"]), gib(result["peaks"]["other"]), gib(result["peaks"]["tree"]),
-                     f"{count} built and verified"])
-    gather = doit(fresh(roots["gather"]), ["verify", "--pull-only"], remote)
-    stderr = gather["stderr"]
-    pulled = stderr.count("pulled from the remote cache")
-    kept = stderr.count("verified already")
-    exported = stderr.count("] built in")
-    judged = len(re.findall(r"^# \S+ \(\S+\): (PASSED|FAILED)", stderr, re.M))
-    assert pulled == artifacts and exported == 0 and judged == 0, stderr
-    rows.append(["gather: `doit verify --pull-only`", f"{gather['seconds']:.0f}", gib(gather["peaks"]["doit"]),
-                 gib(gather["peaks"]["edgebuild worker"]), gib(gather["peaks"]["other"]), gib(gather["peaks"]["tree"]),
-                 f"{pulled} pulled, {kept} reports kept, {exported} exported, {judged} judged"])
-    rows.append(["two shards + gather, one after the other", f"{shard_seconds + gather['seconds']:.0f}", "", "", "", "", ""])
+    shard_lines = {}
+    for label, lock in (("no history", None), ("the `-n 1` run's lock file", history)):
+        remote = work / f"remote-shards-{'history' if lock else 'none'}"
+        remote.mkdir()
+        shard_seconds = 0.0
+        lines = []
+        for index in (1, 2):
+            root = fresh(roots[f"shard{index}"])
+            if lock is not None:
+                shutil.copyfile(lock, root / "artifacts.lock")
+            result = doit(root, ["verify", "--shard", f"{index}/2"], remote)
+            shard_seconds += result["seconds"]
+            lines.append(next(line for line in result["stderr"].splitlines() if line.startswith(f"shard {index}/2:")))
+            count = result["stderr"].count("] built in")
+            rows.append([f"`doit verify --shard {index}/2`, {label}", f"{result['seconds']:.0f}", gib(result["peaks"]["doit"]),
+                         gib(result["peaks"]["edgebuild worker"]), gib(result["peaks"]["other"]), gib(result["peaks"]["tree"]),
+                         f"{count} built and verified"])
+        shard_lines[label] = lines
+        gather = doit(fresh(roots["gather"]), ["verify", "--pull-only"], remote)
+        stderr = gather["stderr"]
+        pulled = len(DRIVER_PULL.findall(stderr))
+        kept = stderr.count("verified already")
+        exported = stderr.count("] built in")
+        judged = len(re.findall(r"^# \S+ \(\S+\): (PASSED|FAILED)", stderr, re.M))
+        assert pulled == artifacts and exported == 0 and judged == 0, stderr
+        rows.append(["gather: `doit verify --pull-only`", f"{gather['seconds']:.0f}", gib(gather["peaks"]["doit"]),
+                     gib(gather["peaks"]["edgebuild worker"]), gib(gather["peaks"]["other"]), gib(gather["peaks"]["tree"]),
+                     f"{pulled} pulled, {kept} reports kept, {exported} exported, {judged} judged"])
+        rows.append([f"two shards + gather, one after the other ({label})", f"{shard_seconds + gather['seconds']:.0f}",
+                     "", "", "", "", ""])
 
     dask_remote = work / "remote-dask"
     dask_remote.mkdir()
@@ -205,7 +215,7 @@ def main() -> None:
     rows.append(["`doit verify --dask local:2`", f"{result['seconds']:.0f}", gib(result["peaks"]["doit"]),
                  gib(result["peaks"]["edgebuild worker"]), gib(result["peaks"]["other"]), gib(result["peaks"]["tree"]),
                  "tasks per worker: " + ", ".join(str(count) for count in sorted(where.values(), reverse=True))
-                 + f"; the driver pulled {result['stderr'].count('pulled from the remote cache')}"])
+                 + f"; the driver pulled {len(DRIVER_PULL.findall(result['stderr']))}"])
 
     what = (f"{artifacts} artifacts" if full_size is None else "Twelve tiny artifacts and one full-size tower")
     full_line = ("" if full_size is None else
@@ -221,7 +231,8 @@ Peak RSS in GiB, sampled every 0.2 s over the command's process tree.
 
 {common.table(["run", "wall (s)", "doit process", "largest edgebuild worker", "largest other process", "whole tree at once", "what it did"], rows)}
 
-- Shards: {shard_lines[0]}; {shard_lines[1]}.
+- Shards with no history: {"; ".join(shard_lines["no history"])}.
+- Shards with the `-n 1` run's lock file (its `cost` entries): {"; ".join(shard_lines["the `-n 1` run's lock file"])}.
 - The gather step re-did: fingerprints ({artifacts}), pulls with every file's digest checked ({pulled}), and
   keeping each pulled report that passed at the current verification fingerprint ({kept}); no export and
   no verification ran again.

@@ -23,6 +23,9 @@ JOB_UNSET_ENV = ("EDGEBUILD_REMOTE_CACHE_READONLY", "EDGEBUILD_PULL_ONLY", "EDGE
 # How long the driver waits for a first worker, or for one that offers what a job still
 # waiting needs after the one that did was lost (an autoscaler may bring one).
 CLUSTER_WAIT_ENV = "EDGEBUILD_CLUSTER_WAIT"
+# "0": a job's output goes to the driver only, not also to the cluster worker's own stderr
+# (a local cluster's workers share the driver's terminal: every line would show twice).
+JOB_OUTPUT_TO_WORKER_LOG_ENV = "EDGEBUILD_JOB_OUTPUT_TO_WORKER_LOG"
 DEFAULT_CLUSTER_WAIT_SECONDS = 60.0
 
 
@@ -112,10 +115,13 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
     # Builds running at once on this worker share its cores (unless the worker says otherwise).
     environment.setdefault("EDGEBUILD_JOBS", str(max(1, threads)))
 
+    to_worker_log = os.environ.get(JOB_OUTPUT_TO_WORKER_LOG_ENV, "1") != "0"
+
     def relay(stream: str, line: str) -> None:
         # All of it in the worker's own log; to the driver, what says what happens (not the
         # report's table, which the driver pulls with the build).
-        sys.stderr.write(line)
+        if to_worker_log:
+            sys.stderr.write(line)
         text = line.strip()
         if text and not text.startswith(("|", "fingerprint `")):
             emit(text)

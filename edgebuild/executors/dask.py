@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError, EdgebuildError
-from .base import Executor, Job, Outcome, Say, WorkerOffer, cluster_wait_seconds, run_job
+from .base import JOB_OUTPUT_TO_WORKER_LOG_ENV, Executor, Job, Outcome, Say, WorkerOffer, cluster_wait_seconds, run_job
 
 PROGRESS_TOPIC = "edgebuild-progress"
 LOCAL = "local"
@@ -236,7 +236,8 @@ def _local_cluster(address: str) -> Any:
         silence_logs=logging.ERROR,
         resources={"MEMORY": float(memory)},
         # The workers' builds share this machine's cores: each takes cores / N torch threads.
-        env={"EDGEBUILD_JOBS": str(count)},
+        # Their stderr is this terminal: a job's output reaches it once, through the driver.
+        env={"EDGEBUILD_JOBS": str(count), JOB_OUTPUT_TO_WORKER_LOG_ENV: "0"},
     )
 
 
