@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,13 @@ class Project:
         inputs: dict[str, Any] = {}
         named: dict[str, Any] = {}
         checkpoint_origins: dict[str, CheckpointOrigin] = {}
+        # The code's digest parses source files and the tool versions read package
+        # metadata (CPU, small files) while the checkpoint's tensors stream from disk:
+        # on a cold cache that was 75 ms of a 0.57 s fingerprint of the full-size tower.
+        background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgebuild-code-digest")
+        code = background.submit(code_digests, kind.build_module)
+        versions = background.submit(tool_versions, kind.tool_packages)
+        background.shutdown(wait=False)
         try:
             # The artifact's own checkpoints; an artifact with none applies its selection
             # to the checkpoints behind its sources. Either way it covers what this artifact
@@ -208,8 +216,8 @@ class Project:
             kind=params.kind,
             params=params.build_parameters(),
             inputs=inputs,
-            code=code_digests(kind.build_module),
-            versions=tool_versions(kind.tool_packages),
+            code=code.result(),
+            versions=versions.result(),
         ).model_copy(update={"inputs_named": named, "checkpoint_origins": checkpoint_origins})
         self._records[name] = record
         return record
