@@ -222,6 +222,7 @@ def verification_summary(outcome: dict[str, list[str]]) -> str:
     return "verify: " + ", ".join(parts)
 
 
+_JSON_OPTION = {"name": "as_json", "short": "", "long": "json", "type": bool, "default": False, "help": "print JSON"}
 _FAIL_FAST_OPTION = {
     "name": "fail_fast", "short": "", "long": "fail-fast", "type": bool, "default": False,
     "help": "stop at the first failure (by default every selected artifact is verified)",
@@ -403,7 +404,7 @@ class Status(_NamesAnywhere, _ProjectCommand):
         "in error (its parameters or inputs cannot be read); with --check, also when one is stale or missing."
     )
     cmd_options = (
-        {"name": "as_json", "short": "", "long": "json", "type": bool, "default": False, "help": "print JSON"},
+        _JSON_OPTION,
         {"name": "check", "short": "", "long": "check", "type": bool, "default": False,
          "help": "exit 1 unless every artifact is up to date (for CI)"},
     )
@@ -463,7 +464,7 @@ class Cache(_NamesAnywhere, _ProjectCommand):
         "since last used; remote cache: since pushed). 'current' marks the build the manifest asks for now."
     )
     cmd_options = (
-        {"name": "as_json", "short": "", "long": "json", "type": bool, "default": False, "help": "print JSON"},
+        _JSON_OPTION,
     )
 
     def run(self, project, params, args):  # noqa: D102

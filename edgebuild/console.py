@@ -24,8 +24,13 @@ CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx", "torch.export", "torch.
 CHATTY_PACKAGES = ("torch", "transformers", "onnxscript", "onnx_ir", "onnxruntime")
 
 
+def env_flag(name: str) -> bool:
+    """Whether the environment switch ``name`` is on: set, and not ``0``/``false``/``no``/``off``."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def verbose() -> bool:
-    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    return env_flag(VERBOSE_ENV)
 
 
 def set_verbose() -> None:

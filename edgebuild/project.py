@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint
+from .console import env_flag
 from .errors import CheckpointError, FilesystemError, ManifestError, ParameterError
 from .fingerprint import StatCache, code_digests, tool_versions
 from .fixtures import ensure_fixture
@@ -38,7 +39,7 @@ REMOTE_CACHE_READONLY_ENV = "EDGEBUILD_REMOTE_CACHE_READONLY"
 
 
 def remote_cache_readonly() -> bool:
-    return os.environ.get(REMOTE_CACHE_READONLY_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return env_flag(REMOTE_CACHE_READONLY_ENV)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,9 @@ Relay = Callable[[str, str], None]
 
 
 def pull_only() -> bool:
-    return os.environ.get(PULL_ONLY_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    from .console import env_flag
+
+    return env_flag(PULL_ONLY_ENV)
 
 
 # --- the parent: the doit action ---------------------------------------------------------

@@ -18,6 +18,7 @@ Dask counts resources per worker while a task runs, so a worker started with
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -78,11 +79,7 @@ def float32_weight_bytes(project: "Project", name: str) -> int:
         selection = kind.tensor_selection(params, checkpoint)
         if selection is None or not selection.prefixes:
             continue
-        for entry in checkpoint.select(selection.prefixes).values():
-            count = 1
-            for extent in entry.shape:
-                count *= extent
-            elements += count
+        elements += sum(math.prod(entry.shape) for entry in checkpoint.select(selection.prefixes).values())
     if elements:
         return elements * BYTES_PER_FLOAT32
     sources = params.source_artifacts()
