@@ -188,6 +188,16 @@ def test_without_a_remote_cache_nothing_is_submitted(project_dir: ProjectDir) ->
     assert not (project_dir.root / "build").exists()
 
 
+def test_a_malformed_local_address_is_one_line_even_with_nothing_to_build(project_dir: ProjectDir) -> None:
+    project_dir.manifest(TOWER_MANIFEST)
+    result = project_dir.doit("build", "--dask", "local:x", env={"EDGEBUILD_REMOTE_CACHE": "off"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "edgebuild: error: --dask local:x: expected 'local' or 'local:N' (N worker processes)"
+    )
+    assert not (project_dir.root / "build").exists()
+
+
 def test_a_read_only_or_missing_remote_cache_is_refused(project_dir: ProjectDir, tmp_path: Path) -> None:
     project_dir.manifest(TOWER_MANIFEST)
     remote = tmp_path / "remote"

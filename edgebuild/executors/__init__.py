@@ -47,6 +47,13 @@ class ClusterRun:
     failed: list[str] = field(default_factory=list)
 
 
+def check_address(address: str) -> None:
+    """Refuse a malformed address before anything else, even when nothing needs the cluster."""
+    from .dask import local_worker_count
+
+    local_worker_count(address)
+
+
 def open_executor(address: str) -> Executor:
     from .dask import DaskExecutor
 
@@ -64,6 +71,7 @@ def run_on_cluster(project: "Project", names: list[str], address: str, verify: b
     from ..record import VerificationState, verification_state
     from .resources import task_resources
 
+    check_address(address)
     remote = project.remote_cache
     if remote is None:
         raise ClusterError(

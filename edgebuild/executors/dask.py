@@ -45,7 +45,7 @@ class DaskExecutor(Executor):
         self._cluster = None
         # (artifact, worker) pairs already said to be lost.
         self._lost: set[tuple[str, str]] = set()
-        if address == LOCAL or address.startswith(LOCAL + ":"):
+        if local_worker_count(address) is not None:
             self._cluster = _local_cluster(address)
             target: Any = self._cluster
             self.label = f"{address} ({self._cluster.scheduler_address})"
@@ -210,12 +210,11 @@ class DaskExecutor(Executor):
             self._cluster = None
 
 
-def _local_cluster(address: str) -> Any:
-    """A LocalCluster on loopback: N worker processes of one thread each (one build at a
-    time per worker), each offering 1/N of this machine's memory."""
-    import psutil
-    from distributed import LocalCluster
-
+def local_worker_count(address: str) -> int | None:
+    """How many workers ``local`` / ``local:N`` asks for; ``None`` for a scheduler's address.
+    A malformed ``local:...`` is a :class:`ClusterError`."""
+    if address != LOCAL and not address.startswith(LOCAL + ":"):
+        return None
     count_text = address.partition(":")[2]
     try:
         count = int(count_text) if count_text else min(os.cpu_count() or 1, 4)
@@ -223,6 +222,16 @@ def _local_cluster(address: str) -> Any:
         raise ClusterError(f"--dask {address}: expected 'local' or 'local:N' (N worker processes)") from None
     if count < 1:
         raise ClusterError(f"--dask {address}: expected at least one worker")
+    return count
+
+
+def _local_cluster(address: str) -> Any:
+    """A LocalCluster on loopback: N worker processes of one thread each (one build at a
+    time per worker), each offering 1/N of this machine's memory."""
+    import psutil
+    from distributed import LocalCluster
+
+    count = local_worker_count(address)
     memory = psutil.virtual_memory().total // count
     return LocalCluster(
         n_workers=count,
