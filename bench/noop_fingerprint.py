@@ -34,7 +34,7 @@ import common  # noqa: E402
 FINGERPRINT_SNIPPET = """
 import json, sys, time
 from pathlib import Path
-from edgebuild.project import Project
+from edgebuild.core.project import Project
 root = Path(sys.argv[1])
 project = Project.load(root / "artifacts.yaml", root)
 started = time.perf_counter()
@@ -138,7 +138,7 @@ def main() -> None:
     noop_big, noop_tiny, listing = (statistics.median(samples[key]) for key in ("big", "tiny", "list"))
 
     sys.path.insert(0, str(common.REPO))
-    from edgebuild.checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
     entries = Checkpoint(checkpoint).select(("model.visual.",))
     visual_bytes = sum(entry.nbytes for entry in entries.values())

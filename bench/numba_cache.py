@@ -26,7 +26,7 @@ SNIPPET = """
 import json, time
 started = time.perf_counter()
 import torch
-from edgebuild.quant import gptq
+from edgebuild.ml.quant import gptq
 generator = torch.Generator().manual_seed(0)
 weight = torch.randn(384, 256, generator=generator)
 inputs = torch.randn(512, 256, generator=generator)

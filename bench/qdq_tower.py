@@ -33,7 +33,7 @@ IMAGE_SIZE = 224
 
 
 def _digests(directory: Path) -> dict[str, str]:
-    from edgebuild.hashing import file_digest
+    from edgebuild.core.hashing import file_digest
 
     return {name: file_digest(directory / name) for name in ("model.onnx", "model.onnx.data")}
 
@@ -43,7 +43,7 @@ def side_plain(root: Path, images: list[str]) -> dict:
     from onnxruntime.quantization import QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
-    from edgebuild.checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
     from edgebuild.kinds.qwen3_5_tower_qdq.inputs import tower_inputs
     from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
     from edgebuild.kinds.qwen3_5_tower_qdq.qdq import PatchesReader
@@ -73,8 +73,8 @@ def side_plain(root: Path, images: list[str]) -> dict:
 
 
 def side_edgebuild(root: Path) -> dict:
-    from edgebuild.builder import build_artifact
-    from edgebuild.project import Project
+    from edgebuild.run.builder import build_artifact
+    from edgebuild.core.project import Project
 
     sampler = common.RssSampler()
     sampler.start()
@@ -144,9 +144,9 @@ def main() -> None:
     common.project_dir(root, manifest)
     (root / "checkpoint.json").write_text(json.dumps({"path": str(checkpoint)}))
     sys.path.insert(0, str(common.REPO))
-    from edgebuild.builder import build_artifact
-    from edgebuild.checkpoint import Checkpoint
-    from edgebuild.project import Project
+    from edgebuild.run.builder import build_artifact
+    from edgebuild.core.checkpoint import Checkpoint
+    from edgebuild.core.project import Project
 
     parameters = sum(entry.nbytes for entry in Checkpoint(checkpoint).select(("model.visual.",)).values()) // 2
     float32_bytes = parameters * 4

@@ -104,7 +104,7 @@ class TreeSampler:
                     continue
                 total += rss
                 role = "doit" if process.pid == self.root.pid else (
-                    "edgebuild worker" if "edgebuild.workers" in command else "other")
+                    "edgebuild worker" if "edgebuild.run.workers" in command else "other")
                 self.peaks[role] = max(self.peaks[role], rss)
             self.peaks["tree"] = max(self.peaks["tree"], total)
             self._stop.wait(0.2)
@@ -158,7 +158,7 @@ def main() -> None:
     roots = {name: common.project_dir(work / name, manifest(full_size)) for name in ("local", "shard1", "shard2", "gather", "dask")}
     for root in roots.values():
         common.run([common.DOIT, "list"], root)
-        common.run([sys.executable, "-c", "from edgebuild.project import Project; from pathlib import Path; "
+        common.run([sys.executable, "-c", "from edgebuild.core.project import Project; from pathlib import Path; "
                     f"p = Project.load(Path({str(root)!r}) / 'artifacts.yaml', Path({str(root)!r})); p.checkpoint('qwen')"],
                    common.REPO)
     rows = []

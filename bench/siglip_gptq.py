@@ -43,7 +43,7 @@ def write_checkpoint(directory: Path, layers: int) -> Path:
     from safetensors.torch import save_file
     from transformers import SiglipConfig, SiglipImageProcessor, SiglipVisionModel
 
-    from edgebuild.fixtures import SIGLIP_TINY, _redraw
+    from edgebuild.core.fixtures import SIGLIP_TINY, _redraw
 
     directory.mkdir(parents=True, exist_ok=True)
     config = SiglipConfig(text_config=SIGLIP_TINY["text_config"], vision_config=dict(SO400M_VISION, num_hidden_layers=layers))
@@ -66,8 +66,8 @@ def run_side(side: str, root: Path, layers: int, images: int) -> dict:
     import torch
     from safetensors.torch import save_file
 
-    from edgebuild.builder import build_artifact
-    from edgebuild.project import Project
+    from edgebuild.run.builder import build_artifact
+    from edgebuild.core.project import Project
 
     project = Project.load(root / "artifacts.yaml", root)
     started = time.perf_counter()

@@ -27,8 +27,8 @@ PHASES = ("load", "wrapper check", "export", "sanitize", "verify")
 
 def run_side(root: Path, name: str) -> dict:
     sys.path.insert(0, str(common.REPO))
-    from edgebuild.builder import build_artifact, verify_artifact
-    from edgebuild.project import Project
+    from edgebuild.run.builder import build_artifact, verify_artifact
+    from edgebuild.core.project import Project
 
     sampler = common.RssSampler()
     sampler.start()
@@ -121,7 +121,7 @@ def main() -> None:
     work = common.work_dir()
     checkpoint = common.write_qwen3_5_checkpoint(work / "qwen3_5_synthetic")
     sys.path.insert(0, str(common.REPO))
-    from edgebuild.checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
     visual_bytes = sum(entry.nbytes for entry in Checkpoint(checkpoint).select(("model.visual.",)).values())
     parameters = visual_bytes // 2

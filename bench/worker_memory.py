@@ -40,18 +40,18 @@ SIDE = textwrap.dedent('''
                 return int(line.split()[1]) * 1024
 
     mode, manifest, root = sys.argv[1:4]
-    from edgebuild.project import Project
+    from edgebuild.core.project import Project
     project = Project.load(manifest, Path(root))
     project.fingerprint("t")
     out = {"loaded": rss(), "torch_imported": "torch" in sys.modules}
     if mode == "in_process":
-        from edgebuild.builder import build_artifact, verify_artifact
+        from edgebuild.run.builder import build_artifact, verify_artifact
         build_artifact(project, "t", log=lambda m: None)
         out["after_build"] = rss()
         out["peak_after_build"] = hwm()
         verify_artifact(project, "t", log=lambda m: None)
     else:
-        from edgebuild.workers import build_in_worker, verify_in_worker
+        from edgebuild.run.workers import build_in_worker, verify_in_worker
         build_in_worker(project, "t")
         out["after_build"] = rss()
         out["peak_after_build"] = hwm()
@@ -90,7 +90,7 @@ def measure(label: str, checkpoint: str) -> dict:
         (root / "artifacts.yaml").write_text(manifest(checkpoint))
         # The fixture (and the stat cache) beforehand, in another process: generating it
         # imports torch, which a project on a real checkpoint never does in the parent.
-        subprocess.run([sys.executable, "-c", f"from edgebuild.project import Project; from pathlib import Path; "
+        subprocess.run([sys.executable, "-c", f"from edgebuild.core.project import Project; from pathlib import Path; "
                         f"p = Project.load({str(root / 'artifacts.yaml')!r}, Path({str(root)!r})); p.fingerprint('t'); p.save_caches()"],
                        check=True, env=NO_REMOTE)
         done = subprocess.run([sys.executable, "-c", SIDE, mode, str(root / "artifacts.yaml"), str(root)],

@@ -23,7 +23,7 @@ import common  # noqa: E402
 SIDE = textwrap.dedent('''
     import json, sys, time
     import torch
-    from edgebuild.checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
     from edgebuild.kinds.qwen3_5_tower.build import _cast_weights, _check_wrapper
     from edgebuild.kinds.qwen3_5_tower.model import fixed_shape_tower_class, load_tower, sample_patches
     from edgebuild.kinds.qwen3_5_tower.params import tower_geometry

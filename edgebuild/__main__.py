@@ -36,16 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "init":
-            from .scaffold import describe, init_project
+            from edgebuild.cli.scaffold import describe, init_project
 
             result = init_project(args.directory)
             print(describe(result, str(args.directory)))
         elif args.command == "schema":
-            from .manifest import manifest_json_schema
+            from edgebuild.core.manifest import manifest_json_schema
 
             print(json.dumps(manifest_json_schema(), indent=2))
         elif args.command == "fixture":
-            from .fixtures import FIXTURES, write_fixture
+            from edgebuild.core.fixtures import FIXTURES, write_fixture
 
             if args.name not in FIXTURES:
                 parser.error(f"unknown fixture {args.name!r}; expected one of {', '.join(FIXTURES)}")
@@ -63,12 +63,12 @@ def _check(manifest_path: str | None, deep: bool) -> int:
     """Print each artifact (name, kind, description); with ``deep``, first check each
     one as its build would, and report every problem found, not only the first."""
     from .kinds import get_kind
-    from .manifest import load_manifest
+    from edgebuild.core.manifest import load_manifest
 
     manifest = load_manifest(manifest_path)
     problems = []
     if deep:
-        from .project import Project
+        from edgebuild.core.project import Project
 
         project = Project(manifest)
         for name in manifest.order():

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from .errors import EdgebuildError, VerificationFailed
-from .report import Check
+from edgebuild.core.report import Check
 
 Log = Callable[[str], None]
 State = Literal["up to date", "stale", "missing", "error"]
@@ -96,7 +96,7 @@ class VerifyResult:
     @property
     def summary(self) -> str:
         """The line ``doit verify`` ends with."""
-        from .commands import verification_summary
+        from edgebuild.cli.commands import verification_summary
 
         return verification_summary({"passed": list(self.passed), "failed": list(self.failed),
                                      "not run": list(self.not_run)})
@@ -107,7 +107,7 @@ class Project:
     caches to ``cache/``, the lock file to ``<manifest stem>.lock``."""
 
     def __init__(self, manifest: str | os.PathLike[str] | None = None) -> None:
-        from .project import Project as ProjectState
+        from edgebuild.core.project import Project as ProjectState
 
         self._project = ProjectState.load(os.path.abspath(_manifest_path(manifest)))
 
@@ -132,9 +132,9 @@ class Project:
         """Make ``names`` (all when ``None``) and what they depend on current, dependencies
         first; return artifact -> fingerprint. Raises the first failure's
         :class:`~edgebuild.errors.EdgebuildError` (what it had built stays built)."""
-        from .builder import build_artifact
-        from .console import quieted
-        from .lockfile import update_lock
+        from edgebuild.run.builder import build_artifact
+        from edgebuild.core.console import quieted
+        from edgebuild.run.lockfile import update_lock
 
         selected = self._known(names)
         order = self._project.manifest.order(selected)
@@ -152,10 +152,10 @@ class Project:
         """Build what is stale, then verify ``names`` (all when ``None``), going on after
         a failure. An artifact already verified against its current thresholds is not
         verified again."""
-        from .builder import build_artifact, verify_artifact
-        from .console import quieted
-        from .lockfile import update_lock
-        from .record import VerificationState, verification_state
+        from edgebuild.run.builder import build_artifact, verify_artifact
+        from edgebuild.core.console import quieted
+        from edgebuild.run.lockfile import update_lock
+        from edgebuild.core.record import VerificationState, verification_state
 
         project = self._project
         selected = self._known(names)
@@ -197,7 +197,7 @@ class Project:
 
     def status(self, names: list[str] | None = None) -> list[ArtifactStatus]:
         """Up to date, stale (with reasons), missing or error, per artifact; builds nothing."""
-        from .status import artifact_status
+        from edgebuild.run.state import artifact_status
 
         states = [artifact_status(self._project, name) for name in self._known(names)]
         self._project.save_caches()
@@ -212,7 +212,7 @@ class Project:
     def report(self, name: str) -> VerificationReport | None:
         """The last verification report of ``name``; ``None`` if it was never verified.
         It may be of an older build: compare its ``fingerprint`` with :meth:`fingerprint`."""
-        from .report import read_report
+        from edgebuild.core.report import read_report
 
         data = read_report(self.artifact_dir(name))
         return VerificationReport.from_json(data) if data is not None else None
@@ -240,7 +240,7 @@ def open_project(manifest: str | os.PathLike[str] | None = None) -> Project:
 
 
 def _manifest_path(manifest: str | os.PathLike[str] | None) -> Path:
-    from .manifest import manifest_path
+    from edgebuild.core.manifest import manifest_path
 
     return manifest_path(manifest)
 

@@ -63,7 +63,7 @@ def ran(output: str) -> dict[str, str]:
 
 def flip_byte(checkpoint: Path, tensor: str) -> None:
     sys.path.insert(0, str(REPO))
-    from edgebuild.checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
     entry = Checkpoint(checkpoint).tensors[tensor]
     with open(entry.file, "r+b") as handle:
@@ -83,7 +83,7 @@ def step(title: str, root: Path, expected: dict[str, str], *args: str) -> None:
 
 def main() -> None:
     sys.path.insert(0, str(REPO))
-    from edgebuild.fixtures import write_fixture
+    from edgebuild.core.fixtures import write_fixture
 
     with tempfile.TemporaryDirectory(prefix="edgebuild-demo-") as scratch:
         root = Path(scratch)

@@ -23,7 +23,7 @@ def _no_ambient_remote(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def qwen_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from edgebuild.fixtures import write_fixture
+    from edgebuild.core.fixtures import write_fixture
 
     return write_fixture(tmp_path_factory.mktemp("qwen") / "ckpt", "qwen3_5_vl_tiny")
 
@@ -150,6 +150,6 @@ def _wait_until_serving(endpoint: str, process: subprocess.Popen, log_path: Path
 
 @pytest.fixture(scope="session")
 def siglip_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from edgebuild.fixtures import write_fixture
+    from edgebuild.core.fixtures import write_fixture
 
     return write_fixture(tmp_path_factory.mktemp("siglip") / "ckpt", "siglip_tiny")

@@ -53,7 +53,7 @@ class ProjectDir:
         )
 
     def project(self):
-        from edgebuild.project import Project
+        from edgebuild.core.project import Project
 
         return Project.load(self.root / "artifacts.yaml", self.root)
 
@@ -69,7 +69,7 @@ def require_installed_commands() -> None:
     from importlib.metadata import entry_points
 
     found = {point.name: point.value for point in entry_points(group="doit.COMMAND")}
-    missing = [name for name in EDGEBUILD_COMMANDS if not found.get(name, "").startswith("edgebuild.commands:")]
+    missing = [name for name in EDGEBUILD_COMMANDS if not found.get(name, "").startswith("edgebuild.cli.commands:")]
     if missing:
         pytest.fail(
             f"doit command(s) {', '.join(missing)} are not installed as entry points (group doit.COMMAND): "

@@ -4,7 +4,7 @@ The seed (`seeds/siglip_f143_reconstruct.seed.py`) is the behaviour the
 project must reproduce bit for bit. This module restates its numerics as
 directly as possible: one column block at a time, one column at a time, with
 the same floating-point operations in the same order, so that any faster
-implementation in `edgebuild.quant.f143` / `edgebuild.quant.gptq` can be checked against
+implementation in `edgebuild.ml.quant.f143` / `edgebuild.ml.quant.gptq` can be checked against
 it with `torch.equal`. It is used by the tests and by benchmarks only; it is
 deliberately slow and simple.
 """

@@ -13,7 +13,7 @@ import pytest
 import edgebuild
 from edgebuild.api import ArtifactStatus, VerificationReport, VerifyResult
 from edgebuild.errors import ManifestError
-from edgebuild.report import Check
+from edgebuild.core.report import Check
 
 from helpers import REPO, TOWER_MANIFEST, clone_project
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from edgebuild.checkpoint import Checkpoint
+from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.fingerprint import NEUTRAL_MODULES, _PACKAGE_ROOT, code_digests, module_imports
+from edgebuild.core.fingerprint import NEUTRAL_MODULES, _PACKAGE_ROOT, code_digests, module_imports
 from edgebuild.kinds import get_kind, kind_names
-from edgebuild.project import VERIFICATION_MODULE
+from edgebuild.core.project import VERIFICATION_MODULE
 
 # The kind interface (its contexts hand a kind its checkpoints): in every digest.
-KIND_INTERFACE = ["edgebuild/checkpoint.py", "edgebuild/kinds/base.py"]
+KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/kind.py"]
 BUILD_CODE = {
     "qnn_context": [
-        "edgebuild/kinds/base.py",
+        "edgebuild/core/kind.py",
         "edgebuild/kinds/qnn_context/build.py",
         "edgebuild/kinds/qnn_context/compile.py",
         "edgebuild/kinds/qnn_context/params.py",
@@ -30,107 +30,107 @@ BUILD_CODE = {
         "edgebuild/kinds/qwen3_5_tower/build.py",
         "edgebuild/kinds/qwen3_5_tower/model.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
-        "edgebuild/onnx_tools.py",
+        "edgebuild/ml/onnx_tools.py",
     ],
     "qwen3_5_tower_qdq": [
-        "edgebuild/images.py",
-        "edgebuild/inputs.py",
-        "edgebuild/kinds/base.py",
+        "edgebuild/ml/images.py",
+        "edgebuild/core/inputs.py",
+        "edgebuild/core/kind.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/build.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/graph.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/inputs.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/qdq.py",
-        "edgebuild/onnx_tools.py",
+        "edgebuild/ml/onnx_tools.py",
     ],
     "siglip_f143": [
-        "edgebuild/compare.py",
-        "edgebuild/hashing.py",
-        "edgebuild/images.py",
-        "edgebuild/inputs.py",
+        "edgebuild/ml/compare.py",
+        "edgebuild/core/hashing.py",
+        "edgebuild/ml/images.py",
+        "edgebuild/core/inputs.py",
         "edgebuild/kinds/siglip_f143/build.py",
         "edgebuild/kinds/siglip_f143/calibration.py",
         "edgebuild/kinds/siglip_f143/packed.py",
         "edgebuild/kinds/siglip_f143/params.py",
-        "edgebuild/quant/f143.py",
-        "edgebuild/quant/gptq.py",
-        "edgebuild/quant/kernels.py",
-        "edgebuild/siglip.py",
+        "edgebuild/ml/quant/f143.py",
+        "edgebuild/ml/quant/gptq.py",
+        "edgebuild/ml/quant/kernels.py",
+        "edgebuild/ml/siglip.py",
     ],
     "siglip_f143_onnx": [
-        "edgebuild/hashing.py",
-        "edgebuild/images.py",
-        "edgebuild/inputs.py",
+        "edgebuild/core/hashing.py",
+        "edgebuild/ml/images.py",
+        "edgebuild/core/inputs.py",
         "edgebuild/kinds/siglip_f143/params.py",
         "edgebuild/kinds/siglip_f143_onnx/build.py",
         "edgebuild/kinds/siglip_f143_onnx/model.py",
         "edgebuild/kinds/siglip_f143_onnx/params.py",
-        "edgebuild/onnx_tools.py",
-        "edgebuild/quant/f143.py",
-        "edgebuild/quant/kernels.py",
+        "edgebuild/ml/onnx_tools.py",
+        "edgebuild/ml/quant/f143.py",
+        "edgebuild/ml/quant/kernels.py",
         # The source's config.json in any SigLIP layout (already in the source's fingerprint).
-        "edgebuild/siglip.py",
+        "edgebuild/ml/siglip.py",
     ],
 }
 # Every verify digest holds the builder's verify path and the report writer.
-JUDGING = ["edgebuild/atomic.py", "edgebuild/hashing.py", "edgebuild/record.py", "edgebuild/report.py", "edgebuild/verification.py"]
+JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/core/record.py", "edgebuild/core/report.py", "edgebuild/run/verification.py"]
 VERIFY_CODE = {
     "qnn_context": [
-        "edgebuild/compare.py",
-        "edgebuild/kinds/base.py",
+        "edgebuild/ml/compare.py",
+        "edgebuild/core/kind.py",
         "edgebuild/kinds/qnn_context/params.py",
         "edgebuild/kinds/qnn_context/qnn.py",
         "edgebuild/kinds/qnn_context/verify.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
-        "edgebuild/onnx_tools.py",
+        "edgebuild/ml/onnx_tools.py",
     ],
     "qwen3_5_vision_tower": [
-        "edgebuild/compare.py",
+        "edgebuild/ml/compare.py",
         "edgebuild/kinds/qwen3_5_tower/model.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
         "edgebuild/kinds/qwen3_5_tower/verify.py",
-        "edgebuild/onnx_tools.py",
+        "edgebuild/ml/onnx_tools.py",
     ],
     "qwen3_5_tower_qdq": [
-        "edgebuild/compare.py",
-        "edgebuild/images.py",
-        "edgebuild/inputs.py",
-        "edgebuild/kinds/base.py",
+        "edgebuild/ml/compare.py",
+        "edgebuild/ml/images.py",
+        "edgebuild/core/inputs.py",
+        "edgebuild/core/kind.py",
         "edgebuild/kinds/qwen3_5_tower/params.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/graph.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/inputs.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/qdq.py",
         "edgebuild/kinds/qwen3_5_tower_qdq/verify.py",
-        "edgebuild/onnx_tools.py",
+        "edgebuild/ml/onnx_tools.py",
     ],
     "siglip_f143": [
-        "edgebuild/compare.py",
-        "edgebuild/images.py",
-        "edgebuild/inputs.py",
+        "edgebuild/ml/compare.py",
+        "edgebuild/ml/images.py",
+        "edgebuild/core/inputs.py",
         "edgebuild/kinds/siglip_f143/packed.py",
         "edgebuild/kinds/siglip_f143/params.py",
         "edgebuild/kinds/siglip_f143/verify.py",
-        "edgebuild/quant/f143.py",
-        "edgebuild/quant/kernels.py",
-        "edgebuild/siglip.py",
+        "edgebuild/ml/quant/f143.py",
+        "edgebuild/ml/quant/kernels.py",
+        "edgebuild/ml/siglip.py",
     ],
     "siglip_f143_onnx": [
-        "edgebuild/images.py",
-        "edgebuild/inputs.py",
+        "edgebuild/ml/images.py",
+        "edgebuild/core/inputs.py",
         "edgebuild/kinds/siglip_f143/params.py",
         "edgebuild/kinds/siglip_f143_onnx/model.py",
         "edgebuild/kinds/siglip_f143_onnx/params.py",
         "edgebuild/kinds/siglip_f143_onnx/verify.py",
-        "edgebuild/onnx_tools.py",
-        "edgebuild/siglip.py",
+        "edgebuild/ml/onnx_tools.py",
+        "edgebuild/ml/siglip.py",
     ],
 }
 ALL_KINDS = {"qnn_context", "qwen3_5_tower_qdq", "qwen3_5_vision_tower", "siglip_f143", "siglip_f143_onnx"}
 # Code that can change neither an artifact's bytes nor its verdict.
-NEVER_DIGESTED = ["edgebuild/__init__.py", "edgebuild/errors.py", "edgebuild/timing.py", "edgebuild/commands.py",
-                  "edgebuild/tasks.py", "edgebuild/status.py", "edgebuild/kinds/__init__.py", "edgebuild/kinds/registry.py"]
+NEVER_DIGESTED = ["edgebuild/__init__.py", "edgebuild/errors.py", "edgebuild/core/timing.py", "edgebuild/cli/commands.py",
+                  "edgebuild/cli/tasks.py", "edgebuild/run/state.py", "edgebuild/kinds/__init__.py", "edgebuild/core/registry.py"]
 
 
 def test_every_kind_is_listed_here() -> None:
@@ -166,7 +166,7 @@ def test_imports_under_type_checking_are_not_followed() -> None:
 def test_exporter_opset_range_is_the_installed_exporters() -> None:
     import onnx
 
-    from edgebuild.onnx_tools import EXPORTER_MAX_OPSET
+    from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET
 
     assert EXPORTER_MAX_OPSET == onnx.defs.onnx_opset_version()
 
@@ -207,10 +207,10 @@ def test_no_import_cycle_in_the_package() -> None:
 
 _DIGESTS_SCRIPT = """
 import json
-from edgebuild.fingerprint import code_digests
-from edgebuild.hashing import digest_json
+from edgebuild.core.fingerprint import code_digests
+from edgebuild.core.hashing import digest_json
 from edgebuild.kinds import get_kind, kind_names
-from edgebuild.project import VERIFICATION_MODULE
+from edgebuild.core.project import VERIFICATION_MODULE
 print(json.dumps({kind: [digest_json(code_digests(get_kind(kind).build_module)),
                          digest_json(code_digests(get_kind(kind).verify_module, VERIFICATION_MODULE))]
                   for kind in kind_names()}))
@@ -234,15 +234,15 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("edited", "build_changes", "verify_changes"),
     [
-        ("report.py", set(), ALL_KINDS),
+        ("core/report.py", set(), ALL_KINDS),
         ("errors.py", set(), set()),
         ("__init__.py", set(), set()),
-        ("commands.py", set(), set()),
-        ("verification.py", set(), ALL_KINDS),
+        ("cli/commands.py", set(), set()),
+        ("run/verification.py", set(), ALL_KINDS),
         ("kinds/qwen3_5_tower/verify.py", set(), {"qwen3_5_vision_tower"}),
         ("kinds/siglip_f143/verify.py", set(), {"siglip_f143"}),
-        ("quant/f143.py", {"siglip_f143", "siglip_f143_onnx"}, {"siglip_f143"}),
-        ("quant/gptq.py", {"siglip_f143"}, set()),
+        ("ml/quant/f143.py", {"siglip_f143", "siglip_f143_onnx"}, {"siglip_f143"}),
+        ("ml/quant/gptq.py", {"siglip_f143"}, set()),
         ("kinds/qwen3_5_tower/build.py", {"qwen3_5_vision_tower"}, set()),
         # The QDQ kind reads the tower's file names, never its build code.
         ("kinds/qwen3_5_tower/params.py", {"qwen3_5_vision_tower", "qwen3_5_tower_qdq"}, {"qwen3_5_vision_tower", "qwen3_5_tower_qdq"}),
@@ -268,6 +268,6 @@ def test_editing_code_changes_exactly_the_digests_it_should(
 
 
 def test_neutral_modules_exist() -> None:
-    from edgebuild.fingerprint import _module_file
+    from edgebuild.core.fingerprint import _module_file
 
     assert all(_module_file(module) is not None for module in NEUTRAL_MODULES)

@@ -14,7 +14,7 @@ import pytest
 from doit.cmd_base import Command
 from doit.exceptions import TaskFailed, UnmetDependency
 
-from edgebuild.commands import TaskOutcomes, verification_summary
+from edgebuild.cli.commands import TaskOutcomes, verification_summary
 
 from helpers import EDGEBUILD_COMMANDS, REPO, TOWER_MANIFEST, clone_project, require_installed_commands
 
@@ -32,12 +32,12 @@ def test_commands_are_entry_points_of_the_package() -> None:
     """Installing edgebuild is all a project needs: no doit section in any pyproject."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     declared = pyproject["project"]["entry-points"]["doit.COMMAND"]
-    assert declared == {name: f"edgebuild.commands:{name.capitalize()}" for name in EDGEBUILD_COMMANDS}
+    assert declared == {name: f"edgebuild.cli.commands:{name.capitalize()}" for name in EDGEBUILD_COMMANDS}
     assert "doit" not in pyproject.get("tool", {})
-    import edgebuild.commands
+    import edgebuild.cli.commands
 
     for name, location in declared.items():
-        command = getattr(edgebuild.commands, location.split(":")[1])
+        command = getattr(edgebuild.cli.commands, location.split(":")[1])
         assert issubclass(command, Command) and command.get_name() == name
     require_installed_commands()
 
@@ -59,7 +59,7 @@ def test_verification_summary() -> None:
 def test_options_may_follow_artifact_names() -> None:
     from doit.cmdparse import CmdOption
 
-    from edgebuild.commands import Publish, _options_first
+    from edgebuild.cli.commands import Publish, _options_first
 
     options = [CmdOption(dict(option)) for option in Publish.cmd_options]
     assert _options_first(

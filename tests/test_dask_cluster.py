@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.costs import LOCK_SOURCE, Cost
-from edgebuild.executors.resources import PROCESS_FOOTPRINT_BYTES, task_resources
-from edgebuild.lockfile import render_lock
-from edgebuild.remote_cache import RemoteCache
+from edgebuild.run.costs import LOCK_SOURCE, Cost
+from edgebuild.run.executors.resources import PROCESS_FOOTPRINT_BYTES, task_resources
+from edgebuild.run.lockfile import render_lock
+from edgebuild.cache.remote import RemoteCache
 
 from helpers import REPO, TOWER_MANIFEST, ProjectDir, clone_project
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgebuild.quant import f143
+from edgebuild.ml.quant import f143
 from tests import seed_reference
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgebuild.quant import f143, gptq
-from edgebuild.quant import kernels as f143_kernels
+from edgebuild.ml.quant import f143, gptq
+from edgebuild.ml.quant import kernels as f143_kernels
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:

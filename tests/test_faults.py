@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.project import Project
-from edgebuild.record import read_record
+from edgebuild.core.project import Project
+from edgebuild.core.record import read_record
 
 from helpers import ProjectDir, clone_project
 

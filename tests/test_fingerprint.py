@@ -9,8 +9,8 @@ from pathlib import Path
 import blake3
 import pytest
 
-from edgebuild import fingerprint
-from edgebuild.fingerprint import StatCache, _hash_ranges
+from edgebuild.core import fingerprint
+from edgebuild.core.fingerprint import StatCache, _hash_ranges
 
 # The block the small file's spans are laid out around; reads use it and sizes either side.
 SPAN_BLOCK = 64 * 1024

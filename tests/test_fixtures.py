@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgebuild.checkpoint import Checkpoint, read_header
-from edgebuild.fixtures import write_fixture
+from edgebuild.core.checkpoint import Checkpoint, read_header
+from edgebuild.core.fixtures import write_fixture
 
 
 def test_qwen_fixture_layout(qwen_checkpoint: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgebuild.quant import f143, gptq
+from edgebuild.ml.quant import f143, gptq
 from tests import seed_reference
 
 

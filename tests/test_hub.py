@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import CheckpointError
-from edgebuild.project import Project
+from edgebuild.core.project import Project
 
 from helpers import REPO, TOWER_MANIFEST, clone_project
 
@@ -205,8 +205,8 @@ def test_siglip_from_the_cache_is_the_checkpoint_by_path(tmp_path: Path, hub_cac
 # --- where the origin is kept ------------------------------------------------------------------
 
 def test_lock_entry_and_provenance_name_the_repo_and_commit(tmp_path: Path, hub_cache: Path, qwen_checkpoint: Path) -> None:
-    from edgebuild.lockfile import lock_entry
-    from edgebuild.publish import provenance_record
+    from edgebuild.run.lockfile import lock_entry
+    from edgebuild.run.publish import provenance_record
 
     snapshot = cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
     project = write_manifest(tmp_path, "hf: org/tiny-qwen\n")
@@ -227,7 +227,7 @@ def test_lock_entry_and_provenance_name_the_repo_and_commit(tmp_path: Path, hub_
 def test_resolving_a_path_checkpoint_never_imports_huggingface_hub(tmp_path: Path, qwen_checkpoint: Path) -> None:
     write_manifest(tmp_path, f"path: {qwen_checkpoint}\n")
     code = (
-        "import sys; from edgebuild.project import Project; "
+        "import sys; from edgebuild.core.project import Project; "
         f"print(Project.load({str(tmp_path / 'artifacts.yaml')!r}, {str(tmp_path)!r}).fingerprint('t')[:12]); "
         "print('huggingface_hub' in sys.modules)"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import CheckpointError
-from edgebuild.images import MAX_IMAGE_PIXELS, load_rgb_image
+from edgebuild.ml.images import MAX_IMAGE_PIXELS, load_rgb_image
 
 # 64 x 64 RGB pixels without long runs, so that half of a compressed file is half an image.
 PIXELS = bytes(range(256)) * 48

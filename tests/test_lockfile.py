@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.lockfile import LOCK_FORMAT, read_lock, render_lock, significant
+from edgebuild.run.lockfile import LOCK_FORMAT, read_lock, render_lock, significant
 from edgebuild.errors import LockfileError
 
 from helpers import TOWER_MANIFEST, clone_project
@@ -84,7 +84,7 @@ def test_lock_follows_builds_failures_and_the_manifest(verified_seed: Path, tmp_
 def test_tampered_output_fails_verification_by_name(verified_seed: Path, tmp_path: Path) -> None:
     """Verification itself checks every output against its recorded digest (called
     directly here: ``doit verify`` first runs the build step, which restores it)."""
-    from edgebuild.builder import verify_artifact
+    from edgebuild.run.builder import verify_artifact
     from edgebuild.errors import VerificationFailed
 
     project = clone_project(verified_seed, tmp_path / "clone")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import ManifestError
-from edgebuild.kinds import base as kinds_base
+from edgebuild.core import kind as kinds_base
 from edgebuild.kinds import kind_names
-from edgebuild.manifest import load_manifest
+from edgebuild.core.manifest import load_manifest
 
 HEAD = """\
 version: 1
@@ -366,7 +366,7 @@ def test_dependency_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     artifact-to-artifact kinds."""
     from typing import Literal
 
-    from edgebuild.kinds import registry
+    from edgebuild.core import registry
 
     class ChainParams(kinds_base.ArtifactParams):
         kind: Literal["test_chain"]
@@ -377,7 +377,7 @@ def test_dependency_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         summary = "test-only"
         Params = ChainParams
         outputs = ()
-        build_module = verify_module = "edgebuild.kinds.base"
+        build_module = verify_module = "edgebuild.core.kind"
         source_kinds = ("test_chain",)
 
     monkeypatch.setitem(registry._KINDS, "test_chain", Chain())
@@ -404,7 +404,7 @@ def test_registration_is_checked() -> None:
         summary = "x"
         Params = WrongParams
         outputs = ()
-        build_module = verify_module = "edgebuild.kinds.base"
+        build_module = verify_module = "edgebuild.core.kind"
 
     with pytest.raises(TypeError, match=r"Wrong.Params.kind must be Literal\['wrong'\], found \('other',\)"):
         register(Wrong)
@@ -424,7 +424,7 @@ def test_source_of_the_wrong_kind_is_an_error_before_anything_is_built(tmp_path:
 
 
 def test_every_kind_has_a_fixture_and_a_test_module() -> None:
-    from edgebuild.fixtures import FIXTURES
+    from edgebuild.core.fixtures import FIXTURES
     from edgebuild.kinds import get_kind, kind_names
     from helpers import REPO
 

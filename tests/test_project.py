@@ -9,7 +9,7 @@ import pytest
 
 
 def test_project_caches_compiled_kernels_under_its_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgebuild.project import Project
+    from edgebuild.core.project import Project
 
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     (tmp_path / "artifacts.yaml").write_text("artifacts: {}\n")

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import edgebuild.publish
+import edgebuild.run.publish
 from edgebuild.errors import PublishError
-from edgebuild.faults import FAULT_ENV, InjectedFault
-from edgebuild.publish import EntryFiles, publish, put_entry, read_index
-from edgebuild.remote import Location
+from edgebuild.core.faults import FAULT_ENV, InjectedFault
+from edgebuild.run.publish import EntryFiles, publish, put_entry, read_index
+from edgebuild.cache.location import Location
 
 from helpers import REPO, TOWER_MANIFEST, clone_project
 
@@ -197,9 +197,9 @@ def test_publish_refuses_what_no_commit_describes(verified_seed: Path, tmp_path:
 def test_work_tree_check(tmp_path: Path) -> None:
     """What counts as uncommitted: tracked files changed, the manifest untracked;
     not the lock file, not other untracked files."""
-    from edgebuild.manifest import load_manifest
-    from edgebuild.project import Project
-    from edgebuild.publish import check_work_tree
+    from edgebuild.core.manifest import load_manifest
+    from edgebuild.core.project import Project
+    from edgebuild.run.publish import check_work_tree
 
     (tmp_path / "artifacts.yaml").write_text(TOWER_MANIFEST)
     (tmp_path / "artifacts.lock").write_text("{}")
@@ -388,13 +388,13 @@ def test_second_publisher_of_one_fingerprint_never_mixes_files(
 
     def second_publisher_runs(point: str) -> None:
         assert point == "publish.after_files"
-        monkeypatch.setattr(edgebuild.publish, "fault_point", lambda point: None)
+        monkeypatch.setattr(edgebuild.run.publish, "fault_point", lambda point: None)
         try:
             put_entry(Location(remote_url), second, second_outcome.append)
         except PublishError as error:
             second_outcome.append(str(error))
 
-    monkeypatch.setattr(edgebuild.publish, "fault_point", second_publisher_runs)
+    monkeypatch.setattr(edgebuild.run.publish, "fault_point", second_publisher_runs)
     result = put_entry(location, first, first_messages.append)
     sums = assert_consistent(location)
     if location.is_local:
@@ -424,13 +424,13 @@ def test_second_publisher_with_other_outputs_is_refused(
     second_outcome: list[str] = []
 
     def second_publisher_runs(point: str) -> None:
-        monkeypatch.setattr(edgebuild.publish, "fault_point", lambda point: None)
+        monkeypatch.setattr(edgebuild.run.publish, "fault_point", lambda point: None)
         try:
             put_entry(Location(remote_url), second, second_outcome.append)
         except PublishError as error:
             second_outcome.append(str(error))
 
-    monkeypatch.setattr(edgebuild.publish, "fault_point", second_publisher_runs)
+    monkeypatch.setattr(edgebuild.run.publish, "fault_point", second_publisher_runs)
     if location.is_local:
         with pytest.raises(PublishError) as error:
             put_entry(location, first, lambda message: None)
@@ -449,8 +449,8 @@ def test_second_publisher_with_other_outputs_is_refused(
 KILLED_PUBLISH = """
 import sys
 from pathlib import Path
-from edgebuild.publish import EntryFiles, put_entry
-from edgebuild.remote import Location
+from edgebuild.run.publish import EntryFiles, put_entry
+from edgebuild.cache.location import Location
 root = Path(sys.argv[2])
 files = {"model.bin": root / "model.bin", "report.json": (root / "report.json").read_bytes(),
          "provenance.json": b'{"format": 1}\\n'}

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.builder import build_artifact, verify_artifact
-from edgebuild.hashing import file_digest
+from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.core.hashing import file_digest
 from edgebuild.kinds.qnn_context.qnn import qnn_unavailable_reason
-from edgebuild.project import Project
+from edgebuild.core.project import Project
 
 from helpers import REPO
 

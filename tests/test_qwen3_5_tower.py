@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.checkpoint import Checkpoint
+from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError, ParameterError
 from edgebuild.kinds.qwen3_5_tower.model import fixed_shape_tower_class, load_tower, sample_patches
 from edgebuild.kinds.qwen3_5_tower.params import tower_geometry
@@ -178,7 +178,7 @@ def test_integer_tensor_where_the_tower_wants_floats(tmp_path: Path, qwen_checkp
 )
 def test_fixture_config_out_of_range_is_a_manifest_error(tmp_path: Path, overrides: dict, expected: str) -> None:
     from edgebuild.errors import ManifestError
-    from edgebuild.fixtures import ensure_fixture
+    from edgebuild.core.fixtures import ensure_fixture
 
     with pytest.raises(ManifestError) as caught:
         ensure_fixture(tmp_path, "qwen3_5_vl_tiny", overrides)
@@ -209,7 +209,7 @@ artifacts:
 def test_the_fp8_release_has_the_plain_release_s_tower_fingerprint(tmp_path: Path) -> None:
     """The tower reads vision_config and model.visual.* only: float8 text weights, their
     scales and a quantization_config are no part of it."""
-    from edgebuild.project import Project
+    from edgebuild.core.project import Project
 
     (tmp_path / "artifacts.yaml").write_text(FP8_MANIFEST)
     project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
@@ -225,7 +225,7 @@ def test_the_tower_builds_from_the_fp8_release(verified_seed: Path, tmp_path: Pa
     """Built and verified from the FP8 fixture alone, in a project that never saw the plain
     one: the seed's fingerprint (the tower from the plain fixture) and its bytes."""
     from helpers import TOWER_MANIFEST, ProjectDir
-    from edgebuild.record import read_record
+    from edgebuild.core.record import read_record
 
     project = ProjectDir(tmp_path)
     project.manifest(TOWER_MANIFEST.replace("fixture: qwen3_5_vl_tiny", "fixture: qwen3_5_vl_tiny_fp8"))

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy
 import pytest
 
-from edgebuild.builder import build_artifact, verify_artifact
-from edgebuild.checkpoint import Checkpoint
+from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError, ParameterError
 from edgebuild.kinds.qwen3_5_tower_qdq.inputs import image_processor, images_to_patches, tower_inputs
 from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
-from edgebuild.project import Project
+from edgebuild.core.project import Project
 
 from helpers import REPO
 
@@ -164,7 +164,7 @@ def test_sixteen_bit_types_need_a_source_at_opset_21(tmp_path: Path, qwen_checkp
 
 
 def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoint: Path) -> None:
-    from edgebuild.staleness import explain
+    from edgebuild.core.staleness import explain
 
     root = lay_out(tmp_path, qwen_checkpoint)
     manifest = root / "artifacts.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import RecordError
-from edgebuild.record import RECORD_FILE, RECORD_FORMAT, BuildRecord, output_manifest, read_record
+from edgebuild.core.record import RECORD_FILE, RECORD_FORMAT, BuildRecord, output_manifest, read_record
 
 
 def _record() -> BuildRecord:

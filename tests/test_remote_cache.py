@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.builder import build_artifact
+from edgebuild.run.builder import build_artifact
 from edgebuild.errors import ManifestError, RemoteError, StoreError
-from edgebuild.hashing import file_digest
-from edgebuild.project import Project
-from edgebuild.record import RECORD_FILE, BuildRecord, output_manifest
-from edgebuild.remote import Location
-from edgebuild.remote_cache import RemoteCache, blob_key, entry_key
-from edgebuild.store import Store
+from edgebuild.core.hashing import file_digest
+from edgebuild.core.project import Project
+from edgebuild.core.record import RECORD_FILE, BuildRecord, output_manifest
+from edgebuild.cache.location import Location
+from edgebuild.cache.remote import RemoteCache, blob_key, entry_key
+from edgebuild.cache.store import Store
 
 from helpers import TOWER_MANIFEST, clone_project
 

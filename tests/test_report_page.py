@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from edgebuild.project import Project
-from edgebuild.record import output_manifest
-from edgebuild.report import Check, Report
-from edgebuild.report_page import (
+from edgebuild.core.project import Project
+from edgebuild.core.record import output_manifest
+from edgebuild.core.report import Check, Report
+from edgebuild.cli.report_page import (
     PAGE_FILE,
     fp8_size_breakdown,
     heatmap_svg,
@@ -225,7 +225,7 @@ def test_plots_are_well_formed_svg() -> None:
 
 
 def test_writing_the_page_imports_no_model_library(handmade: Project) -> None:
-    code = ("import sys; from edgebuild.project import Project; from edgebuild.report_page import write_report_page; "
+    code = ("import sys; from edgebuild.core.project import Project; from edgebuild.cli.report_page import write_report_page; "
             f"write_report_page(Project.load({str(handmade.manifest.path)!r}, {str(handmade.layout.root)!r})); "
             "print(sorted(name for name in ('torch', 'onnx', 'onnxruntime', 'numpy', 'transformers') if name in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -237,7 +237,7 @@ def test_writing_the_page_imports_no_model_library(handmade: Project) -> None:
 
 @pytest.mark.slow
 def test_the_siglip_verifications_record_what_the_page_draws(tmp_path: Path, siglip_checkpoint: Path) -> None:
-    from edgebuild.builder import build_artifact, verify_artifact
+    from edgebuild.run.builder import build_artifact, verify_artifact
 
     project = _siglip_project(tmp_path, siglip_checkpoint, tower=False)
     quiet = lambda message: None  # noqa: E731

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from edgebuild.kinds import get_kind, kind_names
-from edgebuild.manifest import load_manifest
-from edgebuild.scaffold import DODO, starter_manifest
+from edgebuild.core.manifest import load_manifest
+from edgebuild.cli.scaffold import DODO, starter_manifest
 
 from helpers import REPO, KIND_FIXTURES, ProjectDir
 

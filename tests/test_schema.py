@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from edgebuild.errors import ManifestError
-from edgebuild.manifest import load_manifest, manifest_json_schema
-from edgebuild.scaffold import starter_manifest
+from edgebuild.core.manifest import load_manifest, manifest_json_schema
+from edgebuild.cli.scaffold import starter_manifest
 
 from helpers import REPO, TOWER_MANIFEST
 
@@ -215,7 +215,7 @@ def test_every_kind_documents_its_parameters() -> None:
 
 
 def test_schema_file_of_init_is_the_schema(tmp_path: Path) -> None:
-    from edgebuild.scaffold import SCHEMA_FILE, init_project
+    from edgebuild.cli.scaffold import SCHEMA_FILE, init_project
 
     init_project(tmp_path)
     assert json.loads((tmp_path / SCHEMA_FILE).read_text()) == manifest_json_schema()

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.costs import LOCK_SOURCE, Cost
-from edgebuild.lockfile import render_lock
-from edgebuild.manifest import load_manifest
-from edgebuild.remote_cache import RemoteCache
-from edgebuild.shards import groups, parse_shard, partition, select_shard
+from edgebuild.run.costs import LOCK_SOURCE, Cost
+from edgebuild.run.lockfile import render_lock
+from edgebuild.core.manifest import load_manifest
+from edgebuild.cache.remote import RemoteCache
+from edgebuild.run.shards import groups, parse_shard, partition, select_shard
 
 from helpers import TOWER_MANIFEST, ProjectDir, clone_project
 

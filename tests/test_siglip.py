@@ -16,11 +16,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from edgebuild.builder import build_artifact, verify_artifact
-from edgebuild.checkpoint import Checkpoint
+from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError
-from edgebuild.project import Project
-from edgebuild.siglip import (
+from edgebuild.core.project import Project
+from edgebuild.ml.siglip import (
     PREPROCESSOR_FILE,
     SIGLIP_LAYOUTS,
     VISION_PREFIX,
@@ -134,7 +134,7 @@ def test_every_layout_is_fingerprinted_over_exactly_what_is_read(layouts: dict, 
 
 
 def test_the_vision_fixture_is_siglip_tiny_s_encoder(tmp_path: Path, siglip_checkpoint: Path) -> None:
-    from edgebuild.fixtures import write_fixture
+    from edgebuild.core.fixtures import write_fixture
 
     directory = write_fixture(tmp_path / "vision", "siglip_vision_tiny")
     assert sorted(path.name for path in directory.iterdir()) == ["config.json", "model.safetensors", PREPROCESSOR_FILE]

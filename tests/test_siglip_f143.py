@@ -11,13 +11,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from edgebuild.builder import build_artifact, verify_artifact
-from edgebuild.checkpoint import Checkpoint
+from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError, ParameterError, VerificationFailed
 from edgebuild.kinds.siglip_f143 import load_packed
-from edgebuild.siglip import load_pixel_batches, load_vision_model
-from edgebuild.manifest import load_manifest
-from edgebuild.project import Project
+from edgebuild.ml.siglip import load_pixel_batches, load_vision_model
+from edgebuild.core.manifest import load_manifest
+from edgebuild.core.project import Project
 
 import seed_pipeline
 from helpers import lay_out_siglip_inputs

@@ -11,11 +11,11 @@ import numpy
 import pytest
 import torch
 
-from edgebuild.builder import build_artifact, verify_artifact
-from edgebuild.quant.f143 import quantize_nearest
+from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.ml.quant.f143 import quantize_nearest
 from edgebuild.kinds.siglip_f143_onnx.build import rewrite_fp8
-from edgebuild.onnx_tools import blocked_fp8_weights, export_onnx, run_session
-from edgebuild.project import Project
+from edgebuild.ml.onnx_tools import blocked_fp8_weights, export_onnx, run_session
+from edgebuild.core.project import Project
 
 from helpers import lay_out_siglip_inputs
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.builder import build_artifact, is_built
-from edgebuild.checkpoint import Checkpoint
+from edgebuild.run.builder import build_artifact, is_built
+from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.kinds.qwen3_5_tower import build as tower_build
-from edgebuild.project import Project
-from edgebuild.staleness import explain
-from edgebuild.commands import parse_age, parse_size
-from edgebuild.status import artifact_status
+from edgebuild.core.project import Project
+from edgebuild.core.staleness import explain
+from edgebuild.cli.commands import parse_age, parse_size
+from edgebuild.run.state import artifact_status
 
 
 MANIFEST = """\

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.builder import build_artifact, verify_artifact
+from edgebuild.run.builder import build_artifact, verify_artifact
 from edgebuild.errors import ExportError
-from edgebuild.project import Project
-from edgebuild.record import read_record
+from edgebuild.core.project import Project
+from edgebuild.core.record import read_record
 
 from helpers import REPO, ProjectDir
 
@@ -273,7 +273,7 @@ def test_symlinked_checkpoint_and_input_directories_are_the_same_artifact(
 def test_exporter_writing_another_opset_is_refused(tmp_path: Path) -> None:
     import torch
 
-    from edgebuild import onnx_tools
+    from edgebuild.ml import onnx_tools
 
     module = torch.nn.Linear(4, 2).eval()
     with pytest.raises(ExportError, match="asked torch's exporter for opset 99, it wrote opset 18; refusing the graph"):
@@ -291,7 +291,7 @@ def test_exporter_writing_another_opset_is_refused(tmp_path: Path) -> None:
 )
 def test_out_of_range_parameters_are_manifest_errors(tmp_path: Path, line: str, expected: str) -> None:
     from edgebuild.errors import ManifestError
-    from edgebuild.manifest import load_manifest
+    from edgebuild.core.manifest import load_manifest
 
     key = line.split(":")[0]
     base = {"opset": "opset: 21", "image_size": "image_size: 64"}

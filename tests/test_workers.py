@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import ParameterError, WorkerError
-from edgebuild.workers import run_worker_at, worker_environment
+from edgebuild.run.workers import run_worker_at, worker_environment
 
 from helpers import REPO, ProjectDir, clone_project
 
@@ -85,13 +85,13 @@ def test_an_unexpected_exception_shows_the_workers_traceback(verified_seed: Path
     assert result.returncode != 0
     output = result.stdout + result.stderr
     # A bug, not a fault edgebuild explains: the worker's own traceback, then the artifact's name.
-    assert "edgebuild.faults.InjectedFault: EDGEBUILD_FAULT=verify.after_report=raise" in output
+    assert "edgebuild.core.faults.InjectedFault: EDGEBUILD_FAULT=verify.after_report=raise" in output
     assert re.search(r"t: the verify process \(pid \d+\) failed with exit status 1 \(its traceback is above\)", output), output
 
 
 def test_a_signal_is_named(tmp_path: Path) -> None:
     """The parent's reading of a worker's end, without a build: a worker that kills itself."""
-    from edgebuild.workers import _outcome
+    from edgebuild.run.workers import _outcome
 
     with pytest.raises(WorkerError) as caught:
         _outcome("build", "tower", 4242, -15, b"")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import ManifestError
-from edgebuild.yamlsource import MAX_DEPTH, load_yaml
+from edgebuild.core.yamlsource import MAX_DEPTH, load_yaml
 
 INTERPOLATION_FORMS = "expected ${NAME} or ${NAME:-default} ('$$' for a literal '$')"
 RECURSIVE = "is inside the node it refers to; expected it outside that node (recursive aliases are not supported)"

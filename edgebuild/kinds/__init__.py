@@ -3,7 +3,7 @@ for a name pattern. Adding a kind is one package plus one import line here."""
 
 from __future__ import annotations
 
-from .registry import get_kind, kind_names, register
+from edgebuild.core.registry import get_kind, kind_names, register
 
 __all__ = ["get_kind", "kind_names", "register"]
 

@@ -12,9 +12,9 @@ the HTP simulator against the QDQ graph on the CPU.
 
 from __future__ import annotations
 
-from ..base import ArtifactKind
-from ..registry import register
-from ..starter import Starter
+from edgebuild.core.kind import ArtifactKind
+from edgebuild.core.registry import register
+from edgebuild.core.starter import Starter
 from .params import CONTEXT_BINARY_FILE, INFO_FILE, MODEL_FILE, QNN_PACKAGE, QnnParams
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...compare import compare_outputs, worst_case
+from edgebuild.ml.compare import compare_outputs, worst_case
 from ...errors import ExportError
-from ...report import Check
-from ..base import Verification, VerifyContext
+from edgebuild.core.report import Check
+from edgebuild.core.kind import Verification, VerifyContext
 from ..qwen3_5_tower_qdq.params import MODEL_FILE as SOURCE_MODEL_FILE
 from ..qwen3_5_tower_qdq.params import WEIGHTS_FILE as SOURCE_WEIGHTS_FILE
 from .params import INFO_FILE, MODEL_FILE, PROVIDER, QnnParams
@@ -64,7 +64,7 @@ def _simulate(session: Any, qdq_model: Any, params: QnnParams) -> tuple[dict[str
     import numpy
     import torch
 
-    from ...onnx_tools import run_session
+    from edgebuild.ml.onnx_tools import run_session
 
     (graph_input,) = session.get_inputs()
     # Uniform in [-1, 1]: the range of pixels normalised by the processor (mean = std = 0.5).

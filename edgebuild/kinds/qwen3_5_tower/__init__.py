@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...errors import ParameterError
-from ..base import ArtifactKind, ArtifactParams, TensorSelection
-from ..registry import register
-from ..starter import Starter
+from edgebuild.core.kind import ArtifactKind, ArtifactParams, TensorSelection
+from edgebuild.core.registry import register
+from edgebuild.core.starter import Starter
 from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WEIGHTS_FILE, TowerParams, check_vision_config, tower_geometry
 
 if TYPE_CHECKING:
-    from ...checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
 
 @register

@@ -8,8 +8,8 @@ from dataclasses import asdict
 from typing import Any
 
 from ...errors import ExportError
-from ...timing import Phases
-from ..base import BuildContext
+from edgebuild.core.timing import Phases
+from edgebuild.core.kind import BuildContext
 from .model import fixed_shape_tower_class, load_tower
 from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WRAPPER_TOLERANCE, TowerParams, tower_geometry
 
@@ -17,7 +17,7 @@ from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WRAPPER_TOLERANCE,
 def build(context: BuildContext) -> dict[str, Any]:
     import torch
 
-    from ...onnx_tools import export_onnx, sanitize_allowzero
+    from edgebuild.ml.onnx_tools import export_onnx, sanitize_allowzero
 
     params = context.params
     assert isinstance(params, TowerParams)

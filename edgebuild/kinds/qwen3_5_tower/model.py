@@ -18,7 +18,7 @@ from .params import VISUAL_PREFIX, TowerGeometry
 if TYPE_CHECKING:
     import torch
 
-    from ...checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
 
 def load_tower(checkpoint: "Checkpoint", dtype: "torch.dtype", attn_implementation: str = "sdpa") -> Any:

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator
 
 from ...errors import ParameterError
-from ...onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
-from ..base import ArtifactParams, Dtype, Strict
+from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
+from edgebuild.core.kind import ArtifactParams, Dtype, Strict
 
 if TYPE_CHECKING:
-    from ...checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
 VISUAL_PREFIX = "model.visual."
 MODEL_FILE = "model.onnx"

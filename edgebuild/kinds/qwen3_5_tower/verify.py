@@ -3,9 +3,9 @@ forward in float32, the graph's shapes and ops, and where each provider places i
 
 from __future__ import annotations
 
-from ...compare import compare_outputs, worst_case
-from ...report import Check
-from ..base import Verification, VerifyContext
+from edgebuild.ml.compare import compare_outputs, worst_case
+from edgebuild.core.report import Check
+from edgebuild.core.kind import Verification, VerifyContext
 from .model import load_tower, sample_patches
 from .params import MODEL_FILE, WRAPPER_TOLERANCE, TowerParams, tower_geometry
 
@@ -18,7 +18,7 @@ def verify(context: VerifyContext) -> Verification:
     import numpy
     import torch
 
-    from ...onnx_tools import graph_summary, provider_placement, run_session
+    from edgebuild.ml.onnx_tools import graph_summary, provider_placement, run_session
 
     params = context.params
     assert isinstance(params, TowerParams)

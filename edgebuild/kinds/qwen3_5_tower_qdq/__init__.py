@@ -21,10 +21,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...errors import ParameterError
-from ..base import ArtifactKind, ArtifactParams, TensorSelection
+from edgebuild.core.kind import ArtifactKind, ArtifactParams, TensorSelection
 from ..qwen3_5_tower.params import TowerParams
-from ..registry import register
-from ..starter import Starter
+from edgebuild.core.registry import register
+from edgebuild.core.starter import Starter
 from .inputs import read_preprocessor_config
 from .params import (
     INFO_FILE,
@@ -37,7 +37,7 @@ from .params import (
 )
 
 if TYPE_CHECKING:
-    from ...checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
 
 @register

@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ...timing import Phases
-from ..base import BuildContext
+from edgebuild.core.timing import Phases
+from edgebuild.core.kind import BuildContext
 from ..qwen3_5_tower.params import GEOMETRY_FILE as SOURCE_GEOMETRY_FILE
 from ..qwen3_5_tower.params import MODEL_FILE as SOURCE_MODEL_FILE
 from ..qwen3_5_tower.params import WEIGHTS_FILE as SOURCE_WEIGHTS_FILE

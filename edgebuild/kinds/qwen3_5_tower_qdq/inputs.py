@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CheckpointError
-from ...images import load_rgb_image
-from ...inputs import expand_inputs
+from edgebuild.ml.images import load_rgb_image
+from edgebuild.core.inputs import expand_inputs
 from .params import PATCHES_INPUT, PREPROCESSOR_FILE, TowerInputs
 
 if TYPE_CHECKING:
     import numpy
 
-    from ...checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
 # The processor keys that must agree with the tower's vision_config, and the key there.
 GEOMETRY_KEYS = {"patch_size": "patch_size", "temporal_patch_size": "temporal_patch_size", "merge_size": "spatial_merge_size"}

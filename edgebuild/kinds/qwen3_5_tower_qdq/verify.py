@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...compare import compare_outputs, worst_case
-from ...report import Check
-from ..base import Verification, VerifyContext
+from edgebuild.ml.compare import compare_outputs, worst_case
+from edgebuild.core.report import Check
+from edgebuild.core.kind import Verification, VerifyContext
 from ..qwen3_5_tower.params import GEOMETRY_FILE as SOURCE_GEOMETRY_FILE
 from ..qwen3_5_tower.params import MODEL_FILE as SOURCE_MODEL_FILE
 from .graph import WEIGHT_INPUTS, qdq_summary
@@ -21,7 +21,7 @@ from .qdq import qnn_config
 def verify(context: VerifyContext) -> Verification:
     import torch
 
-    from ...onnx_tools import run_session
+    from edgebuild.ml.onnx_tools import run_session
 
     params = context.params
     assert isinstance(params, QdqParams)

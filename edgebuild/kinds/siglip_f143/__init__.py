@@ -4,7 +4,7 @@ The encoder's linear weights (q, k, v, out_proj, fc1, fc2 of each selected
 layer) are quantized to F143 (``torch.float8_e4m3fnuz`` values) times one
 power-of-two scale per 64x64 tile, by GPTQ over block-diagonal Hessians or by
 nearest rounding; optionally with LayerNorm equalization, sequential layers and
-bias correction. The numerics are ``edgebuild.quant`` (pure functions, identical
+bias correction. The numerics are ``edgebuild.ml.quant`` (pure functions, identical
 to the seed's algorithm). Here: ``params`` (the options), ``calibration`` (the
 lifecycle), ``packed`` (the packed format), ``build`` and ``verify``.
 
@@ -18,15 +18,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...errors import ParameterError
-from ...siglip import PREPROCESSOR_FILE, siglip_layout
-from ..base import ArtifactKind, ArtifactParams, TensorSelection
-from ..registry import register
-from ..starter import Starter
+from edgebuild.ml.siglip import PREPROCESSOR_FILE, siglip_layout
+from edgebuild.core.kind import ArtifactKind, ArtifactParams, TensorSelection
+from edgebuild.core.registry import register
+from edgebuild.core.starter import Starter
 from .packed import load_packed
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
 
 if TYPE_CHECKING:
-    from ...checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
 __all__ = ["SiglipF143", "load_packed"]
 

@@ -9,7 +9,7 @@ collects the Hessians (or, with equalization, the second moments), the
 equalization-metrics pass also collects the Hessians, and sequential layers run
 one layer at a time on cached hidden states. The activations are the same
 tensors through the same kernels, so the weights are identical. The numerics
-are ``edgebuild.quant`` (pure); this module only moves tensors between them
+are ``edgebuild.ml.quant`` (pure); this module only moves tensors between them
 and the model.
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ...compare import compare_outputs
-from ...siglip import encoder_outputs
-from ...timing import Phases
+from edgebuild.ml.compare import compare_outputs
+from edgebuild.ml.siglip import encoder_outputs
+from edgebuild.core.timing import Phases
 from .params import LINEAR_SUFFIXES, SiglipF143Params
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class Collector:
         self._hooks: list[Any] = []
 
     def hessians_of(self, modules: dict[str, Any]) -> "Collector":
-        from ...quant.gptq import accumulate_block_hessians, empty_block_hessians
+        from edgebuild.ml.quant.gptq import accumulate_block_hessians, empty_block_hessians
 
         for name, module in modules.items():
             self.hessians[name] = empty_block_hessians(module.in_features, self.block_size, module.weight.device)
@@ -202,7 +202,7 @@ def _equalize(groups: list[tuple[str, Any, list[Any]]], collector: Collector, pa
               log: Log) -> dict[str, EqualizationResult]:
     import torch
 
-    from ...quant import gptq
+    from edgebuild.ml.quant import gptq
 
     chosen = {}
     with torch.no_grad():
@@ -251,7 +251,7 @@ def _reconstruct(modules: dict[str, Any], collector: Collector, params: SiglipF1
                  log: Log) -> dict[str, LinearResult]:
     import torch
 
-    from ...quant import gptq
+    from edgebuild.ml.quant import gptq
 
     results = {}
     with torch.no_grad():

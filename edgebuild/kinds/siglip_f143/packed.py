@@ -21,7 +21,7 @@ _DTYPE_BYTES = {"F8_E4M3FNUZ": 1, "I8": 1, "F32": 4, "BF16": 2, "F16": 2}
 
 
 def pack_state(state: dict[str, "torch.Tensor"], quantized: list[str], block_size: int) -> dict[str, "torch.Tensor"]:
-    from ...quant.f143 import pack
+    from edgebuild.ml.quant.f143 import pack
 
     packed = {}
     for name, tensor in state.items():
@@ -38,7 +38,7 @@ def load_packed(path: Path) -> dict[str, "torch.Tensor"]:
     """The float state dict back from the packed form, bit for bit equal to ``model.safetensors``."""
     from safetensors import safe_open
 
-    from ...quant.f143 import unpack
+    from edgebuild.ml.quant.f143 import unpack
 
     with safe_open(str(path), framework="pt", device="cpu") as source:
         metadata = source.metadata() or {}

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...compare import compare_outputs, worst_case
-from ...report import Check
-from ...siglip import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest, vision_settings
-from ..base import Verification, VerifyContext
+from edgebuild.ml.compare import compare_outputs, worst_case
+from edgebuild.core.report import Check
+from edgebuild.ml.siglip import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest, vision_settings
+from edgebuild.core.kind import Verification, VerifyContext
 from .packed import EXPONENT_SUFFIX, load_packed, stored_bytes
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
 
@@ -21,7 +21,7 @@ def verify(context: VerifyContext) -> Verification:
     from transformers import SiglipVisionConfig, SiglipVisionModel
     from transformers.initialization import no_init_weights
 
-    from ...quant.f143 import off_grid_count, tile_exponents
+    from edgebuild.ml.quant.f143 import off_grid_count, tile_exponents
 
     params = context.params
     assert isinstance(params, SiglipF143Params)

@@ -21,13 +21,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...errors import ParameterError
-from ..base import ArtifactKind, ArtifactParams
-from ..registry import register
-from ..starter import Starter
+from edgebuild.core.kind import ArtifactKind, ArtifactParams
+from edgebuild.core.registry import register
+from edgebuild.core.starter import Starter
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams
 
 if TYPE_CHECKING:
-    from ...checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
 
 @register

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ExportError
-from ...timing import Phases
-from ..base import BuildContext
+from edgebuild.core.timing import Phases
+from edgebuild.core.kind import BuildContext
 from .model import encoder_class, load_quantized, random_pixels
 from ..siglip_f143.params import REPORT_FILE as SOURCE_REPORT_FILE
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def build(context: BuildContext) -> dict[str, Any]:
     import torch
 
-    from ...onnx_tools import export_onnx, graph_summary, sanitize_allowzero
+    from edgebuild.ml.onnx_tools import export_onnx, graph_summary, sanitize_allowzero
 
     params = context.params
     assert isinstance(params, SiglipOnnxParams)
@@ -90,8 +90,8 @@ def rewrite_fp8(model_path: Path, state: dict[str, "torch.Tensor"], quantized: l
     import torch
     from onnx import TensorProto
 
-    from ...quant.f143 import pack
-    from ...onnx_tools import initializer_arrays, replace_with_blocked_fp8, save_with_external_data
+    from edgebuild.ml.quant.f143 import pack
+    from edgebuild.ml.onnx_tools import initializer_arrays, replace_with_blocked_fp8, save_with_external_data
 
     model = onnx.load(str(model_path))
     arrays = initializer_arrays(model)

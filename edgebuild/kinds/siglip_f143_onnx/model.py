@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CheckpointError
-from ...siglip import vision_settings
+from edgebuild.ml.siglip import vision_settings
 from ..siglip_f143.params import REPORT_FILE as SOURCE_REPORT_FILE
 
 if TYPE_CHECKING:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ...report import Check
-from ..base import Verification, VerifyContext
+from edgebuild.core.report import Check
+from edgebuild.core.kind import Verification, VerifyContext
 from .model import load_quantized, random_pixels
 from .params import DEFAULT_QUANTIZED_MAX_REL, INFO_FILE, MODEL_FILE, SiglipOnnxParams
 
 if TYPE_CHECKING:
-    from ...checkpoint import Checkpoint
+    from edgebuild.core.checkpoint import Checkpoint
 
 
 def verify(context: VerifyContext) -> Verification:
@@ -21,8 +21,8 @@ def verify(context: VerifyContext) -> Verification:
     import onnx
     import torch
 
-    from ...onnx_tools import blocked_fp8_weights, graph_summary, run_session
-    from ...siglip import load_vision_model
+    from edgebuild.ml.onnx_tools import blocked_fp8_weights, graph_summary, run_session
+    from edgebuild.ml.siglip import load_vision_model
 
     params = context.params
     assert isinstance(params, SiglipOnnxParams)
@@ -108,7 +108,7 @@ def verify(context: VerifyContext) -> Verification:
 def _inputs(context: VerifyContext, checkpoint: "Checkpoint", image_size: int) -> tuple[list[Any], str]:
     """The source artifact's held-out inputs (else its calibration inputs), one image
     per run of the fixed-batch graph; random pixels when their size does not fit."""
-    from ...siglip import load_pixel_batches
+    from edgebuild.ml.siglip import load_pixel_batches
 
     params = context.params
     assert isinstance(params, SiglipOnnxParams)

@@ -1,0 +1,328 @@
+"""A remote location: a directory, or any URL fsspec knows (``file://``, ``s3://``,
+``gs://``, ``hf://`` ...). The remote cache and ``doit publish`` both go through
+this one class, so a shared disk, an object store and a model hub are served by
+the same code.
+
+Writes never leave a half-written object where a reader looks:
+
+- on a filesystem (a directory, ``file://``, ``sftp://``) the bytes go to a
+  temporary key beside the target, which is then renamed over it;
+- on an object store (S3 and the like) a single PUT is already all-or-nothing
+  (a reader sees the old object or the new one, never a prefix), and there is
+  no rename, only copy + delete, so the object is written in place.
+
+Keys are confined to the root: :meth:`Location.path` refuses any key that is
+not a plain relative path (no ``..``, no absolute path, no empty or ``.``
+component, no backslash, no control character), so a key built from something
+read off a remote can never name a file outside it.
+
+Endpoints: for ``s3://`` the environment variable ``EDGEBUILD_S3_ENDPOINT_URL``
+sets the endpoint (an S3-compatible server: MinIO, Ceph, a loopback test
+server); botocore's own ``AWS_ENDPOINT_URL_S3`` and fsspec's configuration
+(``FSSPEC_S3_ENDPOINT_URL``, ``~/.config/fsspec/``) work as well. Credentials
+are whatever the backend normally reads (for S3: the ``AWS_*`` variables, a
+profile, an instance role).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import uuid
+from pathlib import Path
+from typing import Any
+
+from edgebuild.errors import RemoteError
+
+S3_ENDPOINT_ENV = "EDGEBUILD_S3_ENDPOINT_URL"
+READ_CHUNK = 16 * 1024 * 1024
+
+# Protocols whose single-object writes are atomic and that have no real rename.
+OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss", "memory", "hf"})
+# Object stores whose paths start with a bucket (or container): a prefix under it
+# exists only through its objects, so the bucket is what must exist.
+BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss"})
+# What a backend raises for an unreachable or refusing remote. s3fs maps S3's
+# error codes onto OSError subclasses, but a connection failure surfaces as the
+# client library's own type (botocore's EndpointConnectionError, aiohttp's
+# errors, ...), and every fsspec backend has its own: at this boundary any
+# exception is reported as a RemoteError that names its type.
+_BACKEND_ERRORS: tuple[type[BaseException], ...] = (Exception,)
+
+
+def is_url(spec: str) -> bool:
+    return "://" in spec
+
+
+def plain_path_problem(name: str) -> str | None:
+    """What keeps ``name`` from being a plain relative POSIX path that stays under
+    the directory it is joined to; ``None`` when it is one."""
+    if not name:
+        return "is empty"
+    if name.startswith("/"):
+        return "is absolute"
+    if "\\" in name:
+        return "contains a backslash"
+    if any(ord(character) < 32 or character == "\x7f" for character in name):
+        return "contains a control character"
+    parts = name.split("/")
+    if ".." in parts:
+        return "has a '..' component"
+    if any(part in ("", ".") for part in parts):
+        return "has an empty or '.' component"
+    return None
+
+
+def storage_options(protocol: str) -> dict[str, Any]:
+    """Options for the fsspec filesystem of ``protocol`` that edgebuild sets itself."""
+    if protocol in ("s3", "s3a"):
+        endpoint = os.environ.get(S3_ENDPOINT_ENV)
+        if endpoint:
+            return {"endpoint_url": endpoint}
+    return {}
+
+
+class Location:
+    """Keys (``a/b/c.json``, always with '/') under one root of one filesystem.
+
+    ``label`` is what messages show: the spec as the user wrote it.
+    """
+
+    def __init__(self, spec: str, base: Path | None = None) -> None:
+        self.label = spec
+        if is_url(spec):
+            protocol = spec.split("://", 1)[0]
+            url = spec
+        else:
+            path = Path(spec).expanduser()
+            if not path.is_absolute():
+                path = (base or Path.cwd()) / path
+            protocol, url = "file", os.path.normpath(path)
+        self._url = url
+        self._options = storage_options(protocol)
+        self._pid = -1
+        filesystem, root = self._open()
+        self.root = root.rstrip("/")
+        protocols = filesystem.protocol if isinstance(filesystem.protocol, tuple) else (filesystem.protocol,)
+        self.is_object_store = bool(OBJECT_STORE_PROTOCOLS.intersection(protocols))
+        self.has_buckets = bool(BUCKET_PROTOCOLS.intersection(protocols))
+        self.is_local = "file" in protocols
+
+    @property
+    def url(self) -> str:
+        """The location as another process opens it, whatever its working directory: an
+        absolute path for a directory, the URL as given otherwise."""
+        return self._url
+
+    def _open(self) -> tuple[Any, str]:
+        import fsspec.core
+
+        try:
+            self._fs, root = fsspec.core.url_to_fs(self._url, **self._options)
+        except (ImportError, ValueError) as error:
+            raise RemoteError(f"{self.label}: cannot open this location: {error}") from None
+        self._pid = os.getpid()
+        # Listings cached by another call of this process could hide what another
+        # process wrote meanwhile; every read below asks the backend.
+        self._fs.invalidate_cache()
+        return self._fs, root
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem; opened again in a forked process (``doit -n 2``),
+        where the parent's client and its event loop must not be used."""
+        if self._pid != os.getpid():
+            self._open()
+        return self._fs
+
+    def path(self, key: str) -> str:
+        """The backend's path of ``key``; ``""`` is the root itself. The one place keys
+        become paths, so the one place that keeps them under the root."""
+        if not key:
+            return self.root
+        problem = plain_path_problem(key)
+        if problem:
+            raise RemoteError(f"{self.label}: key {quoted(key)} {problem}; refused (only keys under the root are used)")
+        return f"{self.root}/{key}"
+
+    def local_path(self, key: str) -> Path:
+        """The path of ``key`` on this machine (only for a local location)."""
+        assert self.is_local
+        return Path(self.path(key))
+
+    def where(self, key: str) -> str:
+        """``key`` as messages show it: under the location the user named."""
+        return f"{self.label.rstrip('/')}/{key}"
+
+    def check_root(self) -> None:
+        """Raise :class:`RemoteError` unless the root is there: the directory on a
+        filesystem, the bucket on an object store. Nothing creates it: a shared
+        directory that is missing is more likely an unmounted disk than a new cache."""
+        container = self.root.split("/", 1)[0] if self.has_buckets else self.root
+        try:
+            info = self.fs.info(container)
+        except FileNotFoundError:
+            info = None
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.label}: cannot reach: {_describe(error)}") from None
+        if self.has_buckets:
+            if info is None:
+                raise RemoteError(f"{self.label}: bucket {container!r} does not exist (or these credentials cannot see it)")
+        elif info is None:
+            raise RemoteError(f"{self.label}: no such directory; create it (mkdir -p {shlex.quote(container)}) or mount the shared disk")
+        elif info.get("type") != "directory":
+            raise RemoteError(f"{self.label}: not a directory")
+
+    # --- reads ------------------------------------------------------------------
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes at ``key``; ``None`` when there is nothing there."""
+        path = self.path(key)
+        try:
+            return self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
+
+    def size(self, key: str) -> int | None:
+        """The size of the object at ``key``; ``None`` when there is none."""
+        path = self.path(key)
+        try:
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
+        return int(info["size"]) if info.get("type") != "directory" else None
+
+    def download(self, key: str, target: Path) -> bool:
+        """Copy ``key`` to the local file ``target``; ``False`` when there is no such object."""
+        path = self.path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.fs.get_file(path, str(target))
+        except FileNotFoundError:
+            return False
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot download: {_describe(error)}") from None
+        return True
+
+    def digest(self, key: str, hasher: Any) -> str | None:
+        """The hex digest of the bytes at ``key``, streamed through ``hasher`` (a fresh
+        ``hashlib`` object); ``None`` when there is nothing there."""
+        path = self.path(key)
+        try:
+            with self.fs.open(path, "rb") as handle:
+                while chunk := handle.read(READ_CHUNK):
+                    hasher.update(chunk)
+        except FileNotFoundError:
+            return None
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
+        return hasher.hexdigest()
+
+    def listing(self, prefix: str) -> dict[str, tuple[int, float | None]]:
+        """Every object under the key ``prefix``: key -> (size, modification time as a
+        POSIX timestamp, ``None`` when the backend gives none)."""
+        base = self.path(prefix)
+        try:
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return {}
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(prefix)}: cannot list: {_describe(error)}") from None
+        listing = {}
+        for path, info in found.items():
+            if info.get("type") == "directory" or not path.startswith(base.rstrip("/") + "/"):
+                continue
+            key = f"{prefix}/{path[len(base.rstrip('/')) + 1:]}"
+            listing[key] = (int(info.get("size") or 0), _modified(info))
+        return listing
+
+    # --- writes -----------------------------------------------------------------
+
+    def write(self, key: str, data: bytes) -> None:
+        """Put ``data`` at ``key`` so that a reader sees the old object or the new one."""
+        self._put(key, lambda path: self.fs.pipe_file(path, data))
+
+    def upload(self, source: Path, key: str) -> None:
+        """Copy the local file ``source`` to ``key``, with the same guarantee as :meth:`write`."""
+        self._put(key, lambda path: self.fs.put_file(str(source), path))
+
+    def create(self, key: str, content: bytes | Path) -> bool:
+        """Put ``content`` (bytes, or a local file) at ``key`` only if nothing is there;
+        ``False`` when something already is. On S3 this is one conditional write
+        (``If-None-Match: *``), so of two writers exactly one succeeds; a backend
+        without conditional writes gets fsspec's check-then-write. Not for a local
+        directory, whose backend ignores the condition: rename a directory there."""
+        assert not self.is_local
+        path = self.path(key)
+        try:
+            if isinstance(content, bytes):
+                self.fs.pipe_file(path, content, mode="create")
+            else:
+                self.fs.put_file(str(content), path, mode="create")
+        except FileExistsError:
+            return False
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot write: {_describe(error)}") from None
+        return True
+
+    def delete(self, key: str) -> None:
+        path = self.path(key)
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot delete: {_describe(error)}") from None
+
+    def _put(self, key: str, write: Any) -> None:
+        target = self.path(key)
+        try:
+            if self.is_object_store:
+                write(target)
+                return
+            parent = target.rsplit("/", 1)[0]
+            self.fs.makedirs(parent, exist_ok=True)
+            temporary = f"{parent}/.{key.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp"
+            try:
+                write(temporary)
+                self.fs.mv(temporary, target)
+            finally:
+                if self.fs.exists(temporary):
+                    self.fs.rm_file(temporary)
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.where(key)}: cannot write: {_describe(error)}") from None
+
+
+def _modified(info: dict[str, Any]) -> float | None:
+    """The modification time in an fsspec ``info`` dict: ``mtime`` (local, a number or
+    a datetime), ``LastModified`` (S3), ``updated`` (GCS) ..., as a POSIX timestamp."""
+    from datetime import datetime
+
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def quoted(value: object) -> str:
+    """``value`` as a message shows it: its repr (escaped), cut short, since it may
+    come from a remote and be of any length."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text if isinstance(error, OSError) else f"{type(error).__name__}: {text}"

@@ -1,0 +1,109 @@
+"""The options of ``doit build`` / ``doit verify`` / ``doit publish`` that scale a run past
+one process or one machine, and what they do before doit runs the tasks:
+
+- ``--shard I/N``: only the I-th of N shards of the selection (``edgebuild/shards.py``);
+- ``--dask ADDRESS``: build and verify on a Dask cluster (``edgebuild/executors``), then
+  pull everything here (``--pull-only``, implied);
+- ``--remote-readonly``: pull from the remote cache, never push (pull requests);
+- ``--pull-only``: export nothing here; every artifact must come from the store or the
+  remote cache (the gather step after the shards).
+
+Both environment switches reach the worker processes and doit's ``-n`` workers,
+which read them themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from doit.exceptions import InvalidCommand
+
+from edgebuild.errors import EdgebuildError
+
+_REMOTE_READONLY = {
+    "name": "remote_readonly", "short": "", "long": "remote-readonly", "type": bool, "default": False,
+    "help": "pull from the remote cache, never push to it (pull requests; EDGEBUILD_REMOTE_CACHE_READONLY=1)",
+}
+_PULL_ONLY = {
+    "name": "pull_only", "short": "", "long": "pull-only", "type": bool, "default": False,
+    "help": "export nothing: every artifact comes from the store or the remote cache, or it is an error "
+            "(the gather step after sharded builds)",
+}
+_SHARD = {
+    "name": "shard", "short": "", "long": "shard", "type": str, "default": "",
+    "help": "I/N: only shard I of N of the selection (an artifact with its sources; balanced by recorded cost)",
+}
+_DASK = {
+    "name": "dask", "short": "", "long": "dask", "type": str, "default": "",
+    "help": "build and verify on a Dask cluster: a scheduler address (tcp://host:8786) or 'local' / 'local:N'; "
+            "needs a remote cache every worker can reach",
+}
+# For ``doit build`` and ``doit verify``.
+RUN_OPTIONS = (_SHARD, _DASK, _REMOTE_READONLY, _PULL_ONLY)
+# For ``doit publish`` (the gather step).
+PUBLISH_OPTIONS = (_REMOTE_READONLY, _PULL_ONLY)
+
+
+@dataclass
+class Prepared:
+    """What doit is to run (dependencies first; empty: nothing), what failed on a
+    cluster, and the exit status the command ends with at least."""
+
+    selected: list[str]
+    status: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+def prepare(project: Any, params: Any, selected: list[str], verify: bool) -> Prepared:
+    """Apply the scaling options to ``selected`` of ``project`` before doit runs it."""
+    from edgebuild.core.project import REMOTE_CACHE_READONLY_ENV
+    from edgebuild.run.workers import PULL_ONLY_ENV
+
+    if params.get("remote_readonly"):
+        os.environ[REMOTE_CACHE_READONLY_ENV] = "1"
+        if "remote_cache" in vars(project) and project.remote_cache is not None:
+            project.remote_cache.readonly = True
+    if params.get("pull_only"):
+        if project.remote_cache is None:
+            raise InvalidCommand("--pull-only takes every artifact from the remote cache, and none is set (EDGEBUILD_REMOTE_CACHE)")
+        os.environ[PULL_ONLY_ENV] = "1"
+    try:
+        if params.get("shard"):
+            selected = _shard(project, params["shard"], selected, verify)
+        if params.get("dask") and selected:
+            from edgebuild.run.executors import run_on_cluster
+
+            run = run_on_cluster(project, selected, params["dask"], verify, _say)
+            # The driver only pulls what the workers pushed.
+            os.environ[PULL_ONLY_ENV] = "1"
+            return Prepared(run.ready, 1 if run.failed else 0, run.failed)
+    except EdgebuildError as error:
+        print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
+        return Prepared([], 2)
+    return Prepared(selected)
+
+
+def _shard(project: Any, text: str, selected: list[str], verify: bool) -> list[str]:
+    from edgebuild.run.shards import parse_shard, select_shard
+
+    try:
+        index, count = parse_shard(text)
+    except ValueError as error:
+        raise InvalidCommand(str(error)) from None
+    shard, basis = select_shard(project, selected, index, count, verify)
+    print(shard.describe(basis), file=sys.stderr, flush=True)
+    return list(shard.artifacts)
+
+
+_SAYING = threading.Lock()
+
+
+def _say(line: str) -> None:
+    # One write per line, under a lock: a cluster's progress arrives on another thread.
+    with _SAYING:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()

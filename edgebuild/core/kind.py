@@ -1,0 +1,231 @@
+"""What an artifact kind is: a parameter model, the inputs it reads, its outputs,
+the module that builds it and the module that verifies it.
+
+The task layer (``edgebuild/tasks.py``) only talks to this interface, so a new
+kind is one package plus one registration line in ``kinds/__init__.py``.
+
+Why build and verify are modules, not methods: an artifact's fingerprint covers
+the code that can change its bytes and nothing else, and its verification
+fingerprint the code that judges it. Both are found by following the imports
+of ``build_module`` and ``verify_module``, and ``build``/``verify`` below run
+exactly those modules, so the code digested is the code that ran.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from edgebuild.core.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from edgebuild.core.report import Check
+
+
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16"}
+
+
+def _normalise_dtype(value: Any) -> Any:
+    return _DTYPE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+# An activation dtype as the manifest writes it: float32 | float16, with fp32 / fp16 accepted.
+# The JSON Schema offers what the manifest may say, aliases included.
+Dtype = Annotated[
+    Literal["float32", "float16"],
+    BeforeValidator(
+        _normalise_dtype,
+        json_schema_input_type=Literal[("float32", "float16", *_DTYPE_ALIASES)],  # type: ignore[valid-type]
+    ),
+]
+
+
+class Strict(BaseModel):
+    """Base of every manifest model: unknown keys are errors, values are immutable, and
+    values are never coerced (``opset: "21"`` is an error, not 21), so that the manifest's
+    JSON Schema accepts exactly what the loader does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ArtifactParams(Strict):
+    """Fields every artifact has. Kinds subclass it with ``kind: Literal[...]``."""
+
+    kind: str
+    description: str = ""
+
+    # Fields that never change an artifact's bytes: left out of its build fingerprint.
+    # ``verify`` thresholds are part of the verification fingerprint instead.
+    COSMETIC_FIELDS: ClassVar[frozenset[str]] = frozenset({"description", "verify"})
+    # Fields that name inputs (a checkpoint or source by its alias in the manifest, input
+    # files by path or glob): the fingerprint covers what they name, by content, so that
+    # a renamed alias, another checkout path or another spelling of a glob is the same
+    # artifact. Each ``InputFiles`` field is one too.
+    REFERENCE_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint", "source"})
+    # ``InputFiles`` fields only verification reads (held-out images of a kind whose build
+    # never sees them): in the verification fingerprint, not the build's, so changing one
+    # re-verifies and rebuilds nothing.
+    VERIFY_ONLY_INPUTS: ClassVar[frozenset[str]] = frozenset()
+
+    def build_parameters(self) -> dict[str, Any]:
+        """The canonical parameters that determine the built files (what the reference
+        fields name is an input of the fingerprint instead)."""
+        return self.model_dump(mode="json", exclude=self.COSMETIC_FIELDS | self.REFERENCE_FIELDS | set(self._input_fields()))
+
+    def _input_fields(self) -> dict[str, "InputFiles"]:
+        return {name: value for name in type(self).model_fields if isinstance(value := getattr(self, name), InputFiles)}
+
+    def input_patterns(self, verify_only: bool = False) -> dict[str, list[str]]:
+        """Input files as written in the manifest, by role (``calibration.images``, ...):
+        those the build reads, or (``verify_only``) those only verification reads."""
+        return {
+            f"{field}.{role}": patterns
+            for field, inputs in self._input_fields().items()
+            if (field in self.VERIFY_ONLY_INPUTS) == verify_only
+            for role, patterns in inputs.roles().items()
+        }
+
+    def verify_parameters(self) -> dict[str, Any]:
+        verify = getattr(self, "verify", None)
+        return verify.model_dump(mode="json") if verify is not None else {}
+
+    def checkpoint_names(self) -> list[str]:
+        """Names of the manifest checkpoints this artifact reads."""
+        name = getattr(self, "checkpoint", None)
+        return [name] if name else []
+
+    def source_artifacts(self) -> list[str]:
+        """Names of the artifacts whose outputs this artifact consumes."""
+        name = getattr(self, "source", None)
+        return [name] if name else []
+
+
+class InputFiles(Strict):
+    """A set of input files named in the manifest: every field is a list of paths or
+    globs relative to the manifest, one per role (``images``, ``pixel_values``, ...)."""
+
+    def roles(self) -> dict[str, list[str]]:
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+    def is_empty(self) -> bool:
+        return not any(self.roles().values())
+
+    def patterns(self) -> list[str]:
+        return [pattern for patterns in self.roles().values() for pattern in patterns]
+
+
+class InputSet(InputFiles):
+    """Calibration or held-out inputs: SafeTensors files with a ``pixel_values``
+    tensor and/or images (paths or globs, relative to the manifest)."""
+
+    pixel_values: list[str] = Field(default_factory=list)
+    images: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TensorSelection:
+    """The part of a checkpoint a kind reads: tensors by name prefix (``""``: every
+    tensor; no prefix: no tensor), one top-level key of ``config.json`` (``None``: all
+    of it), and other files of the checkpoint directory by name (read through
+    ``Checkpoint.file``). Fingerprints cover exactly this part, by content."""
+
+    prefixes: tuple[str, ...]
+    config_key: str | None = None
+    files: tuple[str, ...] = ()
+
+
+@dataclass
+class ArtifactContext:
+    """What a kind is handed: the artifact's parameters, its directory, and its inputs
+    (its checkpoints and, transitively, those of its sources; the built directories and
+    the parameters of its source artifacts; the manifest's directory, for relative
+    input paths)."""
+
+    name: str
+    params: ArtifactParams
+    out_dir: Path
+    checkpoints: dict[str, Checkpoint]
+    sources: dict[str, Path]
+    # The manifest parameters of each source artifact (how it was made: its inputs).
+    source_params: dict[str, ArtifactParams]
+    input_root: Path
+    log: Callable[[str], None] = print
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        (name,) = self.params.checkpoint_names()
+        return self.checkpoints[name]
+
+
+@dataclass
+class BuildContext(ArtifactContext):
+    """For ``build``: ``out_dir`` is a fresh temporary directory, renamed into place only
+    after ``build`` returned. ``fingerprint`` is the artifact's (for output metadata)."""
+
+    fingerprint: str = ""
+
+
+@dataclass
+class VerifyContext(ArtifactContext):
+    """For ``verify``: ``out_dir`` is the built directory; ``build_info`` is what ``build`` returned."""
+
+    build_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Verification:
+    """What ``verify`` measured: the pass/fail checks, plus numbers kept for the record."""
+
+    checks: list["Check"]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class ArtifactKind:
+    """One kind of artifact. Subclasses set the class variables; ``@register`` checks them."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    Params: ClassVar[type[ArtifactParams]]
+    # The files ``build`` must leave in ``out_dir``; anything missing fails the build.
+    outputs: ClassVar[tuple[str, ...]]
+    # Modules with a ``build(context) -> dict`` and a ``verify(context) -> Verification``.
+    build_module: ClassVar[str]
+    verify_module: ClassVar[str]
+    # The kinds a ``source:`` may name (checked in the manifest, before anything is built).
+    source_kinds: ClassVar[tuple[str, ...]] = ()
+    # Packages beyond fingerprint.TOOL_PACKAGES whose versions can change this kind's
+    # bytes (a compiler only this kind runs): in its fingerprint, and no other kind's.
+    tool_packages: ClassVar[tuple[str, ...]] = ()
+
+    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection | None:
+        """Which part of ``checkpoint`` the artifact reads itself; ``None`` if it reads none.
+        A kind that accepts several checkpoint layouts decides here, from the checkpoint,
+        which one it is looking at.
+
+        It applies to the artifact's own ``checkpoint:``. An artifact without one that
+        still reads a checkpoint directly (a quantized graph running calibration images
+        through the image processor of the checkpoint behind its ``source:``) has it
+        applied to the checkpoints reached through its sources: what a source read is
+        in the source's fingerprint, what this artifact reads there is in its own."""
+        return None
+
+    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
+        """Raise :class:`~edgebuild.errors.ParameterError` for parameters this checkpoint
+        cannot honour. Called before anything is built or written."""
+
+    def check_sources(self, params: ArtifactParams, sources: dict[str, ArtifactParams]) -> None:
+        """Raise :class:`~edgebuild.errors.ParameterError` (with the key at fault) for
+        parameters the source artifacts' own parameters rule out (a 16-bit type for a
+        graph exported below opset 21). Called before anything is built or written."""
+
+    def build(self, context: BuildContext) -> dict[str, Any]:
+        """Write the outputs into ``context.out_dir``; return what the record keeps
+        (``timings`` and other build information; none of it goes into a payload file)."""
+        return importlib.import_module(self.build_module).build(context)
+
+    def verify(self, context: VerifyContext) -> Verification:
+        return importlib.import_module(self.verify_module).verify(context)

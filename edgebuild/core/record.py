@@ -1,0 +1,205 @@
+"""The build record: what an artifact was built from and what the build wrote.
+
+One record sits beside every built artifact (``build/<name>/.edgebuild.json``),
+every store entry and every remote-cache entry. Its fingerprinted part -- kind,
+canonical parameters, input fingerprints, build-code digests, tool versions --
+hashes to the artifact's fingerprint; the rest (outputs, build info, timings)
+is what the build produced, added afterwards. ``doit status`` explains a stale
+artifact as the difference between two records.
+
+A record is read from disk, from the store or from a remote, so it is validated
+on read: a record of the wrong shape is a :class:`RecordError` that names the
+file, never an ``AttributeError`` further on.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from edgebuild.core.atomic import write_text
+from edgebuild.errors import RecordError
+from edgebuild.core.hashing import digest_json, file_digest, is_digest
+
+if TYPE_CHECKING:
+    from edgebuild.core.project import Project
+
+# 2: build and verify code digests apart; timings out of the payload files.
+RECORD_FORMAT = 2
+RECORD_FILE = ".edgebuild.json"
+# The files an artifact directory holds beside its outputs: the record and the report.
+REPORT_FILES = ("report.json", "report.md")
+# The keys of a record that its fingerprint is the digest of.
+FINGERPRINTED_KEYS = ("format", "kind", "params", "inputs", "code", "versions")
+
+
+class OutputFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    size: int = Field(ge=0)
+    digest: str
+
+    @field_validator("digest")
+    @classmethod
+    def _a_digest(cls, value: str) -> str:
+        if not is_digest(value):
+            raise ValueError("expected a blake3 digest (64 lowercase hex digits)")
+        return value
+
+
+class CheckpointOrigin(BaseModel):
+    """Where a checkpoint came from, when it came from the Hugging Face cache: the repo,
+    the revision the manifest asked for, the commit it resolved to, and each file read
+    with its etag (its blob name; ``None`` for a file the cache keeps as a copy)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hf: str
+    revision: str
+    commit: str
+    files: dict[str, str | None]
+
+
+class BuildRecord(BaseModel):
+    """A build record. ``outputs`` is empty until the build has run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: int
+    kind: str
+    params: dict[str, Any]
+    inputs: dict[str, Any]
+    code: dict[str, str]
+    versions: dict[str, str]
+    fingerprint: str
+    # What the manifest named for each input (alias, path): for explanations, not hashed.
+    inputs_named: dict[str, Any] = Field(default_factory=dict)
+    # Per checkpoint role, the Hugging Face repo and commit it was read from: for
+    # provenance, not hashed (the same files by path are the same artifact).
+    checkpoint_origins: dict[str, CheckpointOrigin] = Field(default_factory=dict)
+    artifact: str | None = None
+    build_info: dict[str, Any] = Field(default_factory=dict)
+    build_seconds: float | None = None
+    outputs: dict[str, OutputFile] = Field(default_factory=dict)
+
+    @classmethod
+    def create(cls, kind: str, params: dict[str, Any], inputs: dict[str, Any], code: dict[str, str],
+               versions: dict[str, str]) -> "BuildRecord":
+        """The record of a build about to happen, with its fingerprint."""
+        fingerprinted = {"format": RECORD_FORMAT, "kind": kind, "params": params, "inputs": inputs,
+                         "code": code, "versions": versions}
+        return cls(**fingerprinted, fingerprint=digest_json(fingerprinted))
+
+    def hashes_to(self) -> str:
+        """The fingerprint the record's inputs hash to; a record fetched from elsewhere
+        must hash to the fingerprint it is filed under."""
+        return digest_json(self.to_json(only=FINGERPRINTED_KEYS))
+
+    def completed(self, artifact: str, build_info: dict[str, Any], build_seconds: float,
+                  outputs: dict[str, OutputFile]) -> "BuildRecord":
+        return self.model_copy(update={"artifact": artifact, "build_info": build_info,
+                                       "build_seconds": build_seconds, "outputs": outputs})
+
+    def to_json(self, only: tuple[str, ...] | None = None) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        return {key: data[key] for key in only} if only is not None else data
+
+    def write(self, directory: Path) -> None:
+        write_text(directory / RECORD_FILE, json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+
+    def changed_outputs(self, directory: Path, digest: Callable[[Path], str] | None = file_digest) -> list[str]:
+        """The recorded outputs missing from ``directory`` or whose size or digest no longer
+        matches (empty when all match). ``digest=None`` compares sizes only (cheap); pass the
+        stat cache's ``file_digest`` to skip files not written since they were last hashed."""
+        changed = []
+        for relative, meta in self.outputs.items():
+            path = directory / relative
+            if not path.is_file() or path.stat().st_size != meta.size:
+                changed.append(relative)
+            elif digest is not None and digest(path) != meta.digest:
+                changed.append(relative)
+        return changed
+
+
+def parse_record(text: str | bytes, where: str) -> BuildRecord:
+    """A record from its JSON; :class:`RecordError` naming ``where`` if it is not one."""
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise RecordError(f"{where}: not a build record (invalid JSON: {error})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: not a build record (expected a JSON object, found {type(data).__name__})")
+    if data.get("format") != RECORD_FORMAT:
+        raise RecordError(f"{where}: a build record of format {data.get('format')!r}; this edgebuild reads format {RECORD_FORMAT}")
+    try:
+        return BuildRecord.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        location = " -> ".join(str(part) for part in first["loc"])
+        raise RecordError(f"{where}: not a build record ({location}: {first['msg']})") from None
+
+
+def read_record(directory: Path) -> BuildRecord | None:
+    """The record in ``directory``; ``None`` when there is none; :class:`RecordError`
+    when there is one of the wrong shape or an older format."""
+    path = directory / RECORD_FILE
+    try:
+        text = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return parse_record(text, str(path))
+
+
+def read_record_or_none(directory: Path) -> BuildRecord | None:
+    """The record in ``directory``, or ``None`` when it is missing or unreadable (a
+    directory whose record cannot be read counts as not built, and is rebuilt)."""
+    try:
+        return read_record(directory)
+    except RecordError:
+        return None
+
+
+def output_manifest(directory: Path) -> dict[str, OutputFile]:
+    """Size and digest of every file an artifact directory holds (but the record, the
+    report and hidden files)."""
+    skipped = {RECORD_FILE, *REPORT_FILES}
+    files = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and path.name not in skipped and not path.name.startswith("."):
+            relative = path.relative_to(directory).as_posix()
+            files[relative] = OutputFile(size=path.stat().st_size, digest=file_digest(path))
+    return files
+
+
+class VerificationState(str, enum.Enum):
+    """Where an artifact stands against its current thresholds."""
+
+    NOT_BUILT = "not built"
+    NOT_VERIFIED = "not verified"
+    FAILED = "verification failed"
+    VERIFIED = "verified"
+
+
+def verification_state(project: "Project", name: str) -> VerificationState:
+    """The one answer to "is ``name`` verified?": built at its current fingerprint, a
+    report for its current verification fingerprint that passed, and every output still
+    at its recorded digest (through the stat cache: an output edited in place has a new
+    ctime and is hashed again, so a tampered output is never taken as verified)."""
+    from edgebuild.core.report import read_report
+
+    directory = project.layout.artifact_dir(name)
+    record = read_record_or_none(directory)
+    if record is None or record.fingerprint != project.fingerprint(name) or record.changed_outputs(directory, digest=None):
+        return VerificationState.NOT_BUILT
+    report = read_report(directory)
+    if report is None or report.get("verify_fingerprint") != project.verify_fingerprint(name):
+        return VerificationState.NOT_VERIFIED
+    if not report.get("passed"):
+        return VerificationState.FAILED
+    if record.changed_outputs(directory, digest=project.stat_cache.file_digest):
+        return VerificationState.NOT_VERIFIED
+    return VerificationState.VERIFIED

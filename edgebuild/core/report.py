@@ -1,0 +1,133 @@
+"""Verification checks -> ``report.json`` and ``report.md``.
+
+A check is a measured value, a limit and a comparison. Verification collects
+every check, then fails once, naming each failed one with its numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from edgebuild.core.atomic import write_text
+
+REPORT_FORMAT = 1
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+
+Comparison = Literal[">=", "<=", "=="]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    value: Any
+    limit: Any
+    comparison: Comparison
+    passed: bool
+    detail: str = ""
+
+    @classmethod
+    def measure(cls, name: str, value: Any, comparison: Comparison, limit: Any, detail: str = "") -> "Check":
+        """A check whose verdict is computed here, so a NaN never passes."""
+        if isinstance(value, float) and math.isnan(value):
+            passed = False
+        elif comparison == ">=":
+            passed = value >= limit
+        elif comparison == "<=":
+            passed = value <= limit
+        else:
+            passed = value == limit
+        return cls(name, value, limit, comparison, bool(passed), detail)
+
+    def describe(self) -> str:
+        return f"{self.name} = {_number(self.value)} (limit {self.comparison} {_number(self.limit)})" + (
+            f": {self.detail}" if self.detail else ""
+        )
+
+
+@dataclass
+class Report:
+    artifact: str
+    kind: str
+    fingerprint: str
+    checks: list[Check]
+    metrics: dict[str, Any] = field(default_factory=dict)
+    build: dict[str, Any] = field(default_factory=dict)
+    # Bookkeeping kept beside the checks (the verification fingerprint, the thresholds used).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(check.passed for check in self.checks)
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return [check for check in self.checks if not check.passed]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": REPORT_FORMAT,
+            "artifact": self.artifact,
+            "kind": self.kind,
+            "fingerprint": self.fingerprint,
+            "passed": self.passed,
+            "checks": [asdict(check) for check in self.checks],
+            "metrics": self.metrics,
+            "build": self.build,
+        } | self.extra
+
+    def summary(self) -> str:
+        lines = [
+            f"# {self.artifact} ({self.kind}): {'PASSED' if self.passed else 'FAILED'}",
+            "",
+            f"fingerprint `{self.fingerprint}`",
+            "",
+            "| check | value | limit | result |",
+            "| --- | --- | --- | --- |",
+        ]
+        for check in self.checks:
+            lines.append(
+                f"| {check.name} | {_number(check.value)} | {check.comparison} {_number(check.limit)} | "
+                f"{'pass' if check.passed else '**FAIL**'} |"
+            )
+        if not self.checks:
+            lines.append("| (no checks ran) | | | **FAIL** |")
+        return "\n".join(lines) + "\n"
+
+    def write(self, directory: Path) -> None:
+        """Write both files atomically: a reader sees the old report or the new one."""
+        write_text(directory / REPORT_JSON, json.dumps(self.to_json(), indent=2, default=_jsonable) + "\n")
+        write_text(directory / REPORT_MD, self.summary())
+
+
+def read_report(directory: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((directory / REPORT_JSON).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return data if data.get("format") == REPORT_FORMAT else None
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float):
+        if 0.99 <= abs(value) < 1:
+            # Cosines: 0.99999997 must not print as 1.
+            return f"{value:.8f}"
+        if value == 0 or 1e-3 <= abs(value) < 1e5:
+            return f"{value:.6g}"
+        return f"{value:.3e}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_number(item) for item in value) + "]"
+    return str(value)

@@ -1,0 +1,116 @@
+"""Why an artifact is stale, in words: the difference between two build records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgebuild.core.hashing import canonical_json
+
+
+def explain(built: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Reasons, most specific first, why ``current`` differs from ``built``."""
+    reasons: list[str] = []
+    if built.get("kind") != current.get("kind"):
+        reasons.append(f"kind {built.get('kind')} → {current.get('kind')}")
+    reasons += _parameter_changes(built.get("params", {}), current.get("params", {}))
+    reasons += _input_changes(built.get("inputs", {}), current.get("inputs", {}), current.get("inputs_named", {}))
+    reasons += _mapping_changes(built.get("code", {}), current.get("code", {}), "{} changed", "{} added", "{} removed")
+    for package in sorted(set(built.get("versions", {})) | set(current.get("versions", {}))):
+        before, after = built.get("versions", {}).get(package), current.get("versions", {}).get(package)
+        if before != after:
+            reasons.append(f"{package} {before} → {after}")
+    if not reasons and built.get("fingerprint") != current.get("fingerprint"):
+        reasons.append("record format changed")
+    return reasons
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return canonical_json(value)
+    return str(value)
+
+
+def _parameter_changes(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
+    reasons = []
+    for key in sorted(set(before) | set(after)):
+        label = f"{prefix}{key}"
+        if key not in before:
+            reasons.append(f"{label} added ({_show(after[key])})")
+        elif key not in after:
+            reasons.append(f"{label} removed (was {_show(before[key])})")
+        elif isinstance(before[key], dict) and isinstance(after[key], dict):
+            reasons += _parameter_changes(before[key], after[key], f"{label}.")
+        elif before[key] != after[key]:
+            reasons.append(f"{label} {_show(before[key])} → {_show(after[key])}")
+    return reasons
+
+
+def _input_changes(before: dict[str, Any], after: dict[str, Any], named: dict[str, Any]) -> list[str]:
+    """Changes of inputs, keyed by role (``checkpoint``, ``source``, ``files:<role>``);
+    ``named`` says what the manifest calls each now."""
+    reasons = []
+    for key in sorted(set(before) | set(after)):
+        if key not in before:
+            reasons.append(f"input {key} added")
+            continue
+        if key not in after:
+            reasons.append(f"input {key} removed")
+            continue
+        old, new = before[key], after[key]
+        if old == new:
+            continue
+        if key.startswith("checkpoint") and isinstance(old, dict) and isinstance(new, dict):
+            label = named.get(key, key)
+            if old.get("config") != new.get("config"):
+                section = new.get("config_key") or "all of it"
+                reasons.append(f"{label}: config.json ({section}) changed")
+            for file_name in sorted(set(old.get("files", {})) | set(new.get("files", {}))):
+                if old.get("files", {}).get(file_name) != new.get("files", {}).get(file_name):
+                    reasons.append(f"{label}: {file_name} changed")
+            old_tensors, new_tensors = old.get("tensors", {}), new.get("tensors", {})
+            for name in sorted(set(old_tensors) | set(new_tensors)):
+                if name not in old_tensors:
+                    reasons.append(f"tensor {name} added")
+                elif name not in new_tensors:
+                    reasons.append(f"tensor {name} removed")
+                elif old_tensors[name] != new_tensors[name]:
+                    first, second = old_tensors[name], new_tensors[name]
+                    if (first["dtype"], first["shape"]) != (second["dtype"], second["shape"]):
+                        reasons.append(
+                            f"tensor {name} changed ({first['dtype']}{first['shape']} → {second['dtype']}{second['shape']})"
+                        )
+                    else:
+                        reasons.append(f"tensor {name} changed")
+        elif key.startswith("source"):
+            reasons.append(f"source artifact {named.get(key, key)} changed ({str(old)[:12]} → {str(new)[:12]})")
+        elif key.startswith("files:") and isinstance(old, list) and isinstance(new, list):
+            reasons += _file_list_changes(key.split(":", 1)[1], old, new, named.get(key, []))
+        else:
+            reasons.append(f"input {key} changed")
+    return reasons
+
+
+def _file_list_changes(role: str, before: list[str], after: list[str], paths: list[str]) -> list[str]:
+    """Input files of one role, compared by content and position."""
+    if sorted(before) == sorted(after):
+        return [f"{role}: the same files in another order"]
+    reasons = []
+    for index, digest in enumerate(after):
+        if index >= len(before) or before[index] != digest:
+            where = paths[index] if index < len(paths) else f"file {index + 1}"
+            reasons.append(f"{role}: {where} changed" if index < len(before) else f"{role}: {where} added")
+    if len(before) > len(after):
+        reasons.append(f"{role}: {len(before) - len(after)} file(s) fewer")
+    return reasons
+
+
+def _mapping_changes(before: dict[str, Any], after: dict[str, Any], changed: str, added: str, removed: str) -> list[str]:
+    reasons = []
+    for key in sorted(set(before) | set(after)):
+        if key not in before:
+            reasons.append(added.format(key))
+        elif key not in after:
+            reasons.append(removed.format(key))
+        elif before[key] != after[key]:
+            reasons.append(changed.format(key))
+    return reasons

@@ -1,0 +1,162 @@
+"""Running artifacts on a cluster: ``doit build --dask ADDRESS``, ``doit verify --dask ADDRESS``.
+
+The driver lives here, what a job does on a worker in ``base.py``, both
+engine-independent; an engine is an :class:`~edgebuild.run.executors.base.Executor`
+(Dask's is ``dask.py``), so another one (Ray, a batch queue) is one more module
+and one line in :func:`open_executor`.
+
+- The driver (the doit process): fingerprints the selection. What the remote cache
+  already holds needs no task. Each other artifact becomes a :class:`Job` with the
+  resources it needs (``resources.py``) and the jobs of its sources as dependencies,
+  so the cluster runs them in order, wherever it likes. Then the local doit run
+  pulls every artifact with ``--pull-only``: nothing is exported here, and only
+  what a worker verified and pushed is ever counted as built.
+- A cluster worker (:func:`~edgebuild.executors.base.run_job`): works in a project root of its own under its
+  local directory -- the manifest and the inputs it names are read where the
+  driver has them (a shared filesystem, or the same checkout path on every node);
+  outputs, store and stat cache are the worker's. It builds in one worker process
+  (``edgebuild/workers.py``), pulling the sources from the remote cache, then
+  verifies in another, which pushes. The remote cache takes only verified builds,
+  so ``doit build --dask`` verifies on the worker too: it is the only way a build
+  can travel.
+
+A remote cache that every worker can reach is therefore required; its absence (or
+a read-only one) stops the command before anything is submitted. A worker that
+computes another fingerprint than the driver (another checkout, other tool
+versions) pushes nothing and fails its job: the driver could never pull it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from edgebuild.errors import ClusterError
+from edgebuild.run.executors.base import Executor, Job, Say, WorkerOffer
+
+if TYPE_CHECKING:
+    from edgebuild.core.project import Project
+
+
+@dataclass
+class ClusterRun:
+    """What the cluster did: the artifacts the local run may now pull (dependencies
+    first) and those that failed or never ran."""
+
+    ready: list[str]
+    failed: list[str] = field(default_factory=list)
+
+
+def check_address(address: str) -> None:
+    """Refuse a malformed address before anything else, even when nothing needs the cluster."""
+    from edgebuild.run.executors.dask import local_worker_count
+
+    local_worker_count(address)
+
+
+def open_executor(address: str) -> Executor:
+    from edgebuild.run.executors.dask import DaskExecutor
+
+    return DaskExecutor(address)
+
+
+# --- the driver --------------------------------------------------------------------------
+
+
+def run_on_cluster(project: "Project", names: list[str], address: str, verify: bool, say: Say) -> ClusterRun:
+    """Build (and verify) ``names`` and what they consume on the cluster at ``address``;
+    everything that succeeded is in the remote cache when this returns."""
+    from edgebuild.run.builder import keep_verified, stderr_log
+    from edgebuild.run.costs import recorded_costs
+    from edgebuild.core.record import VerificationState, verification_state
+    from edgebuild.run.executors.resources import task_resources
+
+    check_address(address)
+    remote = project.remote_cache
+    if remote is None:
+        raise ClusterError(
+            "--dask: cluster workers hand their builds back through the remote cache, and none is set: set "
+            "EDGEBUILD_REMOTE_CACHE (or the manifest's remote_cache) to a location every worker can reach "
+            "(a shared directory, s3://bucket/prefix)"
+        )
+    if remote.readonly:
+        raise ClusterError(
+            f"--dask: the remote cache {remote.label} is read-only (EDGEBUILD_REMOTE_CACHE_READONLY or "
+            "--remote-readonly), so no worker could hand a build back; run without --dask, or with a writable cache"
+        )
+    remote.location.check_root()
+    selection = project.manifest.order(names)
+    costs = recorded_costs(project, selection)
+    jobs: list[Job] = []
+    for name in selection:
+        fingerprint = project.fingerprint(name)
+        if remote.has(fingerprint):
+            say(f"[{name}] in the remote cache already: pulled, not run on the cluster")
+            continue
+        if verification_state(project, name) is VerificationState.VERIFIED:
+            # Verified here before the remote was set: shared now, no cluster time spent.
+            keep_verified(project, name, stderr_log(name))
+            continue
+        resources, basis = task_resources(project, name, costs.get(name))
+        job_names = {job.name for job in jobs}
+        jobs.append(
+            Job(
+                name=name,
+                fingerprint=fingerprint,
+                sources=tuple(source for source in project.manifest.artifacts[name].source_artifacts() if source in job_names),
+                resources=resources,
+                resource_basis=basis,
+                manifest_path=str(project.manifest.path.resolve()),
+                remote_cache=remote.location.url,
+            )
+        )
+    project.save_caches()
+    if not jobs:
+        return ClusterRun(ready=selection)
+    with open_executor(address) as executor:
+        say(f"cluster {executor.label}: {len(jobs)} artifacts to build and verify ({', '.join(job.name for job in jobs)})")
+        _check_resources(jobs, executor.offers())
+        outcomes = executor.run(jobs, say)
+    failed = [job.name for job in jobs if not outcomes[job.name].ok]
+    for name in failed:
+        say(f"edgebuild: error: {outcomes[name].message}")
+    blocked = set(failed)
+    ready = []
+    for name in selection:
+        if name in blocked or any(source in blocked for source in project.manifest.artifacts[name].source_artifacts()):
+            blocked.add(name)
+        else:
+            ready.append(name)
+    built = len(jobs) - len(failed)
+    say(f"cluster: {built} of {len(jobs)} built and verified" + (f"; failed or not run: {', '.join(failed)}" if failed else ""))
+    return ClusterRun(ready=ready, failed=[name for name in selection if name in blocked])
+
+
+def _check_resources(jobs: list[Job], offers: list[WorkerOffer]) -> None:
+    """Refuse, before anything is submitted, a job no worker can take: the scheduler would
+    keep it waiting for ever."""
+    from edgebuild.run.executors.resources import describe
+
+    for job in jobs:
+        if any(_fits(job.resources, offer.resources) for offer in offers):
+            continue
+        largest = {
+            key: max((offer.resources.get(key, 0.0) for offer in offers), default=0.0) for key in job.resources
+        }
+        short = ", ".join(
+            f"{key}={needed:.3g} needed, at most {largest[key]:.3g} offered" for key, needed in sorted(job.resources.items())
+            if largest[key] < needed
+        ) or "no single worker offers all of them"
+        unfit = sum(1 for other in jobs if not any(_fits(other.resources, offer.resources) for offer in offers))
+        more = f" (and {unfit - 1} more artifacts)" if unfit > 1 else ""
+        raise ClusterError(
+            f"{job.name}: no worker of the cluster offers the resources it needs ({describe(job.resources)}; MEMORY "
+            f"{job.resource_basis}): {short}{more}; start a worker with --resources \"{describe(job.resources).replace(', ', ',')}\" "
+            "(or more); nothing was submitted"
+        )
+
+
+def _fits(needs: dict[str, float], offer: dict[str, float]) -> bool:
+    return all(offer.get(key, 0.0) >= amount for key, amount in needs.items())
+
+

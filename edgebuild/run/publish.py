@@ -1,0 +1,508 @@
+"""``doit publish``: verified artifacts, with their provenance, at a shared destination.
+
+Layout at the destination (a directory or any fsspec URL)::
+
+    index.json                          every published artifact: fingerprint, checksum, when
+    <artifact>/<fingerprint>/           the output files, as in build/<artifact>/
+    <artifact>/<fingerprint>/report.json, report.md    its verification report
+    <artifact>/<fingerprint>/provenance.json           what produced it (see ``provenance``)
+    <artifact>/<fingerprint>/SHA256SUMS                ``sha256sum -c`` format, written last
+
+The path is content-addressed: the fingerprint covers every input, so one key
+never stands for two different builds. An entry counts as published once its
+``SHA256SUMS`` exists; the index's ``checksum`` of an entry is the sha256 of
+that file, so a downloaded artifact can be checked with shell tools alone
+(``sha256sum SHA256SUMS``, then ``sha256sum -c SHA256SUMS``).
+
+Rules: only artifacts that verified at their current fingerprint are published,
+and only if every artifact asked for did (otherwise nothing is); only from a
+work tree whose commit says what produced them (no uncommitted changes, a
+tracked manifest), unless ``allow_dirty`` -- which the provenance records; never
+into the project's own ``build/`` or ``cache/``. A fingerprint already published with the
+same output files is a no-op once every published file is checked against its
+``SHA256SUMS``: a published file that no longer matches is an error naming it.
+One published with different bytes is an error. Nothing published is ever
+overwritten. (Checking reads every published file again: on S3, a download.)
+
+Ordering and atomicity: an entry appears whole or not at all, and of two
+publishers of one fingerprint exactly one writes it; the other finds it
+published (and checks it like any republish).
+
+- On a local filesystem the entry is written into a staging directory beside
+  its final place (``<artifact>/.<fingerprint>.<random>.partial/``), then
+  renamed into place; ``rename(2)`` refuses a target that exists. A killed
+  publish leaves only its staging directory, never read and safe to delete.
+- Elsewhere (S3 and other fsspec URLs) every key is written only where nothing
+  is (S3: a conditional PUT, ``If-None-Match: *``), ``SHA256SUMS`` last, so no
+  publisher overwrites another's file and the one that writes ``SHA256SUMS``
+  lists exactly the bytes under the entry. A key written before by an
+  interrupted publish is kept if it holds the same bytes (a retry); if it holds
+  other bytes the publish stops and says to delete the unfinished entry.
+
+The index is written after every entry: read, merged and written back, on a
+filesystem under a lock, through a temporary file renamed over it; on an
+object store (S3) in a single PUT, which readers see whole or not at all. S3
+has no lock and no rename, so two publishers writing the index at the same
+instant can lose one of the two new rows (never an entry): publishing that
+artifact again, a no-op for its files, puts the row back.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from edgebuild.errors import PublishError, RemoteError
+from edgebuild.core.faults import fault_point
+from edgebuild.core.fingerprint import locked
+from edgebuild.core.project import Project
+from edgebuild.core.record import VerificationState, read_record, verification_state
+from edgebuild.cache.location import Location, plain_path_problem, quoted
+from edgebuild.core.report import REPORT_JSON, REPORT_MD
+
+PUBLISH_FORMAT = 1
+INDEX_KEY = "index.json"
+PROVENANCE_FILE = "provenance.json"
+CHECKSUMS_FILE = "SHA256SUMS"
+METADATA_FILES = (REPORT_JSON, REPORT_MD, PROVENANCE_FILE, CHECKSUMS_FILE)
+SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Published:
+    artifact: str
+    fingerprint: str
+    path: str
+    checksum: str
+    # True when this run wrote the entry; False when it was already there.
+    written: bool
+
+
+@dataclass(frozen=True)
+class EntryFiles:
+    """One artifact's files as they will be published: each file's content (bytes,
+    or a local file), its sha256, and the ``SHA256SUMS`` that lists them all."""
+
+    name: str
+    fingerprint: str
+    files: dict[str, bytes | Path]
+    sha256: dict[str, str]
+    checksums: bytes
+
+    @classmethod
+    def of(cls, name: str, fingerprint: str, files: dict[str, bytes | Path], sha256: dict[str, str] | None = None) -> "EntryFiles":
+        """The entry of ``files``; ``sha256`` holds digests already known (the rest are computed)."""
+        digests = dict(sha256 or {})
+        for relative, content in files.items():
+            if relative not in digests:
+                digests[relative] = hashlib.sha256(content).hexdigest() if isinstance(content, bytes) else file_sha256(content)
+        checksums = "".join(f"{digests[relative]}  {relative}\n" for relative in sorted(digests)).encode()
+        return cls(name, fingerprint, files, digests, checksums)
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.name}/{self.fingerprint}"
+
+
+def publish(project: Project, names: list[str], destination: str, log: Log = print,
+            allow_dirty: bool = False) -> list[Published]:
+    """Publish ``names`` to ``destination``; all of them or, if any is not verified, none.
+    Refused from a work tree with uncommitted changes, or outside git, unless
+    ``allow_dirty`` (which provenance.json then records)."""
+    location = Location(destination)
+    _refuse_project_directories(project, location)
+    git = check_work_tree(project, allow_dirty)
+    check_publishable(project, names)
+    prepared = [_prepare(project, name, git) for name in names]
+    results = [put_entry(location, item, log) for item in prepared]
+    _update_index(location, project, results, log)
+    return results
+
+
+def _refuse_project_directories(project: Project, location: Location) -> None:
+    """A destination inside ``build/`` or ``cache/`` would be replaced, cleaned or
+    pruned by edgebuild itself: published files must outlive those."""
+    if not location.is_local:
+        return
+    root = Path(location.root).resolve()
+    for directory in (project.layout.build_dir, project.layout.cache_dir):
+        if root.is_relative_to(directory.resolve()):
+            raise PublishError(
+                f"{location.label}: inside the project's {directory.name}/ directory, which edgebuild "
+                "replaces and prunes; publish somewhere else"
+            )
+
+
+def check_publishable(project: Project, names: list[str]) -> None:
+    """Raise :class:`PublishError` naming every artifact of ``names`` that may not be published."""
+    problems = [problem for name in names if (problem := _unpublishable(project, name))]
+    if problems:
+        raise PublishError("nothing published:\n  " + "\n  ".join(problems))
+
+
+def _unpublishable(project: Project, name: str) -> str | None:
+    """Why ``name`` cannot be published (``None`` when it can)."""
+    directory = project.layout.artifact_dir(name)
+    state = verification_state(project, name)
+    if state is VerificationState.FAILED:
+        return f"{name}: verification failed (see build/{name}/report.md)"
+    if state is not VerificationState.VERIFIED:
+        return f"{name}: not verified at its current fingerprint (run `doit verify {name}`)"
+    record = read_record(directory)
+    changed = record.changed_outputs(directory) if record is not None else ["the build record"]
+    if changed:
+        return f"{name}: {', '.join(changed)} changed since it was built (run `doit verify {name}`)"
+    return None
+
+
+def _prepare(project: Project, name: str, git: dict[str, Any]) -> EntryFiles:
+    directory = project.layout.artifact_dir(name)
+    record = read_record(directory)
+    assert record is not None  # checked by _unpublishable
+    outputs = sorted(record.outputs)
+    clash = sorted(set(outputs) & set(METADATA_FILES))
+    if clash:
+        raise PublishError(f"{name}: output {clash[0]!r} has the name of a file publishing adds; rename the output")
+    sha256 = {relative: file_sha256(directory / relative) for relative in outputs}
+    provenance = provenance_record(project, name, record.to_json(), sha256, git)
+    files: dict[str, bytes | Path] = {relative: directory / relative for relative in outputs}
+    files[REPORT_JSON] = directory / REPORT_JSON
+    files[REPORT_MD] = directory / REPORT_MD
+    files[PROVENANCE_FILE] = (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode()
+    return EntryFiles.of(name, record.fingerprint, files, sha256)
+
+
+def provenance_record(
+    project: Project, name: str, record: dict[str, Any], sha256: dict[str, str], git: dict[str, Any]
+) -> dict[str, Any]:
+    """What produced an artifact: enough to rebuild it, or to say why two differ."""
+    params = project.manifest.artifacts[name]
+    from edgebuild.core.report import read_report
+
+    report = read_report(project.layout.artifact_dir(name)) or {}
+    manifest_path = project.manifest.path
+    try:
+        manifest_name = manifest_path.resolve().relative_to(project.manifest.root.resolve()).as_posix()
+    except ValueError:
+        manifest_name = manifest_path.name
+    return {
+        "format": PUBLISH_FORMAT,
+        "artifact": name,
+        "kind": record["kind"],
+        "fingerprint": record["fingerprint"],
+        "manifest": {
+            "file": manifest_name,
+            "entry": project.manifest.origins[name],
+            # As validated: defaults filled in, description and thresholds included.
+            "parameters": params.model_dump(mode="json"),
+        },
+        "params": record["params"],
+        "inputs": record["inputs"],
+        # The Hugging Face repo, commit and file etags of each hf: checkpoint, as the
+        # manifest resolves them now (the same bytes as the built record's inputs).
+        "checkpoint_origins": project.record(name).to_json(only=("checkpoint_origins",))["checkpoint_origins"],
+        "code": record["code"],
+        "verify_code": project.verify_code(name),
+        "versions": record["versions"],
+        "edgebuild_version": edgebuild_version(),
+        "git": git,
+        "build": record.get("build_info", {}),
+        "verification": {
+            "passed": report.get("passed"),
+            "verify_fingerprint": report.get("verify_fingerprint"),
+            "thresholds": report.get("verify"),
+        },
+        "outputs": {
+            relative: {"size": meta["size"], "blake3": meta["digest"], "sha256": sha256[relative]}
+            for relative, meta in sorted(record["outputs"].items())
+        },
+    }
+
+
+def put_entry(location: Location, item: EntryFiles, log: Log) -> Published:
+    """Publish one entry, or find it already published (and check it: see
+    :func:`_check_published`)."""
+    if location.read(f"{item.prefix}/{CHECKSUMS_FILE}") is None:
+        write = _write_entry_by_rename if location.is_local else _write_entry_create_only
+        if write(location, item):
+            log(f"published {item.name} {item.fingerprint[:12]} to {location.where(item.prefix)}")
+            return Published(item.name, item.fingerprint, item.prefix + "/", _checksum(item.checksums), True)
+        # Another publisher wrote it first: from here on, like any republish.
+    existing = _check_published(location, item)
+    log(f"{item.name} {item.fingerprint[:12]} already published at {location.where(item.prefix)}")
+    return Published(item.name, item.fingerprint, item.prefix + "/", _checksum(existing), False)
+
+
+def _write_entry_by_rename(location: Location, item: EntryFiles) -> bool:
+    """Write the entry into a staging directory beside its final place, then rename
+    it into place; ``False`` when another publisher's entry got there first."""
+    where = location.where(item.prefix)
+    final = location.local_path(item.prefix)
+    # Outside the final path, so that a killed publish leaves nothing inside an entry.
+    staging = location.local_path(f"{item.name}/.{item.fingerprint}.{uuid.uuid4().hex}.partial")
+    try:
+        try:
+            staging.mkdir(parents=True)
+            for relative, content in sorted(item.files.items()):
+                target = staging / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, bytes):
+                    target.write_bytes(content)
+                else:
+                    shutil.copyfile(content, target)
+            (staging / CHECKSUMS_FILE).write_bytes(item.checksums)
+        except OSError as error:
+            raise RemoteError(f"{where}: cannot write: {error}") from None
+        fault_point("publish.after_files")
+        try:
+            # rename(2) replaces nothing but an empty directory: of two publishers, one wins.
+            os.rename(staging, final)
+        except OSError as error:
+            if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                return False
+            raise RemoteError(f"{where}: cannot write: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return True
+
+
+def _write_entry_create_only(location: Location, item: EntryFiles) -> bool:
+    """Write every file only where nothing is, ``SHA256SUMS`` last; ``False`` when
+    another publisher's ``SHA256SUMS`` got there first. Since no key is ever
+    overwritten, whoever writes ``SHA256SUMS`` lists the bytes that are there."""
+    where = location.where(item.prefix)
+    for relative, content in sorted(item.files.items()):
+        key = f"{item.prefix}/{relative}"
+        if location.create(key, content):
+            continue
+        # Already written: by an interrupted publish of these same bytes (a retry), kept;
+        # or by another publisher, which may have finished meanwhile.
+        if location.digest(key, hashlib.sha256()) == item.sha256[relative]:
+            continue
+        if location.read(f"{item.prefix}/{CHECKSUMS_FILE}") is not None:
+            return False
+        raise PublishError(
+            f"{where}: {relative} holds other bytes, from another publish of this fingerprint that is "
+            f"unfinished or still running; not overwritten (delete {where}/ if no publish is running)"
+        )
+    fault_point("publish.after_files")
+    return location.create(f"{item.prefix}/{CHECKSUMS_FILE}", item.checksums)
+
+
+def _check_published(location: Location, item: EntryFiles) -> bytes:
+    """The ``SHA256SUMS`` of the published entry of ``item``, after checking that it
+    lists the same outputs as ``item`` and that every file it lists holds the bytes
+    it says. Raises :class:`PublishError` otherwise: nothing published is overwritten."""
+    where = location.where(item.prefix)
+    existing = location.read(f"{item.prefix}/{CHECKSUMS_FILE}")
+    if existing is None:
+        raise PublishError(
+            f"{where}: holds files but no {CHECKSUMS_FILE} (a publish that was interrupted or is still running); "
+            f"not overwritten (delete {where}/ if no publish is running)"
+        )
+    published = _parse_checksums(existing, f"{where}/{CHECKSUMS_FILE}")
+    ours = {relative: item.sha256[relative] for relative in item.files if relative not in METADATA_FILES}
+    theirs = {relative: digest for relative, digest in published.items() if relative not in METADATA_FILES}
+    if theirs != ours:
+        differing = sorted(relative for relative in set(ours) | set(theirs) if ours.get(relative) != theirs.get(relative))
+        raise PublishError(
+            f"{where}: already published with different content ({', '.join(differing)}); not overwritten"
+        )
+    for relative, digest in sorted(published.items()):
+        found = location.digest(f"{item.prefix}/{relative}", hashlib.sha256())
+        if found != digest:
+            state = "is missing" if found is None else f"does not match {CHECKSUMS_FILE}"
+            raise PublishError(
+                f"{where}: published file {relative} {state}; not overwritten (delete {where}/ and publish again)"
+            )
+    return existing
+
+
+def _checksum(checksums: bytes) -> str:
+    """How the index names an entry's content: the sha256 of its ``SHA256SUMS``."""
+    return "sha256:" + hashlib.sha256(checksums).hexdigest()
+
+
+def _update_index(location: Location, project: Project, results: list[Published], log: Log) -> None:
+    guard = locked(location.local_path(f".{INDEX_KEY}.lock")) if location.is_local else nullcontext()
+    with guard:
+        index = read_index(location)
+        changed = False
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for result in results:
+            rows = index["artifacts"].setdefault(result.artifact, {})
+            if rows.get(result.fingerprint, {}).get("checksum") == result.checksum:
+                continue
+            rows[result.fingerprint] = {
+                "path": result.path,
+                "checksum": result.checksum,
+                "kind": project.manifest.artifacts[result.artifact].kind,
+                "published_at": now,
+            }
+            changed = True
+        if changed:
+            location.write(INDEX_KEY, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+            log(f"updated {location.where(INDEX_KEY)}")
+
+
+def read_index(location: Location) -> dict[str, Any]:
+    raw = location.read(INDEX_KEY)
+    if raw is None:
+        return {"format": PUBLISH_FORMAT, "artifacts": {}}
+    where = location.where(INDEX_KEY)
+    try:
+        index = json.loads(raw)
+    except (ValueError, RecursionError) as error:
+        raise PublishError(f"{where}: not valid JSON ({error}); not overwritten") from None
+    problem = _index_problem(index)
+    if problem:
+        raise PublishError(f"{where}: {problem}; not overwritten")
+    return index
+
+
+def _index_problem(index: Any) -> str | None:
+    """What keeps ``index`` from being an index this version reads and merges into."""
+    if not isinstance(index, dict):
+        return f"expected an index of format {PUBLISH_FORMAT} (an object), found {_json_kind(index)}"
+    if index.get("format") != PUBLISH_FORMAT:
+        return f"expected an index of format {PUBLISH_FORMAT}, found format {quoted(index.get('format'))}"
+    artifacts = index.get("artifacts")
+    if not isinstance(artifacts, dict):
+        return f"'artifacts' is {_json_kind(artifacts)}, expected an object"
+    for name, rows in artifacts.items():
+        if not isinstance(rows, dict):
+            return f"artifacts[{quoted(name)}] is {_json_kind(rows)}, expected an object of fingerprints"
+        for fingerprint, row in rows.items():
+            if not isinstance(row, dict):
+                return f"artifacts[{quoted(name)}][{quoted(fingerprint)}] is {_json_kind(row)}, expected an object"
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {str: "a string", list: "an array", dict: "an object"}[type(value)]
+
+
+def _parse_checksums(data: bytes, where: str) -> dict[str, str]:
+    """The file -> sha256 of a ``SHA256SUMS`` read from a destination, whose file names
+    become keys: anything but ``<64 hex>  <plain relative path>`` lines is refused."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PublishError(f"{where}: not UTF-8 text; not overwritten") from None
+    checksums: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        digest, separator, relative = line.partition("  ")
+        if not separator or not SHA256_PATTERN.fullmatch(digest) or plain_path_problem(relative) or relative in checksums:
+            raise PublishError(f"{where}: line {number} is not '<sha256>  <file>' for a new file; not overwritten")
+        checksums[relative] = digest
+    return checksums
+
+
+def file_sha256(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(16 * 1024 * 1024):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def edgebuild_version() -> str:
+    try:
+        return metadata.version("edgebuild")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def check_work_tree(project: Project, allow_dirty: bool = False) -> dict[str, Any]:
+    """The provenance's ``git``: the commit the manifest's work tree is at, whether it
+    differs from it, and whether that was allowed. Raises :class:`PublishError` when
+    no commit says what produced the artifacts -- uncommitted changes to tracked
+    files, an untracked manifest, no commit, no git -- unless ``allow_dirty``.
+
+    The lock file is left out: ``doit verify`` rewrites it just before publishing,
+    and it describes the outputs, not what produced them."""
+    state = git_state(project.manifest.root, ignore=(project.lock_path,), tracked=(project.manifest.path,))
+    commit = state["commit"] if state else None
+    changes = state["changes"] if state else []
+    record = {"commit": commit, "dirty": bool(changes) if state else None, "allow_dirty": allow_dirty}
+    if allow_dirty:
+        return record
+    advice = "commit, or pass --allow-dirty to publish anyway (recorded in provenance.json)"
+    if state is None:
+        raise PublishError(
+            f"{project.manifest.root} is not in a git work tree, so no commit records what produced "
+            f"these artifacts; {advice}"
+        )
+    if commit is None:
+        raise PublishError(f"the git repository at {state['top']} has no commit yet; {advice}")
+    if changes:
+        shown = ", ".join(changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
+        raise PublishError(f"the work tree has uncommitted changes ({shown}); {advice}")
+    return record
+
+
+def git_state(directory: Path, ignore: tuple[Path, ...] = (), tracked: tuple[Path, ...] = ()) -> dict[str, Any] | None:
+    """``{"top", "commit", "changes"}`` of the git work tree holding ``directory``:
+    its top directory, the commit checked out (``None`` before the first one), and
+    the files that differ from it -- tracked files changed (except ``ignore``) and
+    the files of ``tracked`` that git does not track -- as paths from the top.
+    ``None`` outside a git work tree, or without git."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str] | None:
+        try:
+            return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
+        return None
+    root = Path(top.stdout.strip())
+    head = git("rev-parse", "--verify", "--quiet", "HEAD")
+    commit = head.stdout.strip() if head is not None and head.returncode == 0 else None
+    status = git("status", "--porcelain=v1", "-z", "--untracked-files=no")
+    if status is None or status.returncode != 0:
+        return None
+    ignored = {_from_top(path, root) for path in ignore}
+    changes = []
+    records = iter(status.stdout.split("\0"))
+    for record in records:
+        if len(record) < 4:
+            continue
+        if record[0] in "RC":
+            next(records, None)  # the name it was renamed or copied from
+        path = record[3:]
+        if path not in ignored:
+            changes.append(path)
+    for path in tracked:
+        listed = git("ls-files", "--error-unmatch", "--", str(path))
+        if listed is not None and listed.returncode != 0:
+            changes.append(f"{_from_top(path, root)} (untracked)")
+    return {"top": str(root), "commit": commit, "changes": changes}
+
+
+def _from_top(path: Path, top: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(top.resolve()).as_posix()
+    except ValueError:
+        return str(path)

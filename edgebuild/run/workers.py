@@ -1,0 +1,367 @@
+"""Each build and each verification in a process of its own.
+
+An export holds the model, its traced graph and onnxruntime's sessions, and the
+allocator does not give all of it back: measured on the full-size tower, the doit
+process still held 2.2 GiB after a build, and verifying in the same process then
+peaked at 5.1 GiB against 3.1 GiB on its own. So the doit action (the parent,
+which may go on to run many more tasks) only decides and relays, in every mode
+(``-n 1`` too); a worker process loads the project, builds or verifies one
+artifact, and exits, handing all of its memory back::
+
+    python -m edgebuild.run.workers build|verify MANIFEST ROOT NAME --result-fd FD
+
+What stays in the parent is what costs no export's memory: an artifact that is
+up to date, restored from the store or pulled from the remote cache (file copies
+and digests), and a verification whose passing report for the current
+verification fingerprint came with the build (a shard's or a cluster worker's),
+which is kept and pushed without being judged again.
+
+The worker's stdout and stderr are relayed line by line through the parent's own
+``sys.stdout``/``sys.stderr`` (so whatever doit does with a task's output applies
+to them too). Its result travels apart from its output, as one JSON object on a
+pipe: the values doit keeps for the task, or an edgebuild error as its class and
+one-line message, which the parent raises again -- no traceback for a fault the
+message explains. A worker killed by a signal (the kernel's OOM killer, a kill
+-9) is reported by artifact name and signal; an unexpected exception (a bug) is
+reported with the worker's own traceback above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable
+
+from edgebuild import errors
+from edgebuild.errors import EdgebuildError, RemoteError, WorkerError
+
+if TYPE_CHECKING:
+    from edgebuild.core.project import Project
+
+MODES = ("build", "verify")
+# ``--pull-only`` (a gather step, the driver of a cluster run): every artifact comes
+# from the store or the remote cache; an export here would be a silent, slow rebuild
+# of something a shard or a cluster worker should have pushed.
+PULL_ONLY_ENV = "EDGEBUILD_PULL_ONLY"
+# How long a worker that was asked to stop (Ctrl-C) gets to clean up its scratch
+# directory before it is killed.
+INTERRUPT_GRACE_SECONDS = 10.0
+# Exit status of a worker that stopped on SIGINT after cleaning up (128 + SIGINT, as a shell says).
+INTERRUPTED_STATUS = 128 + signal.SIGINT
+
+Relay = Callable[[str, str], None]
+
+
+def pull_only() -> bool:
+    from edgebuild.core.console import env_flag
+
+    return env_flag(PULL_ONLY_ENV)
+
+
+# --- the parent: the doit action ---------------------------------------------------------
+
+
+def build_in_worker(project: "Project", name: str) -> dict[str, Any]:
+    """Make ``build/<name>/`` current; an export runs in a worker process. Returns the
+    values doit keeps for the task."""
+    from edgebuild.run.builder import ExportRequired, build_artifact, stderr_log
+
+    try:
+        # Up to date, restored or pulled: no export's memory, so in this process.
+        return {"fingerprint": build_artifact(project, name, stderr_log(name), export=False).fingerprint}
+    except ExportRequired:
+        pass
+    if pull_only():
+        raise refused_export(project, name)
+    values = run_worker("build", project, name)
+    adopt_output_digests(project, name)
+    return values
+
+
+def verify_in_worker(project: "Project", name: str) -> dict[str, Any]:
+    """Verify ``build/<name>/`` in a worker process, unless the report that came with the
+    build already passed at the current verification fingerprint (then keep and push it)."""
+    from edgebuild.run.builder import keep_verified, stderr_log
+    from edgebuild.core.record import VerificationState, verification_state
+
+    log = stderr_log(name)
+    if verification_state(project, name) is VerificationState.VERIFIED:
+        # Its report names this verification fingerprint (the build's, the thresholds and
+        # the judging code) and passed, and every output is at its recorded digest: the
+        # verdict would be the same. A shard or a cluster worker judged it; a gather step
+        # pulls and keeps it, and re-runs no model.
+        log("verified already: its report passed at this verification fingerprint; not judged again")
+        keep_verified(project, name, log)
+        return {"verify_fingerprint": project.verify_fingerprint(name)}
+    return run_worker("verify", project, name)
+
+
+def refused_export(project: "Project", name: str) -> EdgebuildError:
+    where = project.remote_cache.label if project.remote_cache is not None else "no remote cache is set"
+    return RemoteError(
+        f"{name}: fingerprint {project.fingerprint(name)[:12]} is neither built here, in the store nor in the "
+        f"remote cache ({where}), and --pull-only exports nothing: the shard or cluster worker that builds "
+        "it did not push it (did it run, and pass verification?)"
+    )
+
+
+def adopt_output_digests(project: "Project", name: str) -> None:
+    """Take the digests the worker recorded for the outputs it wrote (in the stat cache
+    on disk), so that this process's next up-to-date check does not read them again."""
+    from edgebuild.core.fingerprint import StatCache
+
+    prefix = str(project.layout.artifact_dir(name).resolve()) + os.sep
+    saved = StatCache(project.stat_cache.path).entries
+    for key, entry in saved.items():
+        if key.startswith(prefix) and key not in project.stat_cache.dirty:
+            project.stat_cache.entries[key] = entry
+
+
+def run_worker(
+    mode: str,
+    project: "Project",
+    name: str,
+    env: dict[str, str] | None = None,
+    relay: Relay | None = None,
+) -> dict[str, Any]:
+    """Run ``mode`` for ``name`` in a worker process and return its values; raise its
+    edgebuild error again (same class, same one line), or :class:`WorkerError` naming
+    the artifact when it crashed. ``env`` replaces the environment; ``relay(stream,
+    line)`` receives its output (default: this process's ``sys.stdout``/``sys.stderr``)."""
+    return run_worker_at(mode, str(project.manifest.path), str(project.layout.root), name, env, relay)
+
+
+def run_worker_at(
+    mode: str,
+    manifest_path: str,
+    root: str,
+    name: str,
+    env: dict[str, str] | None = None,
+    relay: Relay | None = None,
+) -> dict[str, Any]:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    relay = relay or _relay_to_own_streams
+    reader, writer = os.pipe()
+    command = [sys.executable, "-m", "edgebuild.run.workers", mode, manifest_path, root, name, "--result-fd", str(writer)]
+    try:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=worker_environment(env),
+            pass_fds=(writer,),
+        )
+    except OSError as error:
+        os.close(reader)
+        os.close(writer)
+        raise WorkerError(f"{name}: cannot start a {mode} process ({error.strerror or error})") from None
+    os.close(writer)
+    relays = [
+        threading.Thread(target=_copy_lines, args=(process.stdout, "stdout", relay), daemon=True),
+        threading.Thread(target=_copy_lines, args=(process.stderr, "stderr", relay), daemon=True),
+    ]
+    for thread in relays:
+        thread.start()
+    try:
+        with os.fdopen(reader, "rb") as result_pipe:
+            # Read to the end while the worker runs: EOF comes when it exits (or dies).
+            raw = result_pipe.read()
+        status = process.wait()
+    except KeyboardInterrupt:
+        _stop(process)
+        raise
+    for thread in relays:
+        thread.join(timeout=5)
+    return _outcome(mode, name, process.pid, status, raw)
+
+
+def worker_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment: ``env`` (default: this process's), with this edgebuild
+    first on the path -- the worker must run the code whose digest the fingerprint
+    holds, not another installed copy -- and unbuffered output, for a live relay."""
+    environment = dict(os.environ if env is None else env)
+    package_parent = str(Path(__file__).resolve().parents[2])
+    path = [part for part in environment.get("PYTHONPATH", "").split(os.pathsep) if part and part != package_parent]
+    environment["PYTHONPATH"] = os.pathsep.join([package_parent, *path])
+    environment["PYTHONUNBUFFERED"] = "1"
+    return environment
+
+
+def _relay_to_own_streams(stream: str, line: str) -> None:
+    target = sys.stdout if stream == "stdout" else sys.stderr
+    target.write(line)
+    target.flush()
+
+
+def _copy_lines(pipe: IO[bytes], stream: str, relay: Relay) -> None:
+    with pipe:
+        for line in iter(pipe.readline, b""):
+            relay(stream, line.decode("utf-8", errors="replace"))
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Ctrl-C reached this process (and, from a terminal, the worker too): give the
+    worker time to remove its scratch directory, then kill it."""
+    try:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=INTERRUPT_GRACE_SECONDS)
+    except (subprocess.TimeoutExpired, OSError):
+        process.kill()
+        process.wait()
+
+
+def _outcome(mode: str, name: str, pid: int, status: int, raw: bytes) -> dict[str, Any]:
+    try:
+        result = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        result = None
+    if status == 0 and isinstance(result, dict) and isinstance(result.get("values"), dict):
+        return result["values"]
+    if isinstance(result, dict) and isinstance(result.get("error"), str):
+        raise _edgebuild_error(result.get("type"), result["error"])
+    if status < 0:
+        raise WorkerError(f"{name}: the {mode} process (pid {pid}) was killed by {_signal_name(-status)}{_signal_hint(-status)}")
+    if status == INTERRUPTED_STATUS or (isinstance(result, dict) and result.get("interrupted")):
+        raise WorkerError(f"{name}: the {mode} process (pid {pid}) was interrupted (SIGINT); nothing of it counts as built")
+    raise WorkerError(f"{name}: the {mode} process (pid {pid}) failed with exit status {status} (its traceback is above)")
+
+
+def _edgebuild_error(type_name: Any, message: str) -> EdgebuildError:
+    """The worker's error as the same class here, when it is one of edgebuild's."""
+    cls = getattr(errors, type_name, None) if isinstance(type_name, str) else None
+    if isinstance(cls, type) and issubclass(cls, EdgebuildError):
+        try:
+            return cls(message)
+        except TypeError:
+            pass
+    return WorkerError(message)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _signal_hint(number: int) -> str:
+    if number == signal.SIGKILL:
+        return " (out of memory? the kernel's OOM killer sends SIGKILL); nothing of it counts as built"
+    return "; nothing of it counts as built"
+
+
+# --- the worker process ------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m edgebuild.run.workers", description="Build or verify one artifact.")
+    parser.add_argument("mode", choices=MODES)
+    parser.add_argument("manifest")
+    parser.add_argument("root")
+    parser.add_argument("name")
+    parser.add_argument("--result-fd", type=int, default=None, help="where the JSON result goes (default: stdout)")
+    args = parser.parse_args(argv)
+    _exit_with_parent()
+    result: dict[str, Any]
+    status = 0
+    try:
+        result = {"values": _work(args.mode, args.manifest, Path(args.root), args.name)}
+    except EdgebuildError as error:
+        result = {"error": str(error), "type": type(error).__name__}
+        status = 1
+    except KeyboardInterrupt:
+        # The cleanup (``finally`` blocks, context managers) has run on the way here.
+        result = {"interrupted": True}
+        status = INTERRUPTED_STATUS
+    from edgebuild.core.timing import peak_rss_bytes
+
+    result["peak_rss_bytes"] = peak_rss_bytes()
+    _write_result(args.result_fd, result)
+    return status
+
+
+def _work(mode: str, manifest_path: str, root: Path, name: str) -> dict[str, Any]:
+    from edgebuild.run.builder import ExportRequired, build_artifact, verify_artifact
+    from edgebuild.core.console import quiet_libraries
+    from edgebuild.core.project import Project
+
+    share_cores()
+    quiet_libraries()
+    project = Project.load(manifest_path, root)
+    try:
+        if mode == "build":
+            # Sources first, from what is there (a cluster worker pulls them; under doit
+            # they are built already): a build reads its sources' directories.
+            for source in project.manifest.order(project.manifest.artifacts[name].source_artifacts()):
+                try:
+                    build_artifact(project, source, export=False)
+                except ExportRequired:
+                    raise WorkerError(
+                        f"{name}: its source {source} is neither built in {root}, in the store nor in the remote "
+                        "cache; build it first (a cluster task runs only after its sources pushed theirs)"
+                    ) from None
+            try:
+                values = {"fingerprint": build_artifact(project, name, export=not pull_only()).fingerprint}
+            except ExportRequired:
+                raise refused_export(project, name) from None
+        else:
+            verify_artifact(project, name)
+            values = {"verify_fingerprint": project.verify_fingerprint(name)}
+    except BaseException:
+        # What was hashed stays hashed; the error that stopped the work is the story.
+        try:
+            project.save_caches()
+        except EdgebuildError:
+            pass
+        raise
+    project.save_caches()
+    return values
+
+
+def share_cores() -> None:
+    """Under ``doit build -n N`` (EDGEBUILD_JOBS=N), give torch cores / N threads: N
+    processes each spinning up a thread per core leave OpenMP threads waiting on
+    each other, which slows small ops by orders of magnitude."""
+    jobs = int(os.environ.get("EDGEBUILD_JOBS", "0") or 0)
+    if jobs > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+
+
+def _exit_with_parent() -> None:
+    """Stop when the parent goes (doit killed, a cluster worker lost): a build nobody
+    waits for only holds memory and cores. Nothing is lost -- a build that never
+    renamed its scratch directory into place does not count as built."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(INTERRUPTED_STATUS)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _write_result(descriptor: int | None, result: dict[str, Any]) -> None:
+    payload = (json.dumps(result) + "\n").encode()
+    if descriptor is None:
+        sys.stdout.buffer.write(payload)
+        sys.stdout.flush()
+        return
+    with os.fdopen(descriptor, "wb") as pipe:
+        pipe.write(payload)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
