@@ -10,10 +10,15 @@ build, verify and ask the status of its artifacts, read their reports as typed d
     report = project.report("tower_448_fp32")
     print(report.passed, [(check.name, check.value, check.limit) for check in report.checks])
 
-The same rules as the doit commands: only what is stale is built (through the
-store and the remote cache), a failed verification fails, the lock file records
-what is built. A project reads its manifest, checkpoints and inputs once: open it
-again after changing them.
+The same rules as the doit commands, through the same scheduler
+(``edgebuild/run/scheduler.py``): only what is stale is built (through the store and
+the remote cache), exports and verifications run in worker processes of their own,
+a failed verification fails, the lock file records what is built. A project reads
+its manifest, checkpoints and inputs once: open it again after changing them.
+
+Settings are per project: ``open_project(path, remote_cache="s3://bucket/cache",
+remote_readonly=True)`` (any field of :class:`~edgebuild.core.config.Settings`)
+overrides what the environment says, for this project only.
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
-from .errors import EdgebuildError, VerificationFailed
 from edgebuild.core.report import Check
+from edgebuild.errors import EdgebuildError, VerificationFailed
+from edgebuild.run.state import ArtifactState
 
 Log = Callable[[str], None]
-State = Literal["up to date", "stale", "missing", "error"]
+# What ``doit status`` says about one artifact (``edgebuild/run/state.py``).
+ArtifactStatus = ArtifactState
 
 
 @dataclass(frozen=True)
@@ -67,19 +74,6 @@ class VerificationReport:
 
 
 @dataclass(frozen=True)
-class ArtifactStatus:
-    """What ``doit status`` says about one artifact."""
-
-    artifact: str
-    state: State
-    fingerprint: str | None = None
-    # Why it is stale, or what is wrong (state "error").
-    reasons: tuple[str, ...] = ()
-    # "verified", "not verified", "verification FAILED", "restorable from the store".
-    note: str | None = None
-
-
-@dataclass(frozen=True)
 class VerifyResult:
     """The outcome of :meth:`Project.verify`: each artifact passed, failed (its build or
     its verification), or was not run (an artifact it depends on failed)."""
@@ -96,7 +90,7 @@ class VerifyResult:
     @property
     def summary(self) -> str:
         """The line ``doit verify`` ends with."""
-        from edgebuild.cli.commands import verification_summary
+        from edgebuild.run.scheduler import verification_summary
 
         return verification_summary({"passed": list(self.passed), "failed": list(self.failed),
                                      "not run": list(self.not_run)})
@@ -106,108 +100,77 @@ class Project:
     """The artifacts of one manifest. Outputs go to ``build/`` beside the manifest,
     caches to ``cache/``, the lock file to ``<manifest stem>.lock``."""
 
-    def __init__(self, manifest: str | os.PathLike[str] | None = None) -> None:
-        from edgebuild.core.project import Project as ProjectState
+    def __init__(self, manifest: str | os.PathLike[str] | None = None, **settings: Any) -> None:
+        from edgebuild.core.config import Settings
+        from edgebuild.run.workspace import Workspace
 
-        self._project = ProjectState.load(os.path.abspath(_manifest_path(manifest)))
+        chosen = Settings.from_environ().replace(**settings)
+        self._workspace = Workspace.open(os.path.abspath(_manifest_path(manifest, chosen)), settings=chosen)
 
     @property
     def manifest_path(self) -> Path:
-        return self._project.manifest.path
+        return self._workspace.manifest.path
 
     @property
     def artifacts(self) -> list[str]:
         """Every artifact, dependencies first."""
-        return self._project.manifest.order()
+        return [artifact.name for artifact in self._workspace.order()]
 
     def artifact_dir(self, name: str) -> Path:
-        self._known([name])
-        return self._project.layout.artifact_dir(name)
+        return self._handles([name])[0].directory
 
     def fingerprint(self, name: str) -> str:
-        self._known([name])
-        return self._project.fingerprint(name)
+        return self._handles([name])[0].fingerprint
 
     def build(self, names: list[str] | None = None, log: Log | None = None) -> dict[str, str]:
         """Make ``names`` (all when ``None``) and what they depend on current, dependencies
         first; return artifact -> fingerprint. Raises the first failure's
         :class:`~edgebuild.errors.EdgebuildError` (what it had built stays built)."""
-        from edgebuild.run.builder import build_artifact
-        from edgebuild.core.console import quieted
-        from edgebuild.run.lockfile import update_lock
+        from edgebuild.run.scheduler import run
 
-        selected = self._known(names)
-        order = self._project.manifest.order(selected)
-        built: dict[str, str] = {}
+        workspace = self._workspace
+        chosen = self._handles(names)
         try:
-            with quieted():
-                for name in order:
-                    built[name] = build_artifact(self._project, name, _log(name, log)).fingerprint
+            outcomes = run(workspace, chosen, verify_them=False, fail_fast=True, log=_log(log))
         finally:
-            update_lock(self._project, order)
-            self._project.save_caches()
-        return built
+            self._lock(chosen)
+        if outcomes.exceptions:
+            raise next(iter(outcomes.exceptions.values()))
+        return {artifact.name: artifact.fingerprint for artifact in workspace.order(chosen)}
 
     def verify(self, names: list[str] | None = None, log: Log | None = None) -> VerifyResult:
         """Build what is stale, then verify ``names`` (all when ``None``), going on after
         a failure. An artifact already verified against its current thresholds is not
         verified again."""
-        from edgebuild.run.builder import build_artifact, verify_artifact
-        from edgebuild.core.console import quieted
-        from edgebuild.run.lockfile import update_lock
-        from edgebuild.core.record import VerificationState, verification_state
+        from edgebuild.run.scheduler import run
 
-        project = self._project
-        selected = self._known(names)
-        order = project.manifest.order(selected)
-        failed: dict[str, str] = {}
-        not_run: list[str] = []
-        passed: list[str] = []
+        chosen = self._handles(names)
         try:
-            with quieted():
-                for name in order:
-                    if any(dependency in failed or dependency in not_run for dependency in project.manifest.dependencies(name)):
-                        not_run.append(name)
-                        continue
-                    try:
-                        build_artifact(project, name, _log(name, log))
-                    except EdgebuildError as error:
-                        failed[name] = str(error)
-                for name in selected:
-                    if name in failed or name in not_run:
-                        continue
-                    try:
-                        if verification_state(project, name) is not VerificationState.VERIFIED or (
-                            project.remote_cache is not None and not project.remote_cache.has_entry(project.fingerprint(name))
-                        ):
-                            verify_artifact(project, name, _log(name, log))
-                        passed.append(name)
-                    except EdgebuildError as error:
-                        failed[name] = str(error)
+            outcomes = run(self._workspace, chosen, verify_them=True, log=_log(log))
         finally:
-            update_lock(project, order)
-            project.save_caches()
-        reports = {name: report for name in selected if (report := self.report(name)) is not None}
+            self._lock(chosen)
+        sorted_names = outcomes.verification([artifact.name for artifact in chosen])
+        errors = outcomes.errors()
+        failed = {}
+        for artifact in self._workspace.order(chosen):
+            for task in (artifact.name, f"verify:{artifact.name}"):
+                if task in errors and artifact.name not in failed:
+                    failed[artifact.name] = errors[task]
+        reports = {artifact.name: report for artifact in chosen if (report := self.report(artifact.name)) is not None}
         return VerifyResult(
-            passed=tuple(passed),
-            failed={name: failed[name] for name in order if name in failed},
-            not_run=tuple(name for name in selected if name in not_run),
+            passed=tuple(sorted_names["passed"]),
+            failed=failed,
+            not_run=tuple(sorted_names["not run"]),
             reports=reports,
         )
 
     def status(self, names: list[str] | None = None) -> list[ArtifactStatus]:
         """Up to date, stale (with reasons), missing or error, per artifact; builds nothing."""
-        from edgebuild.run.state import artifact_status
+        from edgebuild.run.state import status
 
-        states = [artifact_status(self._project, name) for name in self._known(names)]
-        self._project.save_caches()
-        return [
-            ArtifactStatus(
-                artifact=state["artifact"], state=state["state"], fingerprint=state.get("fingerprint"),
-                reasons=tuple(state.get("reasons", ())), note=state.get("note"),
-            )
-            for state in states
-        ]
+        states = [status(self._workspace, artifact) for artifact in self._handles(names)]
+        self._workspace.save_caches()
+        return states
 
     def report(self, name: str) -> VerificationReport | None:
         """The last verification report of ``name``; ``None`` if it was never verified.
@@ -217,38 +180,48 @@ class Project:
         data = read_report(self.artifact_dir(name))
         return VerificationReport.from_json(data) if data is not None else None
 
-    def _known(self, names: list[str] | None) -> list[str]:
-        known = self._project.manifest.order()
+    def _lock(self, chosen: list[Any]) -> None:
+        from edgebuild.run.lockfile import update_lock
+
+        update_lock(self._workspace, self._workspace.order(chosen))
+        self._workspace.save_caches()
+
+    def _handles(self, names: list[str] | None) -> list[Any]:
+        workspace = self._workspace
         if names is None:
-            return known
+            return workspace.order()
         if isinstance(names, str):
             raise TypeError("pass a list of artifact names, not one string")
+        known = [artifact.name for artifact in workspace.order()]
         for name in names:
-            if name not in self._project.manifest.artifacts:
+            if name not in workspace.manifest.artifacts:
                 import difflib
 
                 match = difflib.get_close_matches(name, known, n=1)
                 hint = f" (did you mean {match[0]!r}?)" if match else ""
                 raise KeyError(f"unknown artifact {name!r}{hint}")
-        return list(names)
+        return [workspace.artifact(name) for name in names]
 
 
-def open_project(manifest: str | os.PathLike[str] | None = None) -> Project:
+def open_project(manifest: str | os.PathLike[str] | None = None, **settings: Any) -> Project:
     """The project of ``manifest`` (default: ``EDGEBUILD_MANIFEST``, else ``artifacts.yaml``
-    in the cwd). Raises :class:`~edgebuild.errors.ManifestError` for a bad manifest."""
-    return Project(manifest)
+    in the cwd), with ``settings`` (fields of :class:`~edgebuild.core.config.Settings`:
+    ``remote_cache``, ``remote_readonly``, ...) over the environment's. Raises
+    :class:`~edgebuild.errors.ManifestError` for a bad manifest."""
+    return Project(manifest, **settings)
 
 
-def _manifest_path(manifest: str | os.PathLike[str] | None) -> Path:
+def _manifest_path(manifest: str | os.PathLike[str] | None, settings: Any) -> Path:
     from edgebuild.core.manifest import manifest_path
 
-    return manifest_path(manifest)
+    return manifest_path(manifest or settings.manifest)
 
 
-def _log(name: str, log: Log | None) -> Log | None:
+def _log(log: Log | None) -> Callable[[str, str], None] | None:
     if log is None:
         return None
-    return lambda message: log(f"[{name}] {message}")
+    return lambda name, message: log(f"[{name}] {message}")
 
 
-__all__ = ["ArtifactStatus", "Project", "VerificationFailed", "VerificationReport", "VerifyResult", "open_project"]
+__all__ = ["ArtifactStatus", "EdgebuildError", "Project", "VerificationFailed", "VerificationReport", "VerifyResult",
+           "open_project"]

@@ -78,3 +78,19 @@ class ClusterError(EdgebuildError):
     """A cluster cannot run what was asked: its scheduler is unreachable, no worker
     offers the resources an artifact needs, a worker was lost, or the workers have no
     remote cache to hand builds back through."""
+
+
+class ConfigError(EdgebuildError):
+    """An ``EDGEBUILD_*`` environment variable, or an option that sets one, holds a value
+    of the wrong shape; the message names the variable and what was expected."""
+
+
+class PluginError(EdgebuildError):
+    """An artifact kind could not be loaded: its entry point's module does not import, or
+    the class does not declare what every kind must. The message names the entry point."""
+
+
+class PlanChanged(WorkerError):
+    """A worker process computed another fingerprint than the run planned with: the
+    manifest, an input or the code changed meanwhile, or (on a cluster) the worker sees
+    another checkout or environment. Nothing was built."""

@@ -11,14 +11,6 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# The generated tiny checkpoint each kind's tests build from: a kind without one is untested.
-KIND_FIXTURES = {
-    "qnn_context": "qwen3_5_vl_tiny",
-    "qwen3_5_vision_tower": "qwen3_5_vl_tiny",
-    "qwen3_5_tower_qdq": "qwen3_5_vl_tiny",
-    "siglip_f143": "siglip_tiny",
-    "siglip_f143_onnx": "siglip_tiny",
-}
 
 
 class ProjectDir:
@@ -53,9 +45,10 @@ class ProjectDir:
         )
 
     def project(self):
-        from edgebuild.core.project import Project
+        """The workspace, as a new process opens it (nothing memoised)."""
+        from edgebuild.run.workspace import Workspace
 
-        return Project.load(self.root / "artifacts.yaml", self.root)
+        return Workspace.open(self.root / "artifacts.yaml", self.root)
 
 
 EDGEBUILD_COMMANDS = ("build", "cache", "clean", "gc", "publish", "report", "status", "verify")
@@ -69,7 +62,7 @@ def require_installed_commands() -> None:
     from importlib.metadata import entry_points
 
     found = {point.name: point.value for point in entry_points(group="doit.COMMAND")}
-    missing = [name for name in EDGEBUILD_COMMANDS if not found.get(name, "").startswith("edgebuild.cli.commands:")]
+    missing = [name for name in EDGEBUILD_COMMANDS if not found.get(name, "").startswith("edgebuild.cli.")]
     if missing:
         pytest.fail(
             f"doit command(s) {', '.join(missing)} are not installed as entry points (group doit.COMMAND): "
@@ -104,3 +97,64 @@ def lay_out_siglip_inputs(root: Path, checkpoint: Path) -> Path:
     shutil.copytree(REPO / "data" / "calibration", root / "images")
     shutil.copytree(REPO / "data" / "held_out", root / "held_out")
     return root
+
+
+def kind_fixtures(name: str) -> set[str]:
+    """The generated checkpoints an artifact of kind ``name`` can be built from: those its
+    kind declares, else those of the kinds its ``source:`` takes (a QDQ graph is built
+    from a tower, which is built from a Qwen3.5 fixture)."""
+    from edgebuild.core.registry import get_kind
+
+    kind = get_kind(name)
+    own = {fixture.name for fixture in kind.fixtures}
+    return own or set().union(*(kind_fixtures(source) for source in kind.source_kinds))
+
+
+def build_digest(kind_name: str) -> dict[str, str]:
+    """The code digest of a kind's build, as its fingerprint holds it."""
+    from edgebuild.core.fingerprint import code_digests, kind_code_packages
+    from edgebuild.core.registry import get_kind
+
+    kind = get_kind(kind_name)
+    return code_digests(kind.build_module, packages=kind_code_packages(kind))
+
+
+def verify_digest(kind_name: str) -> dict[str, str]:
+    """The code digest of a kind's verification, as its verification fingerprint holds it."""
+    from edgebuild.core.fingerprint import code_digests, kind_code_packages
+    from edgebuild.core.project import VERIFICATION_MODULE
+    from edgebuild.core.registry import get_kind
+
+    kind = get_kind(kind_name)
+    return code_digests(kind.verify_module, VERIFICATION_MODULE, packages=kind_code_packages(kind))
+
+
+# In every digest of every kind: the kind interface; in every verify digest also the judge.
+KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/kind.py"]
+JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/core/record.py",
+           "edgebuild/core/report.py", "edgebuild/run/verification.py"]
+
+
+def assert_code_digests(kind_name: str, build: list[str], verify: list[str]) -> None:
+    """The kind's build digest covers exactly ``build`` (and the kind interface), its verify
+    digest exactly ``verify`` (and the interface and the judge): what can change the
+    artifact's bytes, and what judges it, and nothing else."""
+    assert sorted(build_digest(kind_name)) == sorted(set(KIND_INTERFACE + build))
+    assert sorted(verify_digest(kind_name)) == sorted(set(KIND_INTERFACE + JUDGING + verify))
+
+
+def pretend_built(workspace, name: str, outputs: dict[str, str] | None = None) -> dict[str, str]:
+    """Write ``build/<name>/.edgebuild.json`` as a build of ``name`` at its current
+    fingerprint would, listing ``outputs`` (relative path -> digest; default: one file
+    whose digest is derived from the fingerprint) without writing them: enough for an
+    artifact made from ``name`` to have a fingerprint (it is keyed by its source's
+    bytes), for tests of fingerprints that build nothing. Returns the outputs."""
+    from edgebuild.core.hashing import digest_bytes
+    from edgebuild.core.record import OutputFile
+
+    record = workspace.record(name)
+    outputs = outputs if outputs is not None else {"model.onnx": digest_bytes(record.fingerprint.encode())}
+    directory = workspace.artifact(name).directory
+    directory.mkdir(parents=True, exist_ok=True)
+    record.completed(name, {}, 0.0, {path: OutputFile(size=1, digest=digest) for path, digest in outputs.items()}).write(directory)
+    return outputs

@@ -1,5 +1,8 @@
-"""Which code each fingerprint covers: the build digest exactly the code that can change
-an artifact's bytes, the verify digest the code that judges it, and no import cycle."""
+"""Which code each fingerprint covers, for every registered kind: the build digest the
+code that can change an artifact's bytes, the verify digest the code that judges it;
+and the shape of the package: no import cycle (annotation-only imports included), no
+import running upward, nothing outside kinds/ importing a kind. Each kind's exact
+sets are in its own test module (``assert_code_digests`` in helpers)."""
 
 from __future__ import annotations
 
@@ -11,156 +14,82 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.core.fingerprint import NEUTRAL_MODULES, _PACKAGE_ROOT, code_digests, module_imports
-from edgebuild.kinds import get_kind, kind_names
+from edgebuild.core.fingerprint import NEUTRAL_MODULES, _module_file, code_digests, kind_code_packages, package_roots
 from edgebuild.core.project import VERIFICATION_MODULE
+from edgebuild.core.registry import get_kind, kind_names
 
-# The kind interface (its contexts hand a kind its checkpoints): in every digest.
-KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/kind.py"]
-BUILD_CODE = {
-    "qnn_context": [
-        "edgebuild/core/kind.py",
-        "edgebuild/kinds/qnn_context/build.py",
-        "edgebuild/kinds/qnn_context/compile.py",
-        "edgebuild/kinds/qnn_context/params.py",
-        "edgebuild/kinds/qnn_context/qnn.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
-    ],
-    "qwen3_5_vision_tower": [
-        "edgebuild/kinds/qwen3_5_tower/build.py",
-        "edgebuild/kinds/qwen3_5_tower/model.py",
-        "edgebuild/kinds/qwen3_5_tower/params.py",
-        "edgebuild/ml/onnx_tools.py",
-    ],
-    "qwen3_5_tower_qdq": [
-        "edgebuild/ml/images.py",
-        "edgebuild/core/inputs.py",
-        "edgebuild/core/kind.py",
-        "edgebuild/kinds/qwen3_5_tower/params.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/build.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/graph.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/inputs.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/qdq.py",
-        "edgebuild/ml/onnx_tools.py",
-    ],
-    "siglip_f143": [
-        "edgebuild/ml/compare.py",
-        "edgebuild/core/hashing.py",
-        "edgebuild/ml/images.py",
-        "edgebuild/core/inputs.py",
-        "edgebuild/kinds/siglip_f143/build.py",
-        "edgebuild/kinds/siglip_f143/calibration.py",
-        "edgebuild/kinds/siglip_f143/packed.py",
-        "edgebuild/kinds/siglip_f143/params.py",
-        "edgebuild/ml/quant/f143.py",
-        "edgebuild/ml/quant/gptq.py",
-        "edgebuild/ml/quant/kernels.py",
-        "edgebuild/ml/siglip.py",
-    ],
-    "siglip_f143_onnx": [
-        "edgebuild/core/hashing.py",
-        "edgebuild/ml/images.py",
-        "edgebuild/core/inputs.py",
-        "edgebuild/kinds/siglip_f143/params.py",
-        "edgebuild/kinds/siglip_f143_onnx/build.py",
-        "edgebuild/kinds/siglip_f143_onnx/model.py",
-        "edgebuild/kinds/siglip_f143_onnx/params.py",
-        "edgebuild/ml/onnx_tools.py",
-        "edgebuild/ml/quant/f143.py",
-        "edgebuild/ml/quant/kernels.py",
-        # The source's config.json in any SigLIP layout (already in the source's fingerprint).
-        "edgebuild/ml/siglip.py",
-    ],
-}
-# Every verify digest holds the builder's verify path and the report writer.
-JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/core/record.py", "edgebuild/core/report.py", "edgebuild/run/verification.py"]
-VERIFY_CODE = {
-    "qnn_context": [
-        "edgebuild/ml/compare.py",
-        "edgebuild/core/kind.py",
-        "edgebuild/kinds/qnn_context/params.py",
-        "edgebuild/kinds/qnn_context/qnn.py",
-        "edgebuild/kinds/qnn_context/verify.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
-        "edgebuild/ml/onnx_tools.py",
-    ],
-    "qwen3_5_vision_tower": [
-        "edgebuild/ml/compare.py",
-        "edgebuild/kinds/qwen3_5_tower/model.py",
-        "edgebuild/kinds/qwen3_5_tower/params.py",
-        "edgebuild/kinds/qwen3_5_tower/verify.py",
-        "edgebuild/ml/onnx_tools.py",
-    ],
-    "qwen3_5_tower_qdq": [
-        "edgebuild/ml/compare.py",
-        "edgebuild/ml/images.py",
-        "edgebuild/core/inputs.py",
-        "edgebuild/core/kind.py",
-        "edgebuild/kinds/qwen3_5_tower/params.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/graph.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/inputs.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/params.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/qdq.py",
-        "edgebuild/kinds/qwen3_5_tower_qdq/verify.py",
-        "edgebuild/ml/onnx_tools.py",
-    ],
-    "siglip_f143": [
-        "edgebuild/ml/compare.py",
-        "edgebuild/ml/images.py",
-        "edgebuild/core/inputs.py",
-        "edgebuild/kinds/siglip_f143/packed.py",
-        "edgebuild/kinds/siglip_f143/params.py",
-        "edgebuild/kinds/siglip_f143/verify.py",
-        "edgebuild/ml/quant/f143.py",
-        "edgebuild/ml/quant/kernels.py",
-        "edgebuild/ml/siglip.py",
-    ],
-    "siglip_f143_onnx": [
-        "edgebuild/ml/images.py",
-        "edgebuild/core/inputs.py",
-        "edgebuild/kinds/siglip_f143/params.py",
-        "edgebuild/kinds/siglip_f143_onnx/model.py",
-        "edgebuild/kinds/siglip_f143_onnx/params.py",
-        "edgebuild/kinds/siglip_f143_onnx/verify.py",
-        "edgebuild/ml/onnx_tools.py",
-        "edgebuild/ml/siglip.py",
-    ],
-}
-ALL_KINDS = {"qnn_context", "qwen3_5_tower_qdq", "qwen3_5_vision_tower", "siglip_f143", "siglip_f143_onnx"}
+from helpers import REPO, build_digest, verify_digest
+
+PACKAGE_ROOT = package_roots("edgebuild")[0]
+# In every build digest: the kind interface (its contexts hand a kind its checkpoints).
+KIND_INTERFACE = {"edgebuild/core/checkpoint.py", "edgebuild/core/kind.py"}
+# In every verify digest beside that: the judging path and the report writer.
+JUDGING = {"edgebuild/core/report.py", "edgebuild/core/record.py", "edgebuild/run/verification.py"}
 # Code that can change neither an artifact's bytes nor its verdict.
-NEVER_DIGESTED = ["edgebuild/__init__.py", "edgebuild/errors.py", "edgebuild/core/timing.py", "edgebuild/cli/commands.py",
-                  "edgebuild/cli/tasks.py", "edgebuild/run/state.py", "edgebuild/kinds/__init__.py", "edgebuild/core/registry.py"]
+NEVER_DIGESTED = {
+    "edgebuild/__init__.py", "edgebuild/errors.py", "edgebuild/plugin.py", "edgebuild/tasks.py", "edgebuild/api.py",
+    "edgebuild/core/timing.py", "edgebuild/core/registry.py", "edgebuild/core/figures.py", "edgebuild/core/config.py",
+    "edgebuild/core/manifest.py", "edgebuild/core/project.py", "edgebuild/kinds/__init__.py",
+}
+# Packages whose modules never enter a digest: the commands, the engine (but its judge),
+# the caches.
+NEVER_DIGESTED_PACKAGES = ("edgebuild/cli/", "edgebuild/cache/", "edgebuild/run/")
+KINDS = kind_names()
 
 
-def test_every_kind_is_listed_here() -> None:
-    assert sorted(BUILD_CODE) == sorted(VERIFY_CODE) == kind_names()
+@pytest.mark.parametrize("kind", KINDS)
+def test_build_digest_holds_the_build_module_and_the_kind_interface(kind: str) -> None:
+    covered = set(build_digest(kind))
+    module = get_kind(kind).build_module
+    assert f"{module.replace('.', '/')}.py" in covered
+    assert KIND_INTERFACE <= covered
 
 
-@pytest.mark.parametrize("kind", sorted(BUILD_CODE))
-def test_build_digest_covers_exactly_the_build_path(kind: str) -> None:
-    assert sorted(code_digests(get_kind(kind).build_module)) == sorted(set(KIND_INTERFACE + BUILD_CODE[kind]))
+@pytest.mark.parametrize("kind", KINDS)
+def test_verify_digest_holds_the_verify_module_and_the_judge(kind: str) -> None:
+    covered = set(verify_digest(kind))
+    module = get_kind(kind).verify_module
+    assert f"{module.replace('.', '/')}.py" in covered
+    assert KIND_INTERFACE | JUDGING <= covered
 
 
-@pytest.mark.parametrize("kind", sorted(VERIFY_CODE))
-def test_verify_digest_covers_exactly_the_judging_path(kind: str) -> None:
-    covered = code_digests(get_kind(kind).verify_module, VERIFICATION_MODULE)
-    assert sorted(covered) == sorted(set(KIND_INTERFACE + VERIFY_CODE[kind] + JUDGING))
-
-
-@pytest.mark.parametrize("kind", sorted(BUILD_CODE))
-def test_the_cli_errors_and_timing_are_in_no_digest(kind: str) -> None:
-    covered = set(code_digests(get_kind(kind).build_module)) | set(
-        code_digests(get_kind(kind).verify_module, VERIFICATION_MODULE)
-    )
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_engine_commands_and_errors_are_in_no_digest(kind: str) -> None:
+    covered = set(build_digest(kind)) | (set(verify_digest(kind)) - {"edgebuild/run/verification.py"})
     assert covered.isdisjoint(NEVER_DIGESTED)
+    assert not [path for path in covered if path.startswith(NEVER_DIGESTED_PACKAGES)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_kind_module_of_another_kind_is_digested_only_for_its_file_names(kind: str) -> None:
+    """A kind may read another's file names (``params.py``), never its build or verify code."""
+    own = get_kind(kind)
+    for other in KINDS:
+        if other == kind:
+            continue
+        foreign = get_kind(other)
+        for module in (foreign.build_module, foreign.verify_module):
+            path = f"{module.replace('.', '/')}.py"
+            assert path not in build_digest(kind) and path not in verify_digest(kind), (kind, path)
+    assert kind_code_packages(own) == ("edgebuild",)
 
 
 def test_imports_under_type_checking_are_not_followed() -> None:
-    # model.py imports Checkpoint for annotations only; params.py and errors.py at run time.
+    from edgebuild.core.fingerprint import module_imports
+
+    # model.py imports Checkpoint for annotations only; params.py and the plugin facade at run time.
     assert module_imports("edgebuild.kinds.qwen3_5_tower.model") == {
         "edgebuild.errors", "edgebuild.kinds.qwen3_5_tower.params"
     }
+
+
+def test_names_from_the_plugin_facade_are_followed_to_where_they_are_defined() -> None:
+    from edgebuild.core.fingerprint import module_imports
+
+    assert module_imports("edgebuild.kinds.qwen3_5_tower.verify") >= {"edgebuild.core.report", "edgebuild.core.kind"}
+    assert "edgebuild.plugin" not in module_imports("edgebuild.kinds.qwen3_5_tower.verify")
+    # Phases (neutral) and BuildContext: the facade's other names (figures, errors, ...) are not followed.
+    assert module_imports("edgebuild.kinds.qwen3_5_tower.build") & {"edgebuild.core.figures", "edgebuild.core.fixtures"} == set()
 
 
 def test_exporter_opset_range_is_the_installed_exporters() -> None:
@@ -171,24 +100,79 @@ def test_exporter_opset_range_is_the_installed_exporters() -> None:
     assert EXPORTER_MAX_OPSET == onnx.defs.onnx_opset_version()
 
 
+def test_neutral_modules_exist() -> None:
+    assert all(_module_file(module) is not None for module in NEUTRAL_MODULES)
+
+
+# --- the shape of the package ----------------------------------------------------------------
+
+# Lower layers never import higher ones: errors; core; cache and ml; plugin and kinds;
+# run; api and cli; the facades and ``python -m`` above all.
+LAYERS = [
+    ("edgebuild.errors", 0), ("edgebuild.core", 1), ("edgebuild.cache", 2), ("edgebuild.ml", 2),
+    ("edgebuild.plugin", 3), ("edgebuild.kinds", 3), ("edgebuild.run", 4), ("edgebuild.api", 5),
+    ("edgebuild.cli", 5), ("edgebuild.testing", 6), ("edgebuild.tasks", 6), ("edgebuild.__main__", 6),
+]
+
+
+def _layer(module: str) -> int:
+    for prefix, layer in LAYERS:
+        if module == prefix or module.startswith(prefix + "."):
+            return layer
+    assert module == "edgebuild", module
+    return 7
+
+
 def _package_modules() -> list[str]:
-    root = _PACKAGE_ROOT.parent
+    root = PACKAGE_ROOT.parent
     modules = []
-    for path in sorted(_PACKAGE_ROOT.rglob("*.py")):
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
         parts = list(path.relative_to(root).with_suffix("").parts)
         modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return modules
 
 
+def _import_graph() -> dict[str, set[str]]:
+    """Every edgebuild module -> the edgebuild modules it imports: at module level, lazily
+    inside functions, and under ``if TYPE_CHECKING:`` (an annotation ties meanings too)."""
+    import ast
+
+    modules = set(_package_modules())
+    graph: dict[str, set[str]] = {}
+    for module in modules:
+        path = _module_file(module)
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1])
+                    target = f"{base}.{node.module}" if node.module else base
+                else:
+                    target = node.module or ""
+                targets = [f"{target}.{alias.name}" for alias in node.names] + [target]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in modules and target != module:
+                    found.add(target)
+                    break
+        graph[module] = found
+    return graph
+
+
 def test_no_import_cycle_in_the_package() -> None:
-    """Module-level and lazy imports alike (a cycle through a lazy import still ties two
-    modules' meanings together). Type-only imports are not edges."""
-    graph = {module: sorted(module_imports(module)) for module in _package_modules()}
+    graph = _import_graph()
     state: dict[str, int] = {}
 
     def cycle_from(module: str, stack: list[str]) -> list[str] | None:
         state[module] = 1
-        for target in graph.get(module, []):
+        for target in sorted(graph.get(module, ())):
             if state.get(target) == 1:
                 return [*stack[stack.index(target):], target] if target in stack else [module, target]
             if target not in state:
@@ -198,22 +182,40 @@ def test_no_import_cycle_in_the_package() -> None:
         state[module] = 2
         return None
 
-    for module in graph:
+    for module in sorted(graph):
         if module not in state:
             assert cycle_from(module, [module]) is None
+
+
+def test_no_import_runs_upward_and_only_kinds_import_a_kind() -> None:
+    upward = []
+    for module, targets in _import_graph().items():
+        for target in targets:
+            if module != "edgebuild" and _layer(target) > _layer(module):
+                upward.append(f"{module} -> {target}")
+            if target.startswith("edgebuild.kinds.") and not module.startswith("edgebuild.kinds."):
+                upward.append(f"{module} -> {target} (a specific kind)")
+    assert upward == []
+
+
+def test_at_most_a_dozen_modules_at_the_top_of_the_package() -> None:
+    top = [path.name for path in PACKAGE_ROOT.iterdir()
+           if path.name != "__init__.py" and (path.suffix == ".py" or (path / "__init__.py").is_file())]
+    assert len(top) <= 12, sorted(top)
 
 
 # --- editing code in a copy of the package ------------------------------------------------
 
 _DIGESTS_SCRIPT = """
 import json
-from edgebuild.core.fingerprint import code_digests
+from edgebuild.core.fingerprint import code_digests, kind_code_packages
 from edgebuild.core.hashing import digest_json
-from edgebuild.kinds import get_kind, kind_names
 from edgebuild.core.project import VERIFICATION_MODULE
-print(json.dumps({kind: [digest_json(code_digests(get_kind(kind).build_module)),
-                         digest_json(code_digests(get_kind(kind).verify_module, VERIFICATION_MODULE))]
-                  for kind in kind_names()}))
+from edgebuild.core.registry import all_kinds
+print(json.dumps({kind.name: [digest_json(code_digests(kind.build_module, packages=kind_code_packages(kind))),
+                              digest_json(code_digests(kind.verify_module, VERIFICATION_MODULE,
+                                                       packages=kind_code_packages(kind)))]
+                  for kind in all_kinds()}))
 """
 
 
@@ -227,34 +229,52 @@ def _digests_of_copy(root: Path) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("copy")
-    shutil.copytree(_PACKAGE_ROOT, root / "edgebuild", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    shutil.copytree(PACKAGE_ROOT, root / "edgebuild", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
     return root
 
 
-@pytest.mark.parametrize(
-    ("edited", "build_changes", "verify_changes"),
-    [
-        ("core/report.py", set(), ALL_KINDS),
-        ("errors.py", set(), set()),
-        ("__init__.py", set(), set()),
-        ("cli/commands.py", set(), set()),
-        ("run/verification.py", set(), ALL_KINDS),
-        ("kinds/qwen3_5_tower/verify.py", set(), {"qwen3_5_vision_tower"}),
-        ("kinds/siglip_f143/verify.py", set(), {"siglip_f143"}),
-        ("ml/quant/f143.py", {"siglip_f143", "siglip_f143_onnx"}, {"siglip_f143"}),
-        ("ml/quant/gptq.py", {"siglip_f143"}, set()),
-        ("kinds/qwen3_5_tower/build.py", {"qwen3_5_vision_tower"}, set()),
-        # The QDQ kind reads the tower's file names, never its build code.
-        ("kinds/qwen3_5_tower/params.py", {"qwen3_5_vision_tower", "qwen3_5_tower_qdq"}, {"qwen3_5_vision_tower", "qwen3_5_tower_qdq"}),
-        ("kinds/qwen3_5_tower_qdq/qdq.py", {"qwen3_5_tower_qdq"}, {"qwen3_5_tower_qdq"}),
-        ("kinds/qwen3_5_tower_qdq/verify.py", set(), {"qwen3_5_tower_qdq"}),
-        ("kinds/qnn_context/qnn.py", {"qnn_context"}, {"qnn_context"}),
-        ("kinds/qnn_context/verify.py", set(), {"qnn_context"}),
-    ],
-)
-def test_editing_code_changes_exactly_the_digests_it_should(
+def _importers(module_path: str, which: str) -> set[str]:
+    """The kinds whose ``which`` digest holds ``module_path``."""
+    digest = build_digest if which == "build" else verify_digest
+    return {kind for kind in KINDS if module_path in digest(kind)}
+
+
+ALL = set(KINDS)
+GENERIC_EDITS = [
+    ("core/report.py", set(), ALL),
+    ("run/verification.py", set(), ALL),
+    ("core/kind.py", ALL, ALL),
+    ("errors.py", set(), set()),
+    ("__init__.py", set(), set()),
+    ("plugin.py", set(), set()),
+    ("kinds/__init__.py", set(), set()),
+    ("core/registry.py", set(), set()),
+    ("core/figures.py", set(), set()),
+    ("cli/build.py", set(), set()),
+    ("run/scheduler.py", set(), set()),
+]
+# Each kind's own build and verify modules: exactly the kinds that digest them change.
+KIND_EDITS = [
+    (f"{getattr(get_kind(kind), which + '_module').removeprefix('edgebuild.').replace('.', '/')}.py", which)
+    for kind in KINDS for which in ("build", "verify")
+]
+
+
+@pytest.mark.parametrize(("edited", "build_changes", "verify_changes"), GENERIC_EDITS)
+def test_editing_shared_code_changes_exactly_the_digests_it_should(
     package_copy: Path, edited: str, build_changes: set[str], verify_changes: set[str]
 ) -> None:
+    assert _changed_by_edit(package_copy, edited) == (build_changes, verify_changes)
+
+
+@pytest.mark.parametrize(("edited", "which"), KIND_EDITS)
+def test_editing_a_kinds_module_changes_the_digests_that_hold_it(package_copy: Path, edited: str, which: str) -> None:
+    expected = (_importers(f"edgebuild/{edited}", "build"), _importers(f"edgebuild/{edited}", "verify"))
+    assert expected[0 if which == "build" else 1], edited
+    assert _changed_by_edit(package_copy, edited) == expected
+
+
+def _changed_by_edit(package_copy: Path, edited: str) -> tuple[set[str], set[str]]:
     before = _digests_of_copy(package_copy)
     path = package_copy / "edgebuild" / edited
     original = path.read_text()
@@ -263,11 +283,14 @@ def test_editing_code_changes_exactly_the_digests_it_should(
         after = _digests_of_copy(package_copy)
     finally:
         path.write_text(original)
-    assert {kind for kind in before if before[kind][0] != after[kind][0]} == build_changes
-    assert {kind for kind in before if before[kind][1] != after[kind][1]} == verify_changes
+    return ({kind for kind in before if before[kind][0] != after[kind][0]},
+            {kind for kind in before if before[kind][1] != after[kind][1]})
 
 
-def test_neutral_modules_exist() -> None:
-    from edgebuild.core.fingerprint import _module_file
-
-    assert all(_module_file(module) is not None for module in NEUTRAL_MODULES)
+def test_digests_are_keyed_by_package_relative_paths() -> None:
+    """Two checkouts at different paths agree: no key names where the package lives."""
+    for kind in KINDS:
+        for path in (*build_digest(kind), *verify_digest(kind)):
+            assert path.startswith("edgebuild/") and not Path(path).is_absolute()
+    assert (REPO / "edgebuild").resolve() == PACKAGE_ROOT
+    assert code_digests(get_kind(KINDS[0]).verify_module, VERIFICATION_MODULE) == verify_digest(KINDS[0])

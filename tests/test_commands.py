@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 from doit.cmd_base import Command
-from doit.exceptions import TaskFailed, UnmetDependency
-
-from edgebuild.cli.commands import TaskOutcomes, verification_summary
+from edgebuild.run.scheduler import Outcomes, verification_summary
 
 from helpers import EDGEBUILD_COMMANDS, REPO, TOWER_MANIFEST, clone_project, require_installed_commands
 
@@ -32,24 +30,27 @@ def test_commands_are_entry_points_of_the_package() -> None:
     """Installing edgebuild is all a project needs: no doit section in any pyproject."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     declared = pyproject["project"]["entry-points"]["doit.COMMAND"]
-    assert declared == {name: f"edgebuild.cli.commands:{name.capitalize()}" for name in EDGEBUILD_COMMANDS}
+    # One module per command (DVC's layout): edgebuild/cli/<command>.py.
+    assert declared == {name: f"edgebuild.cli.{name}:{name.capitalize()}" for name in EDGEBUILD_COMMANDS}
     assert "doit" not in pyproject.get("tool", {})
-    import edgebuild.cli.commands
+    import importlib
 
     for name, location in declared.items():
-        command = getattr(edgebuild.cli.commands, location.split(":")[1])
+        module, _, attribute = location.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
         assert issubclass(command, Command) and command.get_name() == name
     require_installed_commands()
 
 
 def test_verification_summary() -> None:
-    outcomes = TaskOutcomes()
+    outcomes = Outcomes()
     outcomes.succeeded |= {"a", "verify:a", "b"}
-    outcomes.failed["verify:b"] = TaskFailed("check failed")
-    outcomes.failed["c"] = TaskFailed("export failed")
-    outcomes.failed["verify:c"] = UnmetDependency("c")
-    outcomes.failed["d"] = UnmetDependency("c")
-    outcomes.failed["verify:d"] = UnmetDependency("d")
+    outcomes.failure("verify:b", "check failed")
+    outcomes.failure("c", "export failed")
+    # Not run: a task it depends on failed.
+    outcomes.failure("verify:c", None)
+    outcomes.failure("d", None)
+    outcomes.failure("verify:d", None)
     result = outcomes.verification(["a", "b", "c", "d", "e"])
     assert result == {"passed": ["a"], "failed": ["b", "c"], "not run": ["d", "e"]}
     assert verification_summary(result) == "verify: 1 passed, 2 failed (b, c), 2 not run (d, e)"
@@ -59,13 +60,14 @@ def test_verification_summary() -> None:
 def test_options_may_follow_artifact_names() -> None:
     from doit.cmdparse import CmdOption
 
-    from edgebuild.cli.commands import Publish, _options_first
+    from edgebuild.cli.common import options_first
+    from edgebuild.cli.publish import Publish
 
     options = [CmdOption(dict(option)) for option in Publish.cmd_options]
-    assert _options_first(
+    assert options_first(
         ["t", "--to", "dest", "--allow-dirty", "u", "-n2", "-v", "2", "--reporter=json", "--", "--to"], options
     ) == ["--to", "dest", "--allow-dirty", "-n2", "-v", "2", "--reporter=json", "t", "u", "--", "--to"]
-    assert _options_first(["t", "--unknown"], options) == ["t", "--unknown"]
+    assert options_first(["t", "--unknown"], options) == ["t", "--unknown"]
 
 
 # --- status -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 
 from edgebuild.run.costs import LOCK_SOURCE, Cost
 from edgebuild.run.executors.resources import PROCESS_FOOTPRINT_BYTES, task_resources
-from edgebuild.run.lockfile import render_lock
+from edgebuild.core.lockfile import render_lock
 from edgebuild.cache.remote import RemoteCache
 
 from helpers import REPO, TOWER_MANIFEST, ProjectDir, clone_project
@@ -156,17 +156,17 @@ def test_memory_is_estimated_from_the_weights_and_the_kind(project_dir: ProjectD
     tower_weights = sum(
         4 * _elements(entry.shape) for entry in project.checkpoint("qwen").select(("model.visual.",)).values()
     )
-    resources, basis = task_resources(project, "t", None)
+    resources, basis = task_resources(project.artifact("t"), None)
     assert resources == {"MEMORY": float(int(PROCESS_FOOTPRINT_BYTES + 3.0 * tower_weights))}
     assert basis.startswith("estimated: 1.00 GiB + 3 x ") and basis.endswith(" GiB of float32 weights")
     # A QDQ graph reads no tensors itself: its source's weights size it.
-    assert task_resources(project, "q", None)[0] == resources
+    assert task_resources(project.artifact("q"), None)[0] == resources
     # A recorded peak above the estimate wins, with a margin.
-    recorded, basis = task_resources(project, "t", Cost(10.0, 1.0, 8 << 30, LOCK_SOURCE))
+    recorded, basis = task_resources(project.artifact("t"), Cost(10.0, 1.0, 8 << 30, LOCK_SOURCE))
     assert recorded == {"MEMORY": float(10 << 30)}
     assert basis == "recorded peak 8.00 GiB in the lock file, plus 25%"
     # device: cuda asks for a GPU.
-    assert task_resources(project, "s", None)[0]["GPU"] == 1.0
+    assert task_resources(project.artifact("s"), None)[0]["GPU"] == 1.0
 
 
 def _elements(shape: tuple[int, ...]) -> int:

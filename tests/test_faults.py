@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import read_record
 
 from helpers import ProjectDir, clone_project
@@ -65,7 +66,7 @@ def test_store_write_killed_leaves_the_build_and_a_leftover_that_gc_removes(veri
     assert killed.returncode != 0
     # The build itself was renamed into place before the store copy began: it is built.
     assert project.doit("status").stdout.startswith("t  up to date")
-    state = Project.load(project.root / "artifacts.yaml", project.root)
+    state = Workspace.load(project.root / "artifacts.yaml", project.root)
     assert not state.store.has(state.fingerprint("t"))
     assert list(state.store.entries()) == []
     assert len(list((project.root / "cache" / "store" / ".tmp").iterdir())) == 1

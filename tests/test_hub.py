@@ -18,6 +18,7 @@ import pytest
 
 from edgebuild.errors import CheckpointError
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 
 from helpers import REPO, TOWER_MANIFEST, clone_project
 
@@ -92,7 +93,7 @@ def write_manifest(root: Path, checkpoint: str, artifact: str = "tower") -> Proj
     text += "artifacts:\n" + textwrap.indent(textwrap.dedent(artifacts), "  ")
     root.mkdir(parents=True, exist_ok=True)
     (root / "artifacts.yaml").write_text(text)
-    return Project.load(root / "artifacts.yaml", root)
+    return Workspace.load(root / "artifacts.yaml", root)
 
 
 def etags(snapshot: Path, names: list[str]) -> dict[str, str]:
@@ -219,7 +220,7 @@ def test_lock_entry_and_provenance_name_the_repo_and_commit(tmp_path: Path, hub_
     entry = lock_entry(project, "t")
     assert entry is not None and entry["checkpoint_origins"] == expected
     assert entry["fingerprint"] == record.fingerprint
-    provenance = provenance_record(project, "t", record.completed("t", {}, 0.0, {}).to_json(), {}, None)
+    provenance = provenance_record(project, project.artifact("t"), record.completed("t", {}, 0.0, {}).to_json(), {}, None)
     assert provenance["checkpoint_origins"] == expected
     assert provenance["inputs"] == record.inputs
 
@@ -227,8 +228,8 @@ def test_lock_entry_and_provenance_name_the_repo_and_commit(tmp_path: Path, hub_
 def test_resolving_a_path_checkpoint_never_imports_huggingface_hub(tmp_path: Path, qwen_checkpoint: Path) -> None:
     write_manifest(tmp_path, f"path: {qwen_checkpoint}\n")
     code = (
-        "import sys; from edgebuild.core.project import Project; "
-        f"print(Project.load({str(tmp_path / 'artifacts.yaml')!r}, {str(tmp_path)!r}).fingerprint('t')[:12]); "
+        "import sys; from edgebuild.run.workspace import Workspace; "
+        f"print(Workspace.load({str(tmp_path / 'artifacts.yaml')!r}, {str(tmp_path)!r}).fingerprint('t')[:12]); "
         "print('huggingface_hub' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.run.lockfile import LOCK_FORMAT, read_lock, render_lock, significant
+from edgebuild.core.lockfile import LOCK_FORMAT, read_lock, render_lock
+from edgebuild.run.lockfile import significant
 from edgebuild.errors import LockfileError
 
 from helpers import TOWER_MANIFEST, clone_project

@@ -9,7 +9,7 @@ import pytest
 
 from edgebuild.errors import ManifestError
 from edgebuild.core import kind as kinds_base
-from edgebuild.kinds import kind_names
+from edgebuild.core.registry import kind_names
 from edgebuild.core.manifest import load_manifest
 
 HEAD = """\
@@ -361,7 +361,7 @@ def test_reserved_name(tmp_path: Path) -> None:
     assert error_of(path) == f"{path}:6:3: artifacts -> list: artifact name 'list' is reserved (it is a doit command)"
 
 
-def test_dependency_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dependency_cycle(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Cycles through ``source:`` references; a test-only kind stands in for the
     artifact-to-artifact kinds."""
     from typing import Literal
@@ -376,11 +376,12 @@ def test_dependency_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         name = "test_chain"
         summary = "test-only"
         Params = ChainParams
-        outputs = ()
+        outputs = ("x",)
         build_module = verify_module = "edgebuild.core.kind"
         source_kinds = ("test_chain",)
 
-    monkeypatch.setitem(registry._KINDS, "test_chain", Chain())
+    registry.register(Chain)
+    request.addfinalizer(lambda: registry.unregister("test_chain"))
     path = write(
         tmp_path,
         "artifacts:\n  a:\n    kind: test_chain\n    source: b\n  b:\n    kind: test_chain\n    source: c\n"
@@ -394,7 +395,7 @@ def test_dependency_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 def test_registration_is_checked() -> None:
     from typing import Literal
 
-    from edgebuild.kinds import register
+    from edgebuild.core.registry import register
 
     class WrongParams(kinds_base.ArtifactParams):
         kind: Literal["other"]
@@ -424,14 +425,11 @@ def test_source_of_the_wrong_kind_is_an_error_before_anything_is_built(tmp_path:
 
 
 def test_every_kind_has_a_fixture_and_a_test_module() -> None:
-    from edgebuild.core.fixtures import FIXTURES
-    from edgebuild.kinds import get_kind, kind_names
-    from helpers import REPO
+    from edgebuild.core.registry import fixtures, get_kind, kind_names
+    from helpers import REPO, kind_fixtures
 
-    from helpers import KIND_FIXTURES
-
-    assert sorted(KIND_FIXTURES) == kind_names()
     for name in kind_names():
-        assert KIND_FIXTURES[name] in FIXTURES
+        assert kind_fixtures(name), f"kind {name} has no generated checkpoint to be tested on"
+        assert kind_fixtures(name) <= set(fixtures())
         package = type(get_kind(name)).__module__.rsplit(".", 1)[-1]
         assert (REPO / "tests" / f"test_{package}.py").is_file(), f"kind {name} has no tests/test_{package}.py"

@@ -9,9 +9,9 @@ import pytest
 
 
 def test_project_caches_compiled_kernels_under_its_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgebuild.core.project import Project
+    from edgebuild.run.workspace import Workspace
 
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     (tmp_path / "artifacts.yaml").write_text("artifacts: {}\n")
-    project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
     assert os.environ["NUMBA_CACHE_DIR"] == str(project.layout.cache_dir / "numba")

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.core.hashing import file_digest
 from edgebuild.kinds.qnn_context.qnn import qnn_unavailable_reason
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 
-from helpers import REPO
+from helpers import pretend_built, REPO
 
 QUIET = {"log": lambda message: None}
 
@@ -49,7 +50,9 @@ needs_qnn = pytest.mark.skipif(bool(_qnn_reason()), reason=_qnn_reason())
 def test_the_qnn_sdk_version_is_in_this_kind_only(tmp_path: Path) -> None:
     shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
     (tmp_path / "artifacts.yaml").write_text(MANIFEST)
-    project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    pretend_built(project, "tower")
+    pretend_built(project, "qdq")
     assert "onnxruntime-qnn" in project.record("npu").versions
     assert "onnxruntime-qnn" not in project.record("qdq").versions
     assert project.record("npu").params == {"kind": "qnn_context", "soc_model": 60, "htp_arch": 73}
@@ -63,15 +66,15 @@ def test_context_compiles_whole_and_simulates_like_the_cpu(tmp_path_factory: pyt
         root = tmp_path_factory.mktemp(attempt)
         shutil.copytree(REPO / "data" / "calibration", root / "images")
         (root / "artifacts.yaml").write_text(MANIFEST)
-        project = Project.load(root / "artifacts.yaml", root)
+        project = Workspace.load(root / "artifacts.yaml", root)
         for name in ("tower", "qdq", "npu"):
-            build_artifact(project, name, **QUIET)
+            make_current(project, project.artifact(name), **QUIET)
         built = root / "build" / "npu"
         digests.append({name: file_digest(built / name) for name in ("model.onnx", "model_qnn.bin", "context.json")})
     # Compiled twice, in two directories: the same bytes.
     assert digests[0] == digests[1]
 
-    report = verify_artifact(project, "npu", **QUIET)
+    report = verify_artifact(project, project.artifact("npu"), **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check for check in report.checks}
     assert checks["nodes_off_qnn"].value == 0
@@ -91,10 +94,20 @@ def test_context_compiles_whole_and_simulates_like_the_cpu(tmp_path_factory: pyt
 def test_simulation_is_skipped_above_the_threshold(tmp_path: Path) -> None:
     shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
     (tmp_path / "artifacts.yaml").write_text(MANIFEST + "    verify:\n      simulate_max_weight_mib: 0.1\n")
-    project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
     for name in ("tower", "qdq", "npu"):
-        build_artifact(project, name, **QUIET)
-    report = verify_artifact(project, "npu", **QUIET)
+        make_current(project, project.artifact(name), **QUIET)
+    report = verify_artifact(project, project.artifact("npu"), **QUIET)
     assert report.passed
     assert not any(check.name.startswith("simulator.") for check in report.checks)
     assert report.metrics["simulator"].startswith("skipped: the source's weights are 0.2 MiB, over verify.simulate_max_weight_mib = 0.1")
+
+
+def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
+    from helpers import assert_code_digests
+
+    assert_code_digests(
+        "qnn_context",
+        build=['edgebuild/kinds/qnn_context/build.py', 'edgebuild/kinds/qnn_context/compile.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py'],
+        verify=['edgebuild/ml/compare.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/kinds/qnn_context/verify.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/ml/onnx_tools.py'],
+    )

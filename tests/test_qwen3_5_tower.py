@@ -135,7 +135,7 @@ def test_bad_vision_config_is_named_before_anything_loads(
 ) -> None:
     import json
 
-    from edgebuild.kinds import get_kind
+    from edgebuild.core.registry import get_kind
 
     copy = tmp_path / "copy"
     shutil.copytree(qwen_checkpoint, copy)
@@ -151,7 +151,7 @@ def test_integer_tensor_where_the_tower_wants_floats(tmp_path: Path, qwen_checkp
     import torch
     from safetensors.torch import load_file, save_file
 
-    from edgebuild.kinds import get_kind
+    from edgebuild.core.registry import get_kind
 
     copy = tmp_path / "copy"
     shutil.copytree(qwen_checkpoint, copy)
@@ -209,10 +209,10 @@ artifacts:
 def test_the_fp8_release_has_the_plain_release_s_tower_fingerprint(tmp_path: Path) -> None:
     """The tower reads vision_config and model.visual.* only: float8 text weights, their
     scales and a quantization_config are no part of it."""
-    from edgebuild.core.project import Project
+    from edgebuild.run.workspace import Workspace
 
     (tmp_path / "artifacts.yaml").write_text(FP8_MANIFEST)
-    project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
     plain, fp8 = project.record("from_plain"), project.record("from_fp8")
     assert fp8.fingerprint == plain.fingerprint
     assert fp8.inputs == plain.inputs
@@ -236,3 +236,13 @@ def test_the_tower_builds_from_the_fp8_release(verified_seed: Path, tmp_path: Pa
     assert built.fingerprint == seed.fingerprint
     for output in seed.outputs:
         assert (tmp_path / "build" / "t" / output).read_bytes() == (verified_seed / "build" / "t" / output).read_bytes(), output
+
+
+def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
+    from helpers import assert_code_digests
+
+    assert_code_digests(
+        "qwen3_5_vision_tower",
+        build=['edgebuild/kinds/qwen3_5_tower/build.py', 'edgebuild/kinds/qwen3_5_tower/model.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/ml/onnx_tools.py'],
+        verify=['edgebuild/ml/compare.py', 'edgebuild/kinds/qwen3_5_tower/model.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower/verify.py', 'edgebuild/ml/onnx_tools.py'],
+    )

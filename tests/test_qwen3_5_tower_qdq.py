@@ -11,14 +11,16 @@ from pathlib import Path
 import numpy
 import pytest
 
-from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.core.checkpoint import Checkpoint
+from edgebuild.core.project import SourceNotBuilt
 from edgebuild.errors import CheckpointError, ParameterError
 from edgebuild.kinds.qwen3_5_tower_qdq.inputs import image_processor, images_to_patches, tower_inputs
 from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 
-from helpers import REPO
+from helpers import pretend_built, REPO
 
 QUIET = {"log": lambda message: None}
 
@@ -138,7 +140,7 @@ def test_a_preprocessor_that_does_not_fit_the_tower_is_refused(tmp_path: Path, q
     config = json.loads(path.read_text())
     path.write_text(json.dumps(config | {"merge_size": 4}))
     with pytest.raises(CheckpointError) as caught:
-        Project.load(root / "artifacts.yaml", root).fingerprint("q64")
+        Workspace.load(root / "artifacts.yaml", root).fingerprint("q64")
     assert str(caught.value) == (
         f"{path}: merge_size: expected 2 (vision_config.spatial_merge_size of config.json), found 4"
     )
@@ -149,7 +151,7 @@ def test_a_preprocessor_that_does_not_fit_the_tower_is_refused(tmp_path: Path, q
 
 def test_sixteen_bit_types_need_a_source_at_opset_21(tmp_path: Path, qwen_checkpoint: Path) -> None:
     root = lay_out(tmp_path, qwen_checkpoint, opset=20)
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     with pytest.raises(ParameterError) as caught:
         project.fingerprint("q64")
     assert str(caught.value) == (
@@ -160,7 +162,7 @@ def test_sixteen_bit_types_need_a_source_at_opset_21(tmp_path: Path, qwen_checkp
     # 8-bit activations and weights are standard Q/DQ at any opset the tower takes.
     (root / "artifacts.yaml").write_text(MANIFEST.format(opset=20).replace(
         "    source: t64\n", "    source: t64\n    activation_type: uint8\n"))
-    Project.load(root / "artifacts.yaml", root).fingerprint("q64")
+    Workspace.load(root / "artifacts.yaml", root).check("q64")
 
 
 def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoint: Path) -> None:
@@ -170,14 +172,20 @@ def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoi
     manifest = root / "artifacts.yaml"
 
     def load() -> Project:
-        return Project.load(manifest, root)
+        return Workspace.load(manifest, root)
 
     before = load()
+    # Made from the tower, the QDQ artifact is keyed by the tower's bytes: known once it is built.
+    with pytest.raises(SourceNotBuilt):
+        before.fingerprint("q64")
+    tower_bytes = pretend_built(before, "t64")
     # The tower reads no image processor; the QDQ artifact reads it from the checkpoint behind its source.
     assert "files" not in before.record("t64").inputs["checkpoint"]
     assert set(before.record("q64").inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
     assert before.record("q64").inputs["checkpoint"]["tensors"] == {}
+    assert before.record("q64").inputs["source"] == {"outputs": tower_bytes}
     assert before.record("q64").versions["onnxruntime"] == before.record("t64").versions["onnxruntime"]
+    first = before.record("q64")
 
     # An unrelated artifact changes: nothing here does.
     manifest.write_text(manifest.read_text().replace("image_size: [64, 128]", "image_size: [64, 96]"))
@@ -185,12 +193,21 @@ def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoi
     assert unrelated.fingerprint("t64x128") != before.fingerprint("t64x128")
     assert unrelated.fingerprint("q64") == before.fingerprint("q64")
 
-    # Its source tower changes: the QDQ artifact is stale, and says why.
+    # Its source tower's parameters change: the QDQ artifact waits for the tower's new bytes...
     manifest.write_text(manifest.read_text().replace("    opset: 21\n", "    opset: 21\n    attn_implementation: eager\n"))
     source_changed = load()
-    assert source_changed.fingerprint("q64") != before.fingerprint("q64")
-    reasons = explain(before.record("q64").to_json(), source_changed.record("q64").to_json())
-    assert reasons == [f"source artifact t64 changed ({before.fingerprint('t64')[:12]} → {source_changed.fingerprint('t64')[:12]})"]
+    assert source_changed.fingerprint("t64") != before.fingerprint("t64")
+    with pytest.raises(SourceNotBuilt):
+        source_changed.fingerprint("q64")
+    # ... and when the tower is rebuilt to the same bytes, it is up to date (early cutoff) ...
+    pretend_built(source_changed, "t64", tower_bytes)
+    assert load().fingerprint("q64") == first.fingerprint
+    # ... while other bytes make it stale, naming the source file that changed.
+    pretend_built(source_changed, "t64", {"model.onnx": "0" * 64})
+    source_changed = load()
+    assert source_changed.fingerprint("q64") != first.fingerprint
+    reasons = explain(first.to_json(), source_changed.record("q64").to_json())
+    assert reasons == ["source artifact t64: model.onnx changed"]
 
     # The image processor changes: the QDQ artifact is stale, the tower is not.
     path = root / "ckpt" / "preprocessor_config.json"
@@ -222,17 +239,17 @@ def built(tmp_path_factory: pytest.TempPathFactory, qwen_checkpoint: Path) -> Pa
     root = lay_out(tmp_path_factory.mktemp("qdq"), qwen_checkpoint)
     patches = numpy.random.default_rng(1).uniform(-1, 1, (2, 32, 1536)).astype(numpy.float32)
     save_file({"patches": patches}, str(root / "patches.safetensors"))
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     for name in ("t64", "t64x128", "q64", "q64x128"):
-        build_artifact(project, name, **QUIET)
+        make_current(project, project.artifact(name), **QUIET)
     return root
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "patches", "inputs", "calibration"), [("q64", 16, "2 held_out", 4), ("q64x128", 32, "6 calibration", 6)])
 def test_qdq_builds_and_verifies_at_two_sizes(built: Path, name: str, patches: int, inputs: str, calibration: int) -> None:
-    project = Project.load(built / "artifacts.yaml", built)
-    report = verify_artifact(project, name, **QUIET)
+    project = Workspace.load(built / "artifacts.yaml", built)
+    report = verify_artifact(project, project.artifact(name), **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check for check in report.checks}
     # Two blocks (qkv, proj, fc1, fc2, norm1, norm2 each), the merger (norm, fc1, fc2), the patch Conv.
@@ -282,3 +299,13 @@ def test_chunked_calibration_gives_the_bytes_of_one_quantize_call(built: Path) -
             if entry.key == "location":
                 entry.value = "model.onnx.data"
     assert ours.SerializeToString() == theirs.SerializeToString()
+
+
+def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
+    from helpers import assert_code_digests
+
+    assert_code_digests(
+        "qwen3_5_tower_qdq",
+        build=['edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/build.py', 'edgebuild/kinds/qwen3_5_tower_qdq/graph.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/qdq.py', 'edgebuild/ml/onnx_tools.py'],
+        verify=['edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/graph.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/qdq.py', 'edgebuild/kinds/qwen3_5_tower_qdq/verify.py', 'edgebuild/ml/onnx_tools.py'],
+    )

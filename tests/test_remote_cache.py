@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.run.builder import build_artifact
+from edgebuild.run.builder import make_current
 from edgebuild.errors import ManifestError, RemoteError, StoreError
 from edgebuild.core.hashing import file_digest
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import RECORD_FILE, BuildRecord, output_manifest
 from edgebuild.cache.location import Location
 from edgebuild.cache.remote import RemoteCache, blob_key, entry_key
@@ -419,24 +420,24 @@ def test_remote_from_manifest_environment_or_off(tmp_path: Path, monkeypatch: py
     (tmp_path / "sub").mkdir()
     manifest = tmp_path / "sub" / "artifacts.yaml"
     manifest.write_text(TOWER_MANIFEST + "remote_cache: ../shared-cache\n")
-    project = Project.load(manifest, tmp_path)
+    project = Workspace.load(manifest, tmp_path)
     # Relative to the manifest, like every path in it.
-    assert project.remote_cache.location.root == str(tmp_path / "shared-cache")
+    assert project.remote.location.root == str(tmp_path / "shared-cache")
 
     monkeypatch.setenv("EDGEBUILD_REMOTE_CACHE", "s3://bucket/prefix")
-    assert Project.load(manifest, tmp_path).remote_cache_spec == "s3://bucket/prefix"
+    assert Workspace.load(manifest, tmp_path).remote_cache_spec == "s3://bucket/prefix"
     monkeypatch.setenv("EDGEBUILD_REMOTE_CACHE", "off")
-    assert Project.load(manifest, tmp_path).remote_cache is None
+    assert Workspace.load(manifest, tmp_path).remote is None
     monkeypatch.delenv("EDGEBUILD_REMOTE_CACHE")
     manifest.write_text(TOWER_MANIFEST)
-    assert Project.load(manifest, tmp_path).remote_cache is None
+    assert Workspace.load(manifest, tmp_path).remote is None
 
 
 def test_misspelt_remote_cache_key_is_an_error(tmp_path: Path) -> None:
     manifest = tmp_path / "artifacts.yaml"
     manifest.write_text(TOWER_MANIFEST + "remote_cahce: s3://bucket\n")
     with pytest.raises(ManifestError) as error:
-        Project.load(manifest, tmp_path)
+        Workspace.load(manifest, tmp_path)
     assert str(error.value) == f"{manifest}:9:1: remote_cahce: unknown key 'remote_cahce' (did you mean 'remote_cache'?)"
 
 
@@ -533,7 +534,7 @@ def test_unreachable_remote_is_an_error_that_says_how_to_go_without(
     monkeypatch.setenv("EDGEBUILD_REMOTE_CACHE", str(not_a_directory))
     project = clone.project()
     with pytest.raises(RemoteError) as error:
-        build_artifact(project, "t", log=lambda message: None)
+        make_current(project, project.artifact("t"), log=lambda message: None)
     assert str(error.value) == (
         f"t: {not_a_directory}: not a directory (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
     )

@@ -17,16 +17,12 @@ from typing import Any
 import pytest
 
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import output_manifest
 from edgebuild.core.report import Check, Report
-from edgebuild.cli.report_page import (
-    PAGE_FILE,
-    fp8_size_breakdown,
-    heatmap_svg,
-    histogram_svg,
-    render_report_page,
-    write_report_page,
-)
+from edgebuild.cli.report_page import PAGE_FILE, render_report_page, write_report_page
+from edgebuild.core.figures import heatmap_svg, histogram_svg
+from edgebuild.kinds.siglip_f143_onnx.figures import fp8_size_breakdown
 from helpers import TOWER_MANIFEST, clone_project, lay_out_siglip_inputs
 
 GENERATED_AT = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
@@ -66,7 +62,7 @@ def _siglip_project(root: Path, siglip_checkpoint: Path, tower: bool) -> Project
     tower_part = TOWER_MANIFEST.split("artifacts:\n")
     manifest = (tower_part[0] + SIGLIP_ARTIFACTS + tower_part[1]) if tower else "checkpoints:\n" + SIGLIP_ARTIFACTS
     (root / "artifacts.yaml").write_text(manifest)
-    return Project.load(root / "artifacts.yaml", root)
+    return Workspace.load(root / "artifacts.yaml", root)
 
 
 def _write_built(project: Project, name: str, files: dict[str, Any], checks: list[Check], metrics: dict[str, Any]) -> None:
@@ -167,7 +163,7 @@ def test_every_artifact_with_its_state_checks_and_plots(handmade: Project) -> No
 
 def test_the_page_is_the_same_for_the_same_inputs_but_its_time(handmade: Project) -> None:
     first = render_report_page(handmade, GENERATED_AT)
-    assert render_report_page(Project.load(handmade.manifest.path, handmade.layout.root), GENERATED_AT) == first
+    assert render_report_page(Workspace.load(handmade.manifest.path, handmade.layout.root), GENERATED_AT) == first
     later = render_report_page(handmade, GENERATED_AT + datetime.timedelta(hours=1))
     assert [line for line in first.splitlines() if "generated at" not in line] == \
         [line for line in later.splitlines() if "generated at" not in line]
@@ -225,8 +221,8 @@ def test_plots_are_well_formed_svg() -> None:
 
 
 def test_writing_the_page_imports_no_model_library(handmade: Project) -> None:
-    code = ("import sys; from edgebuild.core.project import Project; from edgebuild.cli.report_page import write_report_page; "
-            f"write_report_page(Project.load({str(handmade.manifest.path)!r}, {str(handmade.layout.root)!r})); "
+    code = ("import sys; from edgebuild.run.workspace import Workspace; from edgebuild.cli.report_page import write_report_page; "
+            f"write_report_page(Workspace.load({str(handmade.manifest.path)!r}, {str(handmade.layout.root)!r})); "
             "print(sorted(name for name in ('torch', 'onnx', 'onnxruntime', 'numpy', 'transformers') if name in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -237,14 +233,14 @@ def test_writing_the_page_imports_no_model_library(handmade: Project) -> None:
 
 @pytest.mark.slow
 def test_the_siglip_verifications_record_what_the_page_draws(tmp_path: Path, siglip_checkpoint: Path) -> None:
-    from edgebuild.run.builder import build_artifact, verify_artifact
+    from edgebuild.run.builder import make_current, verify_artifact
 
     project = _siglip_project(tmp_path, siglip_checkpoint, tower=False)
     quiet = lambda message: None  # noqa: E731
     for name in ("q", "q_onnx"):
-        build_artifact(project, name, log=quiet)
-    report = verify_artifact(project, "q", log=quiet)
-    verify_artifact(project, "q_onnx", log=quiet)
+        make_current(project, project.artifact(name), log=quiet)
+    report = verify_artifact(project, project.artifact("q"), log=quiet)
+    verify_artifact(project, project.artifact("q_onnx"), log=quiet)
     cosines = report.metrics["image_cosines"]
     assert [len(cosines["calibration"]), len(cosines["held_out"])] == [4, 2]
     for label in ("calibration", "held_out"):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.kinds import get_kind, kind_names
+from edgebuild.core.registry import get_kind, kind_names
 from edgebuild.core.manifest import load_manifest
 from edgebuild.cli.scaffold import DODO, starter_manifest
 
-from helpers import REPO, KIND_FIXTURES, ProjectDir
+from helpers import REPO, ProjectDir, kind_fixtures
 
 SAMPLES = [f"data/calibration/scene_00{seed}.png" for seed in range(4)] + [
     "data/held_out/scene_100.png", "data/held_out/scene_101.png"
@@ -66,7 +66,7 @@ def test_init_never_overwrites(tmp_path: Path) -> None:
         f"wrote dodo.py, edgebuild.schema.json, data/calibration/*.png, data/held_out/*.png in {tmp_path}",
         f"added /cache/ to {tmp_path}/.gitignore",
         "kept artifacts.yaml: it exists (init would have written a starter manifest, one artifact of each kind)",
-        "kept data/held_out/*.png: it exists (init would have written generated sample images)",
+        "kept data/held_out/*.png: it exists (init would have written generated sample inputs)",
     ]
     assert (tmp_path / "artifacts.yaml").read_text() == "mine\n"
     assert (tmp_path / "data" / "held_out" / "scene_100.png").read_bytes() == b"mine"
@@ -83,7 +83,7 @@ def test_every_kind_has_a_starter_on_its_fixture() -> None:
     for name in kind_names():
         starter = get_kind(name).starter
         assert starter.entry in manifest
-        assert set(starter.checkpoints.values()) <= {KIND_FIXTURES[name]}
+        assert set(starter.checkpoints.values()) <= kind_fixtures(name)
 
 
 def test_the_repository_dodo_is_the_starter_dodo() -> None:

@@ -86,7 +86,7 @@ def test_the_command_prints_the_schema() -> None:
     tower = schema["$defs"]["TowerParams"]
     assert tower["additionalProperties"] is False
     assert {"image_size", "dtype", "opset", "attn_implementation", "verify"} <= set(tower["properties"])
-    from edgebuild.kinds import kind_names
+    from edgebuild.core.registry import kind_names
 
     assert schema["$defs"]["Artifact"]["properties"]["kind"]["enum"] == kind_names()
 

@@ -16,10 +16,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 from edgebuild.ml.siglip import (
     PREPROCESSOR_FILE,
     SIGLIP_LAYOUTS,
@@ -123,7 +124,7 @@ def test_every_layout_is_fingerprinted_over_exactly_what_is_read(layouts: dict, 
             calibration:
               images: ["{REPO / 'data' / 'calibration'}/*.png"]
         """))
-    project = Project.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
     fingerprint = project.record("q").inputs["checkpoint"]
     checkpoint = project.checkpoint("s")
     load_vision_model(checkpoint)
@@ -218,8 +219,8 @@ def test_a_built_encoder_is_a_checkpoint_another_artifact_quantizes_and_exports(
               images: ["{images}/*.png"]
             algorithm: nearest
         """))
-    project = Project.load(first / "artifacts.yaml", first)
-    build_artifact(project, "q", log=lambda message: None)
+    project = Workspace.load(first / "artifacts.yaml", first)
+    make_current(project, project.artifact("q"), log=lambda message: None)
     built = first / "build" / "q"
     assert siglip_layout(Checkpoint(built)) == BUILT_ARTIFACT
 
@@ -240,11 +241,11 @@ def test_a_built_encoder_is_a_checkpoint_another_artifact_quantizes_and_exports(
             kind: siglip_f143_onnx
             source: again
         """))
-    project = Project.load(second / "artifacts.yaml", second)
+    project = Workspace.load(second / "artifacts.yaml", second)
     assert set(project.record("again").inputs["checkpoint"]["tensors"]) == set(load_file(str(built / "model.safetensors")))
     for name in project.manifest.order():
-        build_artifact(project, name, log=lambda message: None)
-        report = verify_artifact(project, name, log=lambda message: None)
+        make_current(project, project.artifact(name), log=lambda message: None)
+        report = verify_artifact(project, project.artifact(name), log=lambda message: None)
         assert report.passed, name
     again = load_file(str(second / "build" / "again" / "model.safetensors"))
     original = load_file(str(built / "model.safetensors"))

@@ -11,13 +11,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError, ParameterError, VerificationFailed
 from edgebuild.kinds.siglip_f143 import load_packed
 from edgebuild.ml.siglip import load_pixel_batches, load_vision_model
 from edgebuild.core.manifest import load_manifest
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 
 import seed_pipeline
 from helpers import lay_out_siglip_inputs
@@ -52,7 +53,7 @@ def manifest(root: Path, options: str = "", verify: str = "") -> Project:
     if verify:
         text += "    verify:\n" + "".join(f"      {line}\n" for line in verify.splitlines() if line.strip())
     (root / "artifacts.yaml").write_text(text)
-    return Project.load(root / "artifacts.yaml", root)
+    return Workspace.load(root / "artifacts.yaml", root)
 
 
 MODES = {
@@ -75,7 +76,7 @@ def test_weights_identical_to_the_seed_algorithm(root: Path, mode: str) -> None:
     options, seed_options = MODES[mode]
     project = manifest(root, options)
     logs: list[str] = []
-    build_artifact(project, "q", log=logs.append)
+    make_current(project, project.artifact("q"), log=logs.append)
     built = load_file(str(root / "build" / "q" / "model.safetensors"))
 
     checkpoint = Checkpoint(root / "ckpt")
@@ -106,12 +107,12 @@ def test_weights_identical_to_the_seed_algorithm(root: Path, mode: str) -> None:
 @pytest.mark.slow
 def test_artifact_verifies_reloads_and_packs(root: Path) -> None:
     project = manifest(root, "equalize_layernorm: true")
-    build_artifact(project, "q", log=lambda message: None)
+    make_current(project, project.artifact("q"), log=lambda message: None)
     out = root / "build" / "q"
     assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == [
         "config.json", "model.f143.safetensors", "model.safetensors", "preprocessor_config.json", "quantization.json",
     ]
-    report = verify_artifact(project, "q", log=lambda message: None)
+    report = verify_artifact(project, project.artifact("q"), log=lambda message: None)
     checks = {check.name: check for check in report.checks}
     assert all(check.passed for check in report.checks)
     assert checks["off_grid_weights"].value == 0
@@ -136,9 +137,9 @@ def test_artifact_verifies_reloads_and_packs(root: Path) -> None:
 @pytest.mark.slow
 def test_unmeetable_threshold_fails_verification(root: Path) -> None:
     project = manifest(root, "algorithm: nearest", verify="cosine_min: 1.0")
-    build_artifact(project, "q", log=lambda message: None)
+    make_current(project, project.artifact("q"), log=lambda message: None)
     with pytest.raises(VerificationFailed, match=r"q: verification failed: calibration.cosine = 0\.99\d+ \(limit >= 1\): "):
-        verify_artifact(project, "q", log=lambda message: None)
+        verify_artifact(project, project.artifact("q"), log=lambda message: None)
     report = json.loads((root / "build" / "q" / "report.json").read_text())
     assert report["passed"] is False
 
@@ -189,9 +190,19 @@ def test_checkpoint_without_vision_model(root: Path) -> None:
 def test_calibration_glob_matching_nothing(root: Path) -> None:
     project = manifest(root)
     (root / "artifacts.yaml").write_text((root / "artifacts.yaml").read_text().replace("images/*.png", "imgs/*.png"))
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     with pytest.raises(CheckpointError) as caught:
         project.record("q")
     assert str(caught.value) == (
         f"{root / 'artifacts.yaml'}:10:7: artifacts -> q -> calibration -> images: 'imgs/*.png' matches no file (relative to {root})"
+    )
+
+
+def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
+    from helpers import assert_code_digests
+
+    assert_code_digests(
+        "siglip_f143",
+        build=['edgebuild/ml/compare.py', 'edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/build.py', 'edgebuild/kinds/siglip_f143/calibration.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/gptq.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
+        verify=['edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143/verify.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
     )

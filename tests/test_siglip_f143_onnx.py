@@ -11,13 +11,14 @@ import numpy
 import pytest
 import torch
 
-from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.ml.quant.f143 import quantize_nearest
 from edgebuild.kinds.siglip_f143_onnx.build import rewrite_fp8
 from edgebuild.ml.onnx_tools import blocked_fp8_weights, export_onnx, run_session
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 
-from helpers import lay_out_siglip_inputs
+from helpers import pretend_built, lay_out_siglip_inputs
 
 class OneLinear(torch.nn.Module):
     def __init__(self, weight: torch.Tensor) -> None:
@@ -95,10 +96,10 @@ def root(tmp_path: Path, siglip_checkpoint: Path) -> Path:
 
 @pytest.mark.slow
 def test_onnx_artifact_builds_and_verifies(root: Path) -> None:
-    project = Project.load(root / "artifacts.yaml", root)
-    build_artifact(project, "q", log=lambda message: None)
-    build_artifact(project, "q_onnx", log=lambda message: None)
-    report = verify_artifact(project, "q_onnx", log=lambda message: None)
+    project = Workspace.load(root / "artifacts.yaml", root)
+    make_current(project, project.artifact("q"), log=lambda message: None)
+    make_current(project, project.artifact("q_onnx"), log=lambda message: None)
+    report = verify_artifact(project, project.artifact("q_onnx"), log=lambda message: None)
     checks = {check.name: check for check in report.checks}
     assert all(check.passed for check in report.checks), report.summary()
     assert checks["fp8_weights"].value == 12
@@ -110,15 +111,20 @@ def test_onnx_artifact_builds_and_verifies(root: Path) -> None:
 
 
 def test_changing_the_source_or_only_the_opset(root: Path) -> None:
-    before = Project.load(root / "artifacts.yaml", root)
+    before = Workspace.load(root / "artifacts.yaml", root)
+    pretend_built(before, "q")
+    first = before.fingerprint("q_onnx")
     (root / "artifacts.yaml").write_text(MANIFEST.format(damp=0.02, opset=21))
-    damp = Project.load(root / "artifacts.yaml", root)
+    damp = Workspace.load(root / "artifacts.yaml", root)
     assert damp.fingerprint("q") != before.fingerprint("q")
-    assert damp.fingerprint("q_onnx") != before.fingerprint("q_onnx")
+    # Keyed by its source's bytes: the source's new build writes other bytes.
+    pretend_built(damp, "q")
+    assert damp.fingerprint("q_onnx") != first
     (root / "artifacts.yaml").write_text(MANIFEST.format(damp=0.01, opset=22))
-    opset = Project.load(root / "artifacts.yaml", root)
+    opset = Workspace.load(root / "artifacts.yaml", root)
     assert opset.fingerprint("q") == before.fingerprint("q")
-    assert opset.fingerprint("q_onnx") != before.fingerprint("q_onnx")
+    pretend_built(opset, "q")
+    assert opset.fingerprint("q_onnx") != first
 
 
 @pytest.mark.slow
@@ -130,3 +136,13 @@ def test_building_the_onnx_artifact_builds_its_source_first(project_dir, siglip_
     assert result.stdout.index(".  q\n") < result.stdout.index(".  q_onnx\n")
     info = json.loads((project_dir.root / "build" / "q_onnx" / "export.json").read_text())
     assert len(info["rewritten"]) == 12
+
+
+def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
+    from helpers import assert_code_digests
+
+    assert_code_digests(
+        "siglip_f143_onnx",
+        build=['edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143_onnx/build.py', 'edgebuild/kinds/siglip_f143_onnx/model.py', 'edgebuild/kinds/siglip_f143_onnx/params.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
+        verify=['edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143_onnx/model.py', 'edgebuild/kinds/siglip_f143_onnx/params.py', 'edgebuild/kinds/siglip_f143_onnx/verify.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/siglip.py'],
+    )

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.run.builder import build_artifact, is_built
+from edgebuild.run.builder import make_current
+from edgebuild.run.state import is_built
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.kinds.qwen3_5_tower import build as tower_build
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 from edgebuild.core.staleness import explain
-from edgebuild.cli.commands import parse_age, parse_size
-from edgebuild.run.state import artifact_status
+from edgebuild.cli.gc import parse_age, parse_size
+from edgebuild.run.state import status
 
 
 MANIFEST = """\
@@ -45,7 +47,7 @@ def write_manifest(root: Path, description: str = "first", opset: int = 21) -> N
 
 def fresh(root: Path) -> Project:
     """A new Project, as a new doit process would see it (nothing memoised)."""
-    return Project.load(root / "artifacts.yaml", root)
+    return Workspace.load(root / "artifacts.yaml", root)
 
 
 def build_all(root: Path) -> dict[str, list[str]]:
@@ -53,7 +55,7 @@ def build_all(root: Path) -> dict[str, list[str]]:
     logs: dict[str, list[str]] = {}
     for name in project.manifest.order():
         messages: list[str] = []
-        build_artifact(project, name, log=messages.append)
+        make_current(project, project.artifact(name), log=messages.append)
         logs[name] = messages
     project.save_caches()
     return logs
@@ -91,39 +93,39 @@ def test_only_what_changed_is_rebuilt(root: Path) -> None:
 
     # No-op: nothing built, nothing read.
     project = fresh(root)
-    assert all(is_built(project, name) for name in ("tower_a", "tower_b"))
+    assert all(is_built(project, project.artifact(name)) for name in ("tower_a", "tower_b"))
     assert project.stat_cache.bytes_hashed == 0
 
     # Touch: nothing built; the tower's bytes (not the whole shard) hashed once.
     os.utime(shard, ns=(time.time_ns(), time.time_ns()))
     project = fresh(root)
-    assert all(is_built(project, name) for name in ("tower_a", "tower_b"))
+    assert all(is_built(project, project.artifact(name)) for name in ("tower_a", "tower_b"))
     assert project.stat_cache.bytes_hashed == visual_bytes
     project.save_caches()
     project = fresh(root)
-    assert all(is_built(project, name) for name in ("tower_a", "tower_b"))
+    assert all(is_built(project, project.artifact(name)) for name in ("tower_a", "tower_b"))
     assert project.stat_cache.bytes_hashed == 0
 
     # A non-visual tensor in the shared shard: nothing stale.
     patch_tensor_bytes(root / "ckpt", "lm_head.weight")
     project = fresh(root)
-    assert all(is_built(project, name) for name in ("tower_a", "tower_b"))
+    assert all(is_built(project, project.artifact(name)) for name in ("tower_a", "tower_b"))
     project.save_caches()
 
     # A visual tensor: both towers stale, with the tensor named; both re-export.
     patch_tensor_bytes(root / "ckpt", "model.visual.blocks.1.mlp.linear_fc1.weight")
     project = fresh(root)
-    status = artifact_status(project, "tower_a")
-    assert status["state"] == "stale"
-    assert status["reasons"] == ["tensor model.visual.blocks.1.mlp.linear_fc1.weight changed"]
+    state = status(project, "tower_a")
+    assert state.state == "stale"
+    assert state.reasons == ("tensor model.visual.blocks.1.mlp.linear_fc1.weight changed",)
     logs = build_all(root)
     assert exported(logs["tower_a"]) and exported(logs["tower_b"])
 
     # An opset change: that artifact only.
     write_manifest(root, opset=20)
     project = fresh(root)
-    assert artifact_status(project, "tower_a")["reasons"] == ["opset 21 → 20"]
-    assert artifact_status(project, "tower_b")["state"] == "up to date"
+    assert status(project, "tower_a").reasons == ("opset 21 → 20",)
+    assert status(project, "tower_b").state == "up to date"
     logs = build_all(root)
     assert exported(logs["tower_a"]) and logs["tower_b"] == ["up to date"]
 
@@ -175,7 +177,7 @@ def test_explain_names_code_and_tool_versions() -> None:
         "kind": "k",
         "params": {"opset": 21, "verify": {}},
         "inputs": {
-            "source": "a" * 64,
+            "source": {"outputs": {"model.onnx": "a" * 64, "model.onnx.data": "c" * 64}},
             "checkpoint": {"config": "x", "config_key": "vision_config", "tensors": {}, "files": {"p.json": "1"}},
             "files:calibration.images": ["d1", "d2", "d3"],
             "files:held_out.images": ["h1", "h2"],
@@ -188,7 +190,7 @@ def test_explain_names_code_and_tool_versions() -> None:
         "kind": "k",
         "params": {"opset": 21, "verify": {}},
         "inputs": {
-            "source": "b" * 64,
+            "source": {"outputs": {"model.onnx": "a" * 64, "model.onnx.data": "d" * 64, "geometry.json": "e" * 64}},
             "checkpoint": {"config": "y", "config_key": "vision_config", "tensors": {}, "files": {"p.json": "2"}},
             "files:calibration.images": ["d1", "dX", "d3", "d4"],
             "files:held_out.images": ["h2", "h1"],
@@ -208,7 +210,9 @@ def test_explain_names_code_and_tool_versions() -> None:
         "calibration.images: b.png changed",
         "calibration.images: d.png added",
         "held_out.images: the same files in another order",
-        "source artifact src changed (aaaaaaaaaaaa → bbbbbbbbbbbb)",
+        # By the source's output bytes (early cutoff): which of its files changed.
+        "source artifact src: geometry.json added",
+        "source artifact src: model.onnx.data changed",
         "edgebuild/kinds/qwen3_5_tower/build.py changed",
         "edgebuild/new.py added",
         "transformers 5.24.0 → 5.25.0",
@@ -264,9 +268,9 @@ def test_sigkill_mid_build_leaves_nothing_built(project_dir, qwen_checkpoint: Pa
     process.send_signal(signal.SIGKILL)
     process.wait()
     project = fresh(project_dir.root)
-    assert not is_built(project, "tower_a")
+    assert not is_built(project, project.artifact("tower_a"))
     assert not project.store.has(project.fingerprint("tower_a"))
-    assert artifact_status(project, "tower_a")["state"] == "missing"
+    assert status(project, "tower_a").state == "missing"
 
     again = project_dir.doit("build", "tower_a")
     assert again.returncode == 0, again.stderr

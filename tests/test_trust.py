@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.run.builder import build_artifact, verify_artifact
+from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.errors import ExportError
 from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import read_record
 
 from helpers import REPO, ProjectDir
@@ -56,10 +57,10 @@ def lay_out(root: Path, siglip_checkpoint: Path, manifest: str = EVERY_KIND) -> 
 
 
 def build_and_verify(root: Path) -> Project:
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     for name in project.manifest.order():
-        build_artifact(project, name, log=lambda message: None)
-        verify_artifact(project, name, log=lambda message: None)
+        make_current(project, project.artifact(name), log=lambda message: None)
+        verify_artifact(project, project.artifact(name), log=lambda message: None)
     return project
 
 
@@ -104,14 +105,14 @@ def test_every_file_read_by_build_and_verify_is_in_the_fingerprint(tmp_path: Pat
     where no audit hook sees them)."""
     global _OPENED
     root = lay_out(tmp_path / "project", siglip_checkpoint)
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     for name in project.manifest.order():
         project.record(name)
     for name in project.manifest.order():
         _OPENED = []
         try:
-            build_artifact(project, name, log=lambda message: None)
-            verify_artifact(project, name, log=lambda message: None)
+            make_current(project, project.artifact(name), log=lambda message: None)
+            verify_artifact(project, project.artifact(name), log=lambda message: None)
             opened = {Path(path).resolve() for path in _OPENED}
         finally:
             _OPENED = None
@@ -137,13 +138,13 @@ def test_every_file_read_by_build_and_verify_is_in_the_fingerprint(tmp_path: Pat
 @pytest.mark.slow
 def test_a_changed_image_processor_makes_the_siglip_artifact_stale(tmp_path: Path, siglip_checkpoint: Path) -> None:
     root = lay_out(tmp_path, siglip_checkpoint)
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     before = {name: project.fingerprint(name) for name in ("tower", "quantized", "graph")}
     preprocessor = root / "ckpt" / "preprocessor_config.json"
     settings = json.loads(preprocessor.read_text())
     settings["image_mean"] = [0.4, 0.4, 0.4]
     preprocessor.write_text(json.dumps(settings))
-    after = Project.load(root / "artifacts.yaml", root)
+    after = Workspace.load(root / "artifacts.yaml", root)
     assert before["quantized"] != after.fingerprint("quantized")
     assert before["graph"] != after.fingerprint("graph")
     assert before["tower"] == after.fingerprint("tower")
@@ -189,14 +190,14 @@ def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_pa
     os.environ["EDGEBUILD_REMOTE_CACHE"] = str(remote)
     try:
         built = build_and_verify(first)
-        other = Project.load(second / "artifacts.yaml", second)
+        other = Workspace.load(second / "artifacts.yaml", second)
         pairs = {"tower": "tower", "quantized": "renamed_quantized", "graph": "graph"}
         assert {name: built.fingerprint(name) for name in pairs} == {
             name: other.fingerprint(renamed) for name, renamed in pairs.items()
         }
         messages: list[str] = []
         for name in other.manifest.order():
-            build_artifact(other, name, log=messages.append)
+            make_current(other, other.artifact(name), log=messages.append)
         assert all(message.startswith("pulled from the remote cache") for message in messages), messages
     finally:
         del os.environ["EDGEBUILD_REMOTE_CACHE"]
@@ -241,8 +242,8 @@ def test_symlinked_checkpoint_and_input_directories_are_the_same_artifact(
     for name in ("qwen", "ckpt", "images"):
         (linked.root / name).symlink_to(real / name, target_is_directory=True)
     linked.manifest(SYMLINKED)
-    first = Project.load(real / "artifacts.yaml", real)
-    second = Project.load(linked.root / "artifacts.yaml", linked.root)
+    first = Workspace.load(real / "artifacts.yaml", real)
+    second = Workspace.load(linked.root / "artifacts.yaml", linked.root)
     for name in ("tower", "quantized"):
         assert second.fingerprint(name) == first.fingerprint(name), name
         assert second.record(name).inputs == first.record(name).inputs, name

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import ParameterError, WorkerError
-from edgebuild.run.workers import run_worker_at, worker_environment
+from edgebuild.run.workers import _process_environment, run_worker_at
 
 from helpers import REPO, ProjectDir, clone_project
 
@@ -37,7 +37,7 @@ def test_an_edgebuild_error_comes_back_as_the_same_class_and_line(project_dir: P
 
 
 def test_worker_runs_this_checkouts_edgebuild_first() -> None:
-    environment = worker_environment({"PYTHONPATH": os.pathsep.join(["/elsewhere", str(REPO)])})
+    environment = _process_environment({"PYTHONPATH": os.pathsep.join(["/elsewhere", str(REPO)])})
     assert environment["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]
     assert environment["PYTHONUNBUFFERED"] == "1"
 

@@ -16,7 +16,7 @@ not a plain relative path (no ``..``, no absolute path, no empty or ``.``
 component, no backslash, no control character), so a key built from something
 read off a remote can never name a file outside it.
 
-Endpoints: for ``s3://`` the environment variable ``EDGEBUILD_S3_ENDPOINT_URL``
+Endpoints: for ``s3://`` the ``s3_endpoint`` setting (``EDGEBUILD_S3_ENDPOINT_URL``)
 sets the endpoint (an S3-compatible server: MinIO, Ceph, a loopback test
 server); botocore's own ``AWS_ENDPOINT_URL_S3`` and fsspec's configuration
 (``FSSPEC_S3_ENDPOINT_URL``, ``~/.config/fsspec/``) work as well. Credentials
@@ -34,7 +34,8 @@ from typing import Any
 
 from edgebuild.errors import RemoteError
 
-S3_ENDPOINT_ENV = "EDGEBUILD_S3_ENDPOINT_URL"
+# ``Location(spec)`` without an endpoint: this process's setting (EDGEBUILD_S3_ENDPOINT_URL).
+FROM_SETTINGS = "from settings"
 READ_CHUNK = 16 * 1024 * 1024
 
 # Protocols whose single-object writes are atomic and that have no real rename.
@@ -73,12 +74,10 @@ def plain_path_problem(name: str) -> str | None:
     return None
 
 
-def storage_options(protocol: str) -> dict[str, Any]:
+def storage_options(protocol: str, s3_endpoint: str | None) -> dict[str, Any]:
     """Options for the fsspec filesystem of ``protocol`` that edgebuild sets itself."""
-    if protocol in ("s3", "s3a"):
-        endpoint = os.environ.get(S3_ENDPOINT_ENV)
-        if endpoint:
-            return {"endpoint_url": endpoint}
+    if protocol in ("s3", "s3a") and s3_endpoint:
+        return {"endpoint_url": s3_endpoint}
     return {}
 
 
@@ -88,8 +87,13 @@ class Location:
     ``label`` is what messages show: the spec as the user wrote it.
     """
 
-    def __init__(self, spec: str, base: Path | None = None) -> None:
+    def __init__(self, spec: str, base: Path | None = None, s3_endpoint: str | None = FROM_SETTINGS) -> None:
+        if s3_endpoint == FROM_SETTINGS:
+            from edgebuild.core.config import Settings
+
+            s3_endpoint = Settings.from_environ().s3_endpoint
         self.label = spec
+        self.s3_endpoint = s3_endpoint
         if is_url(spec):
             protocol = spec.split("://", 1)[0]
             url = spec
@@ -99,7 +103,7 @@ class Location:
                 path = (base or Path.cwd()) / path
             protocol, url = "file", os.path.normpath(path)
         self._url = url
-        self._options = storage_options(protocol)
+        self._options = storage_options(protocol, s3_endpoint)
         self._pid = -1
         filesystem, root = self._open()
         self.root = root.rstrip("/")

@@ -36,7 +36,8 @@ per process, and a missing one is an error naming it, never a silent miss. It
 is never created: a shared directory that is missing is more likely an
 unmounted disk than a new cache, so the first user creates it (``mkdir -p``).
 
-Read-only (``EDGEBUILD_REMOTE_CACHE_READONLY=1``, or ``--remote-readonly``): pull,
+Read-only (the ``remote_readonly`` setting: ``EDGEBUILD_REMOTE_CACHE_READONLY=1``, or
+``--remote-readonly``): pull,
 never push. A shared cache is written only by trusted builds (CI on the protected
 branch); a pull request's build reads it and keeps what it makes to itself, so
 code nobody has reviewed can never put bytes where everyone else pulls from.
@@ -55,7 +56,7 @@ from edgebuild.core.atomic import scratch_prefix
 from edgebuild.errors import RecordError, RemoteError, StoreError
 from edgebuild.core.hashing import canonical_json, file_digest, is_digest
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
-from edgebuild.cache.location import Location, plain_path_problem, quoted
+from edgebuild.cache.location import FROM_SETTINGS, Location, plain_path_problem, quoted
 from edgebuild.cache.store import Store
 
 REMOTE_FORMAT = 1
@@ -101,8 +102,9 @@ class RemoteCache:
         self._root_checked = False
 
     @classmethod
-    def open(cls, spec: str, base: Path | None = None, readonly: bool = False) -> "RemoteCache":
-        return cls(Location(spec, base), readonly)
+    def open(cls, spec: str, base: Path | None = None, readonly: bool = False,
+             s3_endpoint: str | None = FROM_SETTINGS) -> "RemoteCache":
+        return cls(Location(spec, base, s3_endpoint), readonly)
 
     @property
     def label(self) -> str:

@@ -1,20 +1,20 @@
 """The options of ``doit build`` / ``doit verify`` / ``doit publish`` that scale a run past
 one process or one machine, and what they do before doit runs the tasks:
 
-- ``--shard I/N``: only the I-th of N shards of the selection (``edgebuild/shards.py``);
-- ``--dask ADDRESS``: build and verify on a Dask cluster (``edgebuild/executors``), then
+- ``--shard I/N``: only the I-th of N shards of the selection (``edgebuild/run/shards.py``);
+- ``--dask ADDRESS``: build and verify on a Dask cluster (``edgebuild/run/executors``), then
   pull everything here (``--pull-only``, implied);
 - ``--remote-readonly``: pull from the remote cache, never push (pull requests);
 - ``--pull-only``: export nothing here; every artifact must come from the store or the
   remote cache (the gather step after the shards).
 
-Both environment switches reach the worker processes and doit's ``-n`` workers,
-which read them themselves.
+``--remote-readonly`` and ``--pull-only`` are settings of the workspace
+(``remote_readonly``, ``pull_only``); the command writes them out for its worker
+processes and doit's ``-n`` processes once, before doit starts them.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -58,28 +58,23 @@ class Prepared:
     failed: list[str] = field(default_factory=list)
 
 
-def prepare(project: Any, params: Any, selected: list[str], verify: bool) -> Prepared:
-    """Apply the scaling options to ``selected`` of ``project`` before doit runs it."""
-    from edgebuild.core.project import REMOTE_CACHE_READONLY_ENV
-    from edgebuild.run.workers import PULL_ONLY_ENV
-
+def prepare(workspace: Any, params: Any, selected: list[str], verify: bool) -> Prepared:
+    """Apply the scaling options to ``selected`` of ``workspace`` before doit runs it."""
     if params.get("remote_readonly"):
-        os.environ[REMOTE_CACHE_READONLY_ENV] = "1"
-        if "remote_cache" in vars(project) and project.remote_cache is not None:
-            project.remote_cache.readonly = True
+        workspace.configure(remote_readonly=True)
     if params.get("pull_only"):
-        if project.remote_cache is None:
+        if workspace.remote is None:
             raise InvalidCommand("--pull-only takes every artifact from the remote cache, and none is set (EDGEBUILD_REMOTE_CACHE)")
-        os.environ[PULL_ONLY_ENV] = "1"
+        workspace.configure(pull_only=True)
     try:
         if params.get("shard"):
-            selected = _shard(project, params["shard"], selected, verify)
+            selected = _shard(workspace, params["shard"], selected, verify)
         if params.get("dask") and selected:
             from edgebuild.run.executors import run_on_cluster
 
-            run = run_on_cluster(project, selected, params["dask"], verify, _say)
+            run = run_on_cluster(workspace, selected, params["dask"], verify, _say)
             # The driver only pulls what the workers pushed.
-            os.environ[PULL_ONLY_ENV] = "1"
+            workspace.configure(pull_only=True)
             return Prepared(run.ready, 1 if run.failed else 0, run.failed)
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
@@ -87,14 +82,14 @@ def prepare(project: Any, params: Any, selected: list[str], verify: bool) -> Pre
     return Prepared(selected)
 
 
-def _shard(project: Any, text: str, selected: list[str], verify: bool) -> list[str]:
+def _shard(workspace: Any, text: str, selected: list[str], verify: bool) -> list[str]:
     from edgebuild.run.shards import parse_shard, select_shard
 
     try:
         index, count = parse_shard(text)
     except ValueError as error:
         raise InvalidCommand(str(error)) from None
-    shard, basis = select_shard(project, selected, index, count, verify)
+    shard, basis = select_shard(workspace, selected, index, count, verify)
     print(shard.describe(basis), file=sys.stderr, flush=True)
     return list(shard.artifacts)
 

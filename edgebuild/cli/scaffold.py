@@ -2,12 +2,13 @@
 
 - ``dodo.py``, the thin doit entry point (the commands themselves come with the
   installed package, through its entry points);
-- ``artifacts.yaml``, a commented manifest with one artifact of each registered
-  kind, each on a generated tiny checkpoint (each kind's ``starter``), whose
-  first line points editors at
+- ``artifacts.yaml``, a commented manifest with one artifact of each installed
+  kind that has a starter, each on a generated tiny checkpoint (each kind's
+  ``starter`` hook), whose first line points editors at
 - ``edgebuild.schema.json``, the manifest's JSON Schema;
-- ``data/calibration/*.png`` and ``data/held_out/*.png``, the sample images the
-  starter artifacts calibrate and verify with (``edgebuild.ml.sample_images``);
+- the sample input files the starter entries calibrate and verify with (each
+  starter's ``samples``: for the built-in kinds, ``data/calibration/*.png`` and
+  ``data/held_out/*.png``);
 - ``.gitignore`` lines for ``build/`` and ``cache/``, appended to an existing one.
 
 Nothing that exists is overwritten: an existing file is kept as it is and named
@@ -20,12 +21,12 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SCHEMA_FILE = "edgebuild.schema.json"
 MANIFEST_FILE = "artifacts.yaml"
 DODO_FILE = "dodo.py"
 GITIGNORE_FILE = ".gitignore"
-SAMPLE_DIR = "data"
 IGNORED = ("/build/", "/cache/")
 
 # The repository's own dodo.py is this text (a test holds them equal).
@@ -52,32 +53,29 @@ class InitResult:
     appended: list[str] = field(default_factory=list)
 
 
-def _sources_first(names: list[str]) -> list[str]:
-    """Kind names, each after the kinds its ``source:`` takes: the starter reads top down."""
-    from edgebuild.kinds import get_kind
+def _starters() -> list[tuple[str, Any]]:
+    """``(kind name, starter)`` of every installed kind with a starter, each kind after the
+    kinds its ``source:`` takes: the starter manifest reads top down."""
+    from edgebuild.core.registry import all_kinds
 
+    kinds = {kind.name: kind for kind in all_kinds(on_error=lambda error: None) if kind.starter is not None}
     ordered: list[str] = []
 
     def place(name: str) -> None:
-        if name in ordered:
+        if name in ordered or name not in kinds:
             return
-        for source in get_kind(name).source_kinds:
+        for source in kinds[name].source_kinds:
             place(source)
         ordered.append(name)
 
-    for name in names:
+    for name in sorted(kinds):
         place(name)
-    return ordered
+    return [(name, kinds[name].starter) for name in ordered]
 
 
 def starter_manifest() -> str:
-    """The starter ``artifacts.yaml``: one artifact of every registered kind."""
-    from edgebuild.kinds import get_kind, kind_names
-
-    starters = [(name, getattr(get_kind(name), "starter", None)) for name in _sources_first(kind_names())]
-    missing = [name for name, starter in starters if starter is None]
-    if missing:
-        raise TypeError(f"artifact kind {missing[0]!r} declares no starter (a Starter for `python -m edgebuild init`)")
+    """The starter ``artifacts.yaml``: one artifact of every installed kind that has a starter."""
+    starters = _starters()
     checkpoints: dict[str, str] = {}
     for _, starter in starters:
         checkpoints.update(starter.checkpoints)
@@ -105,11 +103,18 @@ def starter_manifest() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def sample_files() -> dict[str, Any]:
+    """Every sample input file the starters name: path under the project -> its bytes' maker."""
+    files: dict[str, Any] = {}
+    for _, starter in _starters():
+        files.update(starter.samples)
+    return files
+
+
 def init_project(directory: Path) -> InitResult:
     """Write the starter files into ``directory`` (created if missing); keep every
     file that exists."""
     from edgebuild.core.manifest import manifest_json_schema
-    from edgebuild.ml.sample_images import encode_png, sample_image_files
 
     directory.mkdir(parents=True, exist_ok=True)
     result = InitResult(directory)
@@ -118,8 +123,8 @@ def init_project(directory: Path) -> InitResult:
         MANIFEST_FILE: ("a starter manifest, one artifact of each kind", lambda: starter_manifest().encode()),
         SCHEMA_FILE: ("the manifest's JSON Schema", lambda: (json.dumps(manifest_json_schema(), indent=2) + "\n").encode()),
     }
-    for relative, seed in sample_image_files().items():
-        files[f"{SAMPLE_DIR}/{relative}"] = ("a generated sample image", lambda seed=seed: encode_png(seed))
+    for relative, content in sample_files().items():
+        files[relative] = ("a generated sample input", content)
     for relative, (what, content) in files.items():
         path = directory / relative
         if path.exists() or path.is_symlink():
@@ -177,11 +182,13 @@ def describe(result: InitResult, shown: str) -> str:
 
 
 def _grouped(paths: list[str]) -> list[str]:
-    """The sample images as one ``data/calibration/*.png``-style item per folder."""
+    """Files in folders (the sample inputs) as one ``data/calibration/*.png``-style item per
+    folder and suffix; files at the top as they are."""
     shown: list[str] = []
     for path in paths:
         folder, _, name = path.rpartition("/")
-        item = f"{folder}/*.png" if folder.startswith(SAMPLE_DIR + "/") and name.endswith(".png") else path
+        suffix = Path(name).suffix
+        item = f"{folder}/*{suffix}" if folder and suffix else path
         if item not in shown:
             shown.append(item)
     return shown
@@ -191,5 +198,5 @@ def _grouped_kept(kept: dict[str, str]) -> dict[str, str]:
     grouped: dict[str, str] = {}
     for path, what in kept.items():
         (item,) = _grouped([path])
-        grouped.setdefault(item, what if item == path else "generated sample images")
+        grouped.setdefault(item, what if item == path else "generated sample inputs")
     return grouped

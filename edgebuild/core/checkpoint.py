@@ -343,6 +343,20 @@ class Checkpoint:
         missing += [name for name in extra if not (self.directory / name).is_file()]
         return missing
 
+    def check_complete(self, where: str, extra: tuple[str, ...] = ()) -> None:
+        """For a Hugging Face snapshot: every file a kind reads is there (``config.json``,
+        the index and its shards or ``model.safetensors``, and ``extra``); else one error
+        naming them all and the command that downloads them. ``where`` prefixes it."""
+        missing = self.missing_files(extra) if self.origin is not None else []
+        if missing:
+            snapshot = self.origin
+            assert snapshot is not None
+            files = ", ".join(missing)
+            raise CheckpointError(
+                f"{where}: {snapshot.description} lacks {files} in the Hugging Face cache ({snapshot.directory}); "
+                f"download {'it' if len(missing) == 1 else 'them'} with: {snapshot.download_command(missing)}"
+            )
+
     def file_names_read(self, extra: tuple[str, ...] = ()) -> list[str]:
         """The names, relative to the directory, of the files a kind reads from this checkpoint:
         ``config.json``, the index if any, every shard, and ``extra``."""

@@ -1,5 +1,6 @@
 """What reaches the terminal: edgebuild's own lines always; the libraries' chatter
-only when asked (``EDGEBUILD_VERBOSE=1``, or ``-v 2`` given to a doit command).
+only when asked (``EDGEBUILD_VERBOSE=1``, or ``-v 2`` given to a doit command: the
+``verbose`` setting).
 
 torch's exporter and the ONNX optimiser log at WARNING about things that are
 normal for every export ("Skipping constant folding for op Split with multiple
@@ -16,32 +17,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-VERBOSE_ENV = "EDGEBUILD_VERBOSE"
-
 # The exporter, its optimiser and the IR library under it.
 CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx", "torch.export", "torch._export", "torch._dynamo")
 # Packages whose warnings (deprecations, tracer notes) concern their own internals.
 CHATTY_PACKAGES = ("torch", "transformers", "onnxscript", "onnx_ir", "onnxruntime")
 
 
-def env_flag(name: str) -> bool:
-    """Whether the environment switch ``name`` is on: set, and not ``0``/``false``/``no``/``off``."""
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
-def verbose() -> bool:
-    return env_flag(VERBOSE_ENV)
-
-
-def set_verbose() -> None:
-    """Ask for the chatter in this process and the ones it starts (doit's workers)."""
-    os.environ[VERBOSE_ENV] = "1"
-
-
-def quiet_libraries() -> None:
+def quiet_libraries(verbose: bool = False) -> None:
     """Keep the libraries' warnings and log messages below ERROR off the terminal,
-    unless :func:`verbose`."""
-    if verbose():
+    unless ``verbose`` (``Settings.verbose``: ``EDGEBUILD_VERBOSE=1``, ``-v 2``)."""
+    if verbose:
         return
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -50,12 +35,12 @@ def quiet_libraries() -> None:
 
 
 @contextmanager
-def quieted() -> Iterator[None]:
+def quieted(verbose: bool = False) -> Iterator[None]:
     """:func:`quiet_libraries` for the duration of a block, then the logging levels
     and warning filters as they were: for a library call inside someone's program."""
     loggers = {name: logging.getLogger(name).level for name in CHATTY_LOGGERS}
     with warnings.catch_warnings():
-        quiet_libraries()
+        quiet_libraries(verbose)
         try:
             yield
         finally:

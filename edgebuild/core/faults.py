@@ -33,7 +33,7 @@ import signal
 import sys
 import time
 
-FAULT_ENV = "EDGEBUILD_FAULT"
+from edgebuild.core.config import FAULT_VARIABLE as FAULT_ENV, armed_fault
 
 
 class InjectedFault(RuntimeError):
@@ -44,19 +44,23 @@ class InjectedFault(RuntimeError):
 
 def fault_point(name: str) -> None:
     """Fail here if ``EDGEBUILD_FAULT`` arms the point ``name``; otherwise do nothing."""
-    spec = os.environ.get(FAULT_ENV, "")
-    point, _, action = spec.partition("=")
+    point, action, stall_seconds = armed_fault()
+    spec = f"{point}={action}"
     if point != name:
         return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "interrupt":
+        # As Ctrl-C in a terminal would, whatever this process inherited: a shell's
+        # ``cmd &`` or ``nohup`` starts it with SIGINT ignored, and then the signal would
+        # be dropped and the build would go on.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         os.kill(os.getpid(), signal.SIGINT)
         return
     if action == "raise":
         raise InjectedFault(f"{FAULT_ENV}={spec}")
     if action == "stall":
         print(f"fault: stalling at {point} (pid {os.getpid()})", file=sys.stderr, flush=True)
-        time.sleep(float(os.environ.get("EDGEBUILD_FAULT_STALL_SECONDS", "600")))
+        time.sleep(stall_seconds)
         return
     raise InjectedFault(f"{FAULT_ENV}={spec}: the action must be 'kill', 'interrupt', 'raise' or 'stall'")

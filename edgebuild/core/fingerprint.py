@@ -297,24 +297,68 @@ def _advise_ahead(descriptor: int, extents: list[tuple[int, int]], index: int, o
 
 # --- code and tool versions ---------------------------------------------------
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-_CODE_CACHE: dict[tuple[str, ...], dict[str, str]] = {}
+_CODE_CACHE: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, str]] = {}
+_ROOTS: dict[str, tuple[Path, ...]] = {}
 # Modules no code digest follows: they cannot change an artifact's bytes nor its
 # verdict. The package itself (its version string), the error classes (message
-# text), phase timing (the record's, never a payload's), and the kind registry (it
-# lists every kind: adding one must not make the others stale).
+# text), phase timing (the record's, never a payload's), and the kind registry and
+# the list of built-in kinds (adding a kind must not make the others stale).
 NEUTRAL_MODULES = frozenset(
     {"edgebuild", "edgebuild.errors", "edgebuild.kinds", "edgebuild.core.registry", "edgebuild.core.timing"}
 )
+# Modules that only re-export: ``from edgebuild.plugin import BuildContext`` is followed
+# to the module that defines ``BuildContext``, so what a kind names is digested and
+# the rest of the facade is not.
+FACADE_MODULES = frozenset({"edgebuild.plugin"})
+EDGEBUILD = "edgebuild"
+
+
+def package_roots(package: str) -> tuple[Path, ...]:
+    """Where the top-level package ``package`` lives (its directories; a single-module
+    package's file), found from its import spec without importing it."""
+    if package not in _ROOTS:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            roots: tuple[Path, ...] = ()
+        elif spec.submodule_search_locations:
+            roots = tuple(Path(location).resolve() for location in spec.submodule_search_locations)
+        else:
+            roots = (Path(spec.origin).resolve(),) if spec.origin else ()
+        _ROOTS[package] = roots
+    return _ROOTS[package]
 
 
 def _module_file(module: str) -> Path | None:
-    relative = module.split(".")[1:]
-    base = _PACKAGE_ROOT.joinpath(*relative)
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
+    """The source file of ``module`` (a ``.py`` file, or a package's ``__init__.py``)."""
+    top, *relative = module.split(".")
+    for root in package_roots(top):
+        if root.is_file():
+            if not relative:
+                return root
+            continue
+        base = root.joinpath(*relative)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
     return None
+
+
+def _digest_key(module: str, path: Path) -> str:
+    """``path`` as a digest names it: relative to the directory holding its top-level
+    package (``edgebuild/core/kind.py``, ``my_plugin/build.py``), so that every machine,
+    every checkout path and every install location agree."""
+    top = module.split(".")[0]
+    for root in package_roots(top):
+        try:
+            return path.relative_to(root.parent).as_posix()
+        except ValueError:
+            continue
+    return path.name
 
 
 def _is_type_checking_block(node: ast.AST) -> bool:
@@ -338,8 +382,22 @@ def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
         pending.extend(ast.iter_child_nodes(node))
 
 
-def module_imports(module: str) -> set[str]:
-    """The edgebuild modules ``module`` imports (at run time, lazily or not)."""
+def _facade_sources(facade: str) -> dict[str, str]:
+    """Name -> the module that defines it, for every ``from M import name`` of a facade."""
+    path = _module_file(facade)
+    if path is None:
+        return {}
+    sources = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                sources[alias.asname or alias.name] = node.module
+    return sources
+
+
+def module_imports(module: str, packages: tuple[str, ...] = (EDGEBUILD,)) -> set[str]:
+    """The modules of ``packages`` that ``module`` imports (at run time, lazily or not);
+    through a facade, the modules that define the names it is asked for."""
     path = _module_file(module)
     if path is None:
         return set()
@@ -348,7 +406,7 @@ def module_imports(module: str) -> set[str]:
     found: set[str] = set()
     for node in _import_nodes(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "edgebuild")
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] in packages)
             continue
         if node.level:
             parts = package.split(".")
@@ -356,22 +414,32 @@ def module_imports(module: str) -> set[str]:
             target = f"{base}.{node.module}" if node.module else base
         else:
             target = node.module or ""
-        if target.split(".")[0] != "edgebuild":
+        if target.split(".")[0] not in packages:
+            continue
+        if target in FACADE_MODULES:
+            sources = _facade_sources(target)
+            found.update(sources.get(alias.name, target) for alias in node.names)
             continue
         submodules = {f"{target}.{alias.name}" for alias in node.names if _module_file(f"{target}.{alias.name}")}
         found.update(submodules)
         # ``from . import f143`` names a module; ``from .x import name`` an attribute of x.
         if len(submodules) < len(node.names):
             found.add(target)
+    found = {name for name in found if name.split(".")[0] in packages}
+    # A facade imported whole (``import edgebuild.plugin``): everything it re-exports.
+    for facade in found & FACADE_MODULES:
+        found.discard(facade)
+        found.update(source for source in _facade_sources(facade).values() if source.split(".")[0] in packages)
     return {name for name in found if _module_file(name) is not None}
 
 
-def code_digests(*roots: str) -> dict[str, str]:
-    """Digest of every edgebuild source file the ``roots`` modules import, transitively
-    (lazy imports inside functions included: they are found in the syntax tree), except
-    through :data:`NEUTRAL_MODULES`."""
-    if roots in _CODE_CACHE:
-        return _CODE_CACHE[roots]
+def code_digests(*roots: str, packages: tuple[str, ...] = (EDGEBUILD,)) -> dict[str, str]:
+    """Digest of every source file of ``packages`` that the ``roots`` modules import,
+    transitively (lazy imports inside functions included: they are found in the syntax
+    tree), except through :data:`NEUTRAL_MODULES`; keyed by package-relative path."""
+    key = (roots, packages)
+    if key in _CODE_CACHE:
+        return _CODE_CACHE[key]
     seen: set[str] = set()
     pending = list(roots)
     while pending:
@@ -379,21 +447,27 @@ def code_digests(*roots: str) -> dict[str, str]:
         if current in seen or current in NEUTRAL_MODULES:
             continue
         seen.add(current)
-        pending.extend(module_imports(current))
+        pending.extend(module_imports(current, packages))
     digests = {}
     for name in sorted(seen):
         path = _module_file(name)
         if path is not None:
-            relative = path.relative_to(_PACKAGE_ROOT.parent).as_posix()
-            digests[relative] = digest_bytes(path.read_bytes())
-    _CODE_CACHE[roots] = digests
-    return digests
+            digests[_digest_key(name, path)] = digest_bytes(path.read_bytes())
+    _CODE_CACHE[key] = dict(sorted(digests.items()))
+    return _CODE_CACHE[key]
+
+
+def kind_code_packages(kind: Any) -> tuple[str, ...]:
+    """The packages a kind's code digests follow: edgebuild, the packages its build and
+    verify modules are in (a plugin's own), and its ``code_packages``."""
+    tops = {EDGEBUILD, kind.build_module.split(".")[0], kind.verify_module.split(".")[0], *kind.code_packages}
+    return tuple(sorted(tops))
 
 
 def tool_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     """Versions of :data:`TOOL_PACKAGES`, and of a kind's ``extra`` tool packages (the
-    QNN SDK for a QNN context): a tool only one kind uses is in only its fingerprints,
-    so upgrading it rebuilds nothing else."""
+    QNN SDK for a QNN context, a plugin kind's own distribution): a tool only one kind
+    uses is in only its fingerprints, so upgrading it rebuilds nothing else."""
     versions = {}
     for package in (*TOOL_PACKAGES, *extra):
         try:

@@ -6,8 +6,9 @@ are links to ``blobs/<etag>``. ``huggingface_hub.snapshot_download`` with
 ``local_files_only=True`` resolves it -- a ref such as ``main`` through
 ``refs/<ref>`` -- without touching a network. It returns the snapshot folder
 even when files are missing (a download limited with ``--include``) and does not
-check blobs, so the files a kind reads are checked here, by name, and every
-missing one is named in one error with the command that downloads it.
+check blobs, so the files a kind reads are checked by name
+(``Checkpoint.check_complete``), and every missing one is named in one error with
+the command that downloads it.
 
 The fingerprint never sees any of this: it covers the snapshot's content exactly
 as it covers a directory given by path. The repo, the commit the revision
@@ -23,12 +24,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from edgebuild.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from edgebuild.core.checkpoint import Checkpoint
 
 # huggingface_hub's own CLI (it replaced ``huggingface-cli`` in huggingface_hub 1.0).
 DOWNLOAD_COMMAND = ("hf", "download")
@@ -136,16 +132,3 @@ def resolve_snapshot(repo_id: str, revision: str, where: str) -> HubSnapshot:
             f"named by its commit; expected a 40-hex folder name, found {commit!r}"
         )
     return HubSnapshot(repo_id=repo_id, revision=revision, commit=commit, directory=folder)
-
-
-def check_snapshot_files(checkpoint: "Checkpoint", snapshot: HubSnapshot, where: str, extra: tuple[str, ...] = ()) -> None:
-    """Every file a kind reads from the snapshot is there (``config.json``, the index and
-    its shards or ``model.safetensors``, and ``extra``); else one error naming them all
-    and the command that downloads them."""
-    missing = checkpoint.missing_files(extra)
-    if missing:
-        files = ", ".join(missing)
-        raise CheckpointError(
-            f"{where}: {snapshot.description} lacks {files} in the Hugging Face cache ({snapshot.directory}); "
-            f"download {'it' if len(missing) == 1 else 'them'} with: {snapshot.download_command(missing)}"
-        )

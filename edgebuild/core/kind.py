@@ -1,8 +1,14 @@
 """What an artifact kind is: a parameter model, the inputs it reads, its outputs,
-the module that builds it and the module that verifies it.
+the module that builds it and the module that verifies it; and the optional hooks
+through which it brings everything else that is its own (a starter entry and its
+sample inputs for ``init``, tiny checkpoints of its architecture, figures for the
+report page).
 
-The task layer (``edgebuild/tasks.py``) only talks to this interface, so a new
-kind is one package plus one registration line in ``kinds/__init__.py``.
+Nothing outside ``edgebuild/kinds/`` (and a plugin's own package) knows a kind by
+name: the engine, the commands and the report page only talk to this interface,
+so a new kind is one package plus one line in ``edgebuild/kinds/__init__.py`` (a
+built-in) or one entry point of the group ``edgebuild.kinds`` (a plugin).
+Kind authors import all of it from :mod:`edgebuild.plugin`.
 
 Why build and verify are modules, not methods: an artifact's fingerprint covers
 the code that can change its bytes and nothing else, and its verification
@@ -23,6 +29,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from edgebuild.core.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
+    from edgebuild.core.figures import Plots
     from edgebuild.core.report import Check
 
 
@@ -141,17 +148,18 @@ class TensorSelection:
 @dataclass
 class ArtifactContext:
     """What a kind is handed: the artifact's parameters, its directory, and its inputs
-    (its checkpoints and, transitively, those of its sources; the built directories and
-    the parameters of its source artifacts; the manifest's directory, for relative
-    input paths)."""
+    (its checkpoints and, transitively, those of its sources; the built directories of
+    its source artifacts; the manifest's directory, for relative input paths).
+
+    What a build reads of a source is its directory's files: the artifact's fingerprint
+    holds their digests (an artifact made from a source is keyed by the source's bytes,
+    not by how they were made)."""
 
     name: str
     params: ArtifactParams
     out_dir: Path
     checkpoints: dict[str, Checkpoint]
     sources: dict[str, Path]
-    # The manifest parameters of each source artifact (how it was made: its inputs).
-    source_params: dict[str, ArtifactParams]
     input_root: Path
     log: Callable[[str], None] = print
 
@@ -171,9 +179,13 @@ class BuildContext(ArtifactContext):
 
 @dataclass
 class VerifyContext(ArtifactContext):
-    """For ``verify``: ``out_dir`` is the built directory; ``build_info`` is what ``build`` returned."""
+    """For ``verify``: ``out_dir`` is the built directory; ``build_info`` is what ``build``
+    returned. ``source_params`` are the manifest parameters of each source artifact, for
+    a verification that measures on the source's own input files (they are in this
+    artifact's verification fingerprint)."""
 
     build_info: dict[str, Any] = field(default_factory=dict)
+    source_params: dict[str, ArtifactParams] = field(default_factory=dict)
 
 
 @dataclass
@@ -185,7 +197,8 @@ class Verification:
 
 
 class ArtifactKind:
-    """One kind of artifact. Subclasses set the class variables; ``@register`` checks them."""
+    """One kind of artifact. Subclasses set the class variables; the registry
+    (``edgebuild/core/registry.py``) checks them when it loads the kind, built-in or plugin."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
@@ -200,6 +213,22 @@ class ArtifactKind:
     # Packages beyond fingerprint.TOOL_PACKAGES whose versions can change this kind's
     # bytes (a compiler only this kind runs): in its fingerprint, and no other kind's.
     tool_packages: ClassVar[tuple[str, ...]] = ()
+    # Peak memory of its build or verification (the larger) over the float32 size of the
+    # weights it reads, measured: sizes cluster tasks (``None``: 3, a safe guess).
+    memory_factor: ClassVar[float | None] = None
+    # Packages besides edgebuild and the kind's own whose source code the code digests
+    # follow (a helper library of the plugin's that changes what it builds).
+    code_packages: ClassVar[tuple[str, ...]] = ()
+
+    # --- optional hooks --------------------------------------------------------------
+    # The entry ``python -m edgebuild init`` writes for this kind, with what it needs.
+    starter: ClassVar["Starter | None"] = None
+    # Tiny checkpoints of the kind's architecture that a manifest may name
+    # (``fixture: NAME``): generated, so a project runs before it has a real checkpoint.
+    fixtures: ClassVar[tuple["Fixture", ...]] = ()
+    # Set by the registry: the distribution a plugin kind comes from, and its version
+    # (in the kind's fingerprints: upgrading a plugin can change what it builds).
+    distribution: ClassVar[tuple[str, str] | None] = None
 
     def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection | None:
         """Which part of ``checkpoint`` the artifact reads itself; ``None`` if it reads none.
@@ -229,3 +258,53 @@ class ArtifactKind:
 
     def verify(self, context: VerifyContext) -> Verification:
         return importlib.import_module(self.verify_module).verify(context)
+
+    def report_figures(self, name: str, directory: Path, report: dict[str, Any], uid: str) -> "Plots | None":
+        """Figures for the report page (``doit report``) of artifact ``name`` of this kind, drawn
+        from its built ``directory`` and its verification ``report``; ``uid`` makes SVG
+        ids unique on the page. Cheap: read files, run nothing. ``None``: no figures."""
+        return None
+
+
+@dataclass(frozen=True)
+class Starter:
+    """One artifact entry on a generated checkpoint, for ``python -m edgebuild init``: its
+    YAML (two spaces in under ``artifacts:``, comments welcome), the checkpoints it
+    names (manifest name -> the fixture it falls back to) and the sample input files
+    its globs match (path relative to the project -> a function returning the bytes)."""
+
+    entry: str
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    samples: dict[str, Callable[[], bytes]] = field(default_factory=dict)
+    # An optional extra the kind needs (``qnn``), and the module that shows it is
+    # installed: without it the entry is written commented out, saying what to install,
+    # so that ``doit verify`` passes right after ``init`` in any installation.
+    extra: str | None = None
+    extra_module: str | None = None
+
+    def available(self) -> bool:
+        import importlib.util
+
+        return self.extra_module is None or importlib.util.find_spec(self.extra_module) is not None
+
+    def text(self) -> str:
+        entry = self.entry.rstrip("\n")
+        if self.available():
+            return entry
+        commented = "\n".join(f"  # {line[2:]}" if line.strip() else line for line in entry.splitlines())
+        return f"  # Needs the {self.extra!r} extra: pip install 'edgebuild[{self.extra}]', then uncomment.\n{commented}"
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """A tiny checkpoint of a real architecture, generated deterministically: its name (as
+    a manifest's ``fixture:`` says it), a line on what it is, its default configuration
+    (``fixture_config`` overrides it), and ``write(directory, config, seed)``, which
+    writes the checkpoint's files. The bytes depend on the configuration, the seed and
+    the code of the module that defines ``write`` (the generated directory is keyed
+    by all three)."""
+
+    name: str
+    summary: str
+    defaults: dict[str, Any]
+    write: Callable[[Path, dict[str, Any], int], None]

@@ -18,12 +18,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from edgebuild.errors import ManifestError
-from edgebuild.kinds import get_kind, kind_names
+from edgebuild.core.config import Settings
 from edgebuild.core.kind import ArtifactParams, Strict
+from edgebuild.core.registry import all_kinds, get_kind, kind_names
 from edgebuild.core.yamlsource import KeyPath, SourceMap, format_key_path, load_yaml
-
-MANIFEST_ENV = "EDGEBUILD_MANIFEST"
+from edgebuild.errors import ManifestError, PluginError
 DEFAULT_MANIFEST = "artifacts.yaml"
 MANIFEST_VERSION = 1
 
@@ -191,7 +190,7 @@ class Manifest:
 
 
 def manifest_path(path: str | os.PathLike[str] | None = None) -> Path:
-    return Path(path or os.environ.get(MANIFEST_ENV) or DEFAULT_MANIFEST)
+    return Path(path or Settings.from_environ().manifest or DEFAULT_MANIFEST)
 
 
 def load_manifest(
@@ -315,7 +314,7 @@ def expand_matrix(template: str, entry: dict[str, Any], source: SourceMap) -> li
     return expanded
 
 
-def manifest_json_schema() -> dict[str, Any]:
+def manifest_json_schema(on_error: Any = None) -> dict[str, Any]:
     """JSON Schema of the manifest, for editors: it accepts what :func:`load_manifest`
     accepts, as far as a schema can say it.
 
@@ -326,13 +325,18 @@ def manifest_json_schema() -> dict[str, Any]:
     matrix; a ``${VAR}`` may stand for any scalar. What depends on more than one
     document -- undeclared checkpoints and sources, a name that misses a matrix
     key, an image size the checkpoint cannot take -- is the loader's alone.
+
+    Every installed kind is in it, plugins included; a plugin that does not load is
+    passed to ``on_error`` (a :class:`~edgebuild.errors.PluginError`; default: raised).
     """
+    kinds = all_kinds(on_error)
     definitions: dict[str, Any] = {}
     document = ManifestDocument.model_json_schema(ref_template="#/$defs/{model}")
     definitions.update(document.pop("$defs", {}))
     dispatch = []
-    for name in kind_names():
-        model = get_kind(name).Params
+    for kind in kinds:
+        name = kind.name
+        model = kind.Params
         schema = model.model_json_schema(ref_template="#/$defs/{model}")
         definitions.update(schema.pop("$defs", {}))
         definitions[model.__name__] = schema
@@ -357,7 +361,7 @@ def manifest_json_schema() -> dict[str, Any]:
     definitions["Artifact"] = {
         "type": "object",
         "required": ["kind"],
-        "properties": {"kind": {"enum": kind_names()}},
+        "properties": {"kind": {"enum": [kind.name for kind in kinds]}},
         "allOf": dispatch,
     }
     artifact = {"$ref": "#/$defs/Artifact"}
@@ -479,7 +483,11 @@ def _validate_artifact(name: str, template: str, values: dict[str, Any], source:
             f"{source.where((*path, 'kind'))}: artifacts -> {label} -> kind: unknown artifact kind "
             f"{kind!r}; expected one of {', '.join(map(repr, kind_names()))}{hint}"
         )
-    model = get_kind(kind).Params
+    try:
+        model = get_kind(kind).Params
+    except PluginError as error:
+        # The plugin this artifact needs is broken; one that no artifact names is never loaded.
+        raise ManifestError(f"{source.where((*path, 'kind'))}: artifacts -> {label} -> kind: {error}") from None
     try:
         return model.model_validate(values)
     except ValidationError as error:

@@ -1,45 +1,66 @@
-"""A project: the manifest, its resolved checkpoints, and the fingerprint of every artifact.
+"""A project: the manifest, its artifacts, its resolved checkpoints, and the
+fingerprint of every artifact.
 
 The fingerprint of an artifact is the digest of its *record*: kind, canonical
 parameters (cosmetic fields left out), the fingerprints of exactly the inputs
 it reads, the digest of the code that builds it and the versions of the tools
 involved. The record itself is kept next to the outputs, so that "why is this
 stale?" is a diff of two records rather than a guess.
+
+An artifact made from another (its ``source:``) is keyed by the source's *output
+bytes* (the digests its build record lists), not by how the source was made: a
+source rebuilt to identical bytes -- an unused function added to its build code, a
+tool upgrade that changes nothing -- leaves everything downstream up to date
+(early cutoff, as Bazel's action keys and Nix's content-addressed derivations
+have it). So a downstream fingerprint is known once its sources' records are:
+from their build directories here, or from what an ``outputs_of`` resolver finds
+(the store, the lock file, the remote cache: ``edgebuild/run/workspace.py``).
+Until then it is :class:`SourceNotBuilt`.
+
+An artifact is handled as an :class:`Artifact` (a name bound to its project), never
+as a bare string passed around with the project.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from edgebuild.core.checkpoint import Checkpoint
-from edgebuild.core.console import env_flag
-from edgebuild.errors import CheckpointError, FilesystemError, ManifestError, ParameterError
-from edgebuild.core.fingerprint import StatCache, code_digests, tool_versions
+from edgebuild.core.fingerprint import StatCache, code_digests, kind_code_packages, tool_versions
 from edgebuild.core.fixtures import ensure_fixture
-from edgebuild.core.hashing import digest_json
+from edgebuild.core.hashing import canonical_json, digest_json
 from edgebuild.core.inputs import expand_inputs
-from edgebuild.kinds import get_kind
 from edgebuild.core.kind import ArtifactKind, ArtifactParams
 from edgebuild.core.manifest import Manifest, load_manifest
-from edgebuild.core.record import BuildRecord, CheckpointOrigin
-from edgebuild.cache.store import Store
+from edgebuild.core.record import BuildRecord, CheckpointOrigin, read_record_or_none
+from edgebuild.core.registry import get_kind
+from edgebuild.errors import CheckpointError, EdgebuildError, FilesystemError, ManifestError, ParameterError
 
 # The builder's verify path: with the kind's verify module, the code a verification
-# fingerprint covers.
+# fingerprint covers (a module name, not an import: the engine that runs it sits above).
 VERIFICATION_MODULE = "edgebuild.run.verification"
-REMOTE_CACHE_ENV = "EDGEBUILD_REMOTE_CACHE"
-REMOTE_CACHE_OFF = "off"
-# Pull from the remote cache, never push (pull requests: see remote_cache.py).
-REMOTE_CACHE_READONLY_ENV = "EDGEBUILD_REMOTE_CACHE_READONLY"
+
+# ``outputs_of(source, fingerprint)``: the outputs (relative path -> digest) of the build
+# of ``source`` at ``fingerprint``, wherever a record of it is known; ``None`` if nowhere.
+OutputsResolver = Callable[["Artifact", str], "dict[str, str] | None"]
 
 
-def remote_cache_readonly() -> bool:
-    return env_flag(REMOTE_CACHE_READONLY_ENV)
+class SourceNotBuilt(EdgebuildError):
+    """An artifact's fingerprint follows from its source's bytes, and no build of the
+    source at its current fingerprint is known yet: build the source first."""
+
+    def __init__(self, artifact: str, source: str, fingerprint: str) -> None:
+        super().__init__(
+            f"{artifact}: its fingerprint follows from the bytes of its source {source}, which is not built at its "
+            f"current fingerprint {fingerprint[:12]} (here, in the store, the lock file or the remote cache); "
+            f"`doit build {artifact}` builds the source first"
+        )
+        self.artifact = artifact
+        self.source = source
 
 
 @dataclass(frozen=True)
@@ -68,32 +89,105 @@ class Layout:
     def store_dir(self) -> Path:
         return self.cache_dir / "store"
 
+    @property
+    def numba_cache_dir(self) -> Path:
+        return self.cache_dir / "numba"
+
     def mutex(self, name: str) -> Path:
         """The file whose advisory lock serialises writers of ``name`` (an artifact, the lock file)."""
         return self.cache_dir / "mutex" / name
 
 
+class Artifact:
+    """One artifact of a project: its name bound to everything known about it."""
+
+    __slots__ = ("project", "name")
+
+    def __init__(self, project: "Project", name: str) -> None:
+        self.project = project
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Artifact({self.name!r})"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def params(self) -> ArtifactParams:
+        return self.project.manifest.artifacts[self.name]
+
+    @property
+    def kind(self) -> ArtifactKind:
+        return get_kind(self.params.kind)
+
+    @property
+    def directory(self) -> Path:
+        """``build/<name>/``: where its outputs, record and report are."""
+        return self.project.layout.artifact_dir(self.name)
+
+    @property
+    def sources(self) -> list["Artifact"]:
+        """The artifacts whose outputs this one consumes."""
+        return [self.project.artifact(name) for name in self.params.source_artifacts()]
+
+    @property
+    def record(self) -> BuildRecord:
+        """Its build record before the build (what it is made from; memoised)."""
+        return self.project.record(self)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.project.record(self).fingerprint
+
+    @property
+    def verify_fingerprint(self) -> str:
+        return self.project.verify_fingerprint(self)
+
+    def where(self, *keys: str) -> str:
+        """``file:line:column: artifacts -> name -> key`` for a message about it."""
+        return self.project.manifest.where(self.name, *keys)
+
+
 class Project:
     """A manifest and where its outputs go: ``build/``, ``cache/`` and the lock file sit
     beside the manifest (``root`` overrides the directory), never in the cwd, so that
-    a command run from anywhere finds the same builds."""
+    a command run from anywhere finds the same builds.
 
-    def __init__(self, manifest: Manifest, root: Path | None = None) -> None:
+    Methods that take an artifact take an :class:`Artifact`, or its name."""
+
+    def __init__(self, manifest: Manifest, root: Path | None = None, outputs_of: OutputsResolver | None = None) -> None:
         self.manifest = manifest
         self.layout = Layout(Path(root).absolute() if root is not None else manifest.root)
         self.stat_cache = StatCache(self.layout.cache_dir / "statcache.json")
-        self.store = Store(self.layout.store_dir)
+        self.outputs_of = outputs_of
+        self._handles = {name: Artifact(self, name) for name in manifest.artifacts}
         self._checkpoints: dict[str, Checkpoint] = {}
-        self._records: dict[str, BuildRecord] = {}
-        # numba compiles the F143 kernels on first use (seconds) and caches them beside
-        # the module unless told otherwise: under cache/ instead, where CI's cache
-        # restore finds them and a non-editable install (a read-only site-packages)
-        # still keeps them. Read when numba is first imported, which is later (lazily).
-        os.environ.setdefault("NUMBA_CACHE_DIR", str(self.layout.cache_dir / "numba"))
+        self._records: dict[tuple[str, str], BuildRecord] = {}
+        self._checked: set[str] = set()
+        self._built_outputs: dict[str, tuple[tuple[int, ...], str, dict[str, str]]] = {}
 
     @classmethod
     def load(cls, manifest_path: str | os.PathLike[str] | None = None, root: Path | None = None) -> "Project":
         return cls(load_manifest(manifest_path), root)
+
+    # --- artifacts ----------------------------------------------------------------
+
+    def artifact(self, name: "str | Artifact") -> Artifact:
+        """The handle of artifact ``name`` (``KeyError`` for a name the manifest lacks)."""
+        if isinstance(name, Artifact):
+            return name
+        return self._handles[name]
+
+    @property
+    def artifacts(self) -> list[Artifact]:
+        """Every artifact, in manifest order."""
+        return list(self._handles.values())
+
+    def order(self, names: "list[str] | list[Artifact] | None" = None) -> list[Artifact]:
+        """``names`` and everything they depend on, dependencies first."""
+        selected = None if names is None else [str(name) for name in names]
+        return [self._handles[name] for name in self.manifest.order(selected)]
 
     # --- inputs -----------------------------------------------------------------
 
@@ -126,12 +220,12 @@ class Project:
 
     def _hub_checkpoint(self, name: str, repo_id: str, revision: str) -> Checkpoint:
         """A snapshot of the local Hugging Face cache, its config and weights all there."""
-        from edgebuild.core.hub import check_snapshot_files, resolve_snapshot
+        from edgebuild.core.hub import resolve_snapshot
 
         where = self._hub_where(name)
         snapshot = resolve_snapshot(repo_id, revision, where)
         checkpoint = Checkpoint(snapshot.directory, label=f"checkpoint {name!r} ({snapshot.description})", origin=snapshot)
-        check_snapshot_files(checkpoint, snapshot, where)
+        checkpoint.check_complete(where)
         return checkpoint
 
     def _hub_where(self, name: str) -> str:
@@ -140,11 +234,9 @@ class Project:
     def _hub_origin(self, name: str, checkpoint: Checkpoint, extra_files: tuple[str, ...]) -> CheckpointOrigin:
         """Where a Hugging Face checkpoint's bytes come from, once the files a kind reads
         beyond config and weights (``extra_files``) are known to be in the snapshot."""
-        from edgebuild.core.hub import check_snapshot_files
-
         snapshot = checkpoint.origin
         assert snapshot is not None
-        check_snapshot_files(checkpoint, snapshot, self._hub_where(name), extra_files)
+        checkpoint.check_complete(self._hub_where(name), extra_files)
         return CheckpointOrigin(
             hf=snapshot.repo_id,
             revision=snapshot.revision,
@@ -164,18 +256,28 @@ class Project:
 
     # --- fingerprints -------------------------------------------------------------
 
-    def kind(self, name: str) -> ArtifactKind:
-        return get_kind(self.manifest.artifacts[name].kind)
+    def kind(self, artifact: "str | Artifact") -> ArtifactKind:
+        return self.artifact(artifact).kind
 
-    def record(self, name: str) -> BuildRecord:
-        """The build record of artifact ``name``, before its build (memoised per process)."""
-        if name in self._records:
-            return self._records[name]
-        params = self.manifest.artifacts[name]
-        kind = self.kind(name)
+    def record(self, artifact: "str | Artifact") -> BuildRecord:
+        """The build record of ``artifact`` before its build (memoised per process, and
+        per the bytes of its sources). :class:`SourceNotBuilt` while a source's bytes
+        are unknown."""
+        artifact = self.artifact(artifact)
+        params = artifact.params
+        kind = artifact.kind
         checkpoints = self.checkpoints_for(params)
         own = params.checkpoint_names()
-        self._check_parameters(name, checkpoints)
+        # Parameters first: what they rule out is wrong whatever the sources hold.
+        if artifact.name not in self._checked:
+            self._check_parameters(artifact, checkpoints)
+            self._checked.add(artifact.name)
+        # Each source by its outputs' digests (early cutoff), looked up afresh: a source
+        # may have been rebuilt since (by this process, a worker or another doit).
+        sources = {role: self._source_key(artifact, source) for role, source in _roles("source", artifact.sources)}
+        memo = (artifact.name, canonical_json(sources))
+        if memo in self._records:
+            return self._records[memo]
         # Inputs are keyed by the role they play, never by a manifest alias or a path:
         # the same content under another name is the same artifact. What the manifest
         # named is kept beside them (``inputs_named``), for explanations only.
@@ -186,8 +288,8 @@ class Project:
         # metadata (CPU, small files) while the checkpoint's tensors stream from disk:
         # on a cold cache that was 75 ms of a 0.57 s fingerprint of the full-size tower.
         background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgebuild-code-digest")
-        code = background.submit(code_digests, kind.build_module)
-        versions = background.submit(tool_versions, kind.tool_packages)
+        code = background.submit(code_digests, kind.build_module, packages=kind_code_packages(kind))
+        versions = background.submit(tool_versions, _version_packages(kind))
         background.shutdown(wait=False)
         try:
             # The artifact's own checkpoints; an artifact with none applies its selection
@@ -205,14 +307,13 @@ class Project:
                     checkpoint_origins[role] = self._hub_origin(checkpoint_name, checkpoint, extra_files)
                 inputs[role] = self._checkpoint_fingerprint(checkpoint, selection)
                 named[role] = checkpoint.label
-            files, files_named = self._input_files(name, verify_only=False)
+            files, files_named = self._input_files(artifact, verify_only=False)
             inputs |= files
             named |= files_named
-            for role, source in _roles("source", params.source_artifacts()):
-                inputs[role] = self.fingerprint(source)
-                named[role] = source
+            inputs |= sources
+            named |= {role: source.name for role, source in _roles("source", artifact.sources)}
         except OSError as error:
-            raise FilesystemError.of(error, self.manifest.root, f"{name}: cannot read an input") from None
+            raise FilesystemError.of(error, self.manifest.root, f"{artifact.name}: cannot read an input") from None
         record = BuildRecord.create(
             kind=params.kind,
             params=params.build_parameters(),
@@ -220,8 +321,42 @@ class Project:
             code=code.result(),
             versions=versions.result(),
         ).model_copy(update={"inputs_named": named, "checkpoint_origins": checkpoint_origins})
-        self._records[name] = record
+        self._records[memo] = record
         return record
+
+    def fingerprint(self, artifact: "str | Artifact") -> str:
+        return self.record(artifact).fingerprint
+
+    def _source_key(self, artifact: Artifact, source: Artifact) -> dict[str, Any]:
+        """What ``artifact``'s fingerprint holds of ``source``: the digests of the files its
+        current build wrote."""
+        fingerprint = self.record(source).fingerprint
+        outputs = self.built_outputs(source, fingerprint)
+        if outputs is None and self.outputs_of is not None:
+            outputs = self.outputs_of(source, fingerprint)
+        if outputs is None:
+            raise SourceNotBuilt(artifact.name, source.name, fingerprint)
+        return {"outputs": dict(sorted(outputs.items()))}
+
+    def built_outputs(self, artifact: Artifact, fingerprint: str) -> dict[str, str] | None:
+        """The outputs ``build/<name>/.edgebuild.json`` lists, if it is the build of
+        ``fingerprint`` (re-read only when the record file changed)."""
+        from edgebuild.core.record import RECORD_FILE
+
+        path = artifact.directory / RECORD_FILE
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+        cached = self._built_outputs.get(artifact.name)
+        if cached is None or cached[0] != key:
+            record = read_record_or_none(artifact.directory)
+            if record is None:
+                return None
+            cached = (key, record.fingerprint, {relative: meta.digest for relative, meta in record.outputs.items()})
+            self._built_outputs[artifact.name] = cached
+        return dict(cached[2]) if cached[1] == fingerprint else None
 
     def _display_path(self, path: Path) -> str:
         """An input file as the manifest reaches it, relative to the manifest when inside
@@ -233,34 +368,30 @@ class Project:
         except ValueError:
             return str(spelled)
 
-    def fingerprint(self, name: str) -> str:
-        return self.record(name).fingerprint
-
-    def kind_inputs(self, name: str) -> dict[str, Any]:
-        """What a kind's build and verify are handed about artifact ``name`` (the
-        common part of ``BuildContext`` and ``VerifyContext``)."""
-        params = self.manifest.artifacts[name]
-        sources = params.source_artifacts()
+    def kind_inputs(self, artifact: "str | Artifact") -> dict[str, Any]:
+        """What a kind's build and verify are handed about ``artifact`` (the common part of
+        ``BuildContext`` and ``VerifyContext``)."""
+        artifact = self.artifact(artifact)
         return {
-            "name": name,
-            "params": params,
-            "checkpoints": self.checkpoints_for(params),
-            "sources": {source: self.layout.artifact_dir(source) for source in sources},
-            "source_params": {source: self.manifest.artifacts[source] for source in sources},
+            "name": artifact.name,
+            "params": artifact.params,
+            "checkpoints": self.checkpoints_for(artifact.params),
+            "sources": {source.name: source.directory for source in artifact.sources},
             "input_root": self.manifest.root,
         }
 
-    def check(self, name: str) -> None:
-        """Everything about artifact ``name`` that can go wrong before its build, without
+    def check(self, artifact: "str | Artifact") -> None:
+        """Everything about ``artifact`` that can go wrong before its build, without
         hashing anything: its checkpoints open, their config and tensors suit its
         parameters (the kind's ``check_parameters``), every input file exists."""
-        params = self.manifest.artifacts[name]
+        artifact = self.artifact(artifact)
+        params = artifact.params
         try:
             checkpoints = self.checkpoints_for(params)
-            self._check_parameters(name, checkpoints)
+            self._check_parameters(artifact, checkpoints)
             for checkpoint_name in params.checkpoint_names():
                 checkpoint = checkpoints[checkpoint_name]
-                selection = self.kind(name).tensor_selection(params, checkpoint)
+                selection = artifact.kind.tensor_selection(params, checkpoint)
                 if selection is not None and selection.prefixes:
                     checkpoint.select(selection.prefixes)
                 for file_name in selection.files if selection is not None else ():
@@ -268,42 +399,53 @@ class Project:
         except CheckpointError as error:
             # Say which artifact needs the checkpoint (a ParameterError says where already).
             key = "checkpoint" if params.checkpoint_names() else "source"
-            raise CheckpointError(f"{self.manifest.where(name, key)}: {error}") from None
+            raise CheckpointError(f"{artifact.where(key)}: {error}") from None
         for verify_only in (False, True):
             for role, patterns in params.input_patterns(verify_only).items():
-                expand_inputs(patterns, self.manifest.root, self.manifest.where(name, *role.split(".")))
+                expand_inputs(patterns, self.manifest.root, artifact.where(*role.split(".")))
 
-    def _check_parameters(self, name: str, checkpoints: dict[str, Checkpoint]) -> None:
-        params = self.manifest.artifacts[name]
-        kind = self.kind(name)
+    def _check_parameters(self, artifact: Artifact, checkpoints: dict[str, Checkpoint]) -> None:
+        params = artifact.params
         try:
-            kind.check_parameters(params, checkpoints)
-            kind.check_sources(params, {source: self.manifest.artifacts[source] for source in params.source_artifacts()})
+            artifact.kind.check_parameters(params, checkpoints)
+            artifact.kind.check_sources(params, {source.name: source.params for source in artifact.sources})
         except ParameterError as error:
             keys = [error.key] if error.key else []
-            raise ParameterError(f"{self.manifest.where(name, *keys)}: {error}", error.key) from None
+            raise ParameterError(f"{artifact.where(*keys)}: {error}", error.key) from None
 
-    def verify_code(self, name: str) -> dict[str, str]:
-        """Digests of the code that judges artifact ``name``."""
-        return code_digests(self.kind(name).verify_module, VERIFICATION_MODULE)
+    def verify_code(self, artifact: "str | Artifact") -> dict[str, str]:
+        """Digests of the code that judges ``artifact``."""
+        kind = self.artifact(artifact).kind
+        return code_digests(kind.verify_module, VERIFICATION_MODULE, packages=kind_code_packages(kind))
 
-    def verify_fingerprint(self, name: str) -> str:
-        params = self.manifest.artifacts[name]
-        fingerprinted = {"build": self.fingerprint(name), "verify": params.verify_parameters(), "code": self.verify_code(name)}
-        files, _ = self._input_files(name, verify_only=True)
+    def verify_fingerprint(self, artifact: "str | Artifact") -> str:
+        """The digest of what a verdict on ``artifact`` depends on: its build, its
+        thresholds, the judging code, the files only verification reads, and the input
+        files of its sources (a verification may measure on its source's held-out images)."""
+        artifact = self.artifact(artifact)
+        fingerprinted: dict[str, Any] = {
+            "build": self.fingerprint(artifact),
+            "verify": artifact.params.verify_parameters(),
+            "code": self.verify_code(artifact),
+        }
+        files, _ = self._input_files(artifact, verify_only=True)
+        for role, source in _roles("source", artifact.sources):
+            for verify_only in (False, True):
+                source_files, _ = self._input_files(source, verify_only)
+                files |= {f"{role}:{key}": digests for key, digests in source_files.items()}
         # Only when there are any: every other artifact's verification fingerprint stays as it was.
         if files:
             fingerprinted["files"] = files
         return digest_json(fingerprinted)
 
-    def _input_files(self, name: str, verify_only: bool) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    def _input_files(self, artifact: Artifact, verify_only: bool) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         """``files:<role>`` -> the digests of the files the role's patterns name, in order
         (calibration batches are summed in order, so the order is content); and the same
         roles -> the files' paths, for explanations."""
         digests: dict[str, list[str]] = {}
         named: dict[str, list[str]] = {}
-        for role, patterns in self.manifest.artifacts[name].input_patterns(verify_only).items():
-            paths = expand_inputs(patterns, self.manifest.root, self.manifest.where(name, *role.split(".")))
+        for role, patterns in artifact.params.input_patterns(verify_only).items():
+            paths = expand_inputs(patterns, self.manifest.root, artifact.where(*role.split(".")))
             digests[f"files:{role}"] = [self.stat_cache.file_digest(path) for path in paths]
             named[f"files:{role}"] = [self._display_path(path) for path in paths]
         return digests, named
@@ -332,27 +474,7 @@ class Project:
             }
         return fingerprint
 
-    # --- sharing --------------------------------------------------------------------
-
-    @property
-    def remote_cache_spec(self) -> str | None:
-        """Where the remote cache is: ``EDGEBUILD_REMOTE_CACHE`` (``off`` disables
-        it), else the manifest's ``remote_cache``; ``None`` when there is none."""
-        spec = os.environ.get(REMOTE_CACHE_ENV) or self.manifest.remote_cache
-        return None if not spec or spec == REMOTE_CACHE_OFF else spec
-
-    @functools.cached_property
-    def remote_cache(self) -> Any:
-        """The :class:`~edgebuild.cache.remote.RemoteCache` (read-only under
-        ``EDGEBUILD_REMOTE_CACHE_READONLY=1``), or ``None``."""
-        spec = self.remote_cache_spec
-        if spec is None:
-            return None
-        from edgebuild.cache.remote import RemoteCache
-
-        # A relative directory in the manifest is relative to the manifest, like every path there.
-        base = self.manifest.root if spec == self.manifest.remote_cache else Path.cwd()
-        return RemoteCache.open(spec, base, readonly=remote_cache_readonly())
+    # --- files beside the manifest ------------------------------------------------------
 
     @property
     def lock_path(self) -> Path:
@@ -364,8 +486,15 @@ class Project:
         self.stat_cache.save()
 
 
-def _roles(field: str, names: list[str]) -> list[tuple[str, str]]:
-    """``[(role, name)]``: ``field`` for one name, ``field.0``, ``field.1``, ... for several."""
-    if len(names) == 1:
-        return [(field, names[0])]
-    return [(f"{field}.{index}", name) for index, name in enumerate(names)]
+def _roles(field: str, items: list[Any]) -> list[tuple[str, Any]]:
+    """``[(role, item)]``: ``field`` for one item, ``field.0``, ``field.1``, ... for several."""
+    if len(items) == 1:
+        return [(field, items[0])]
+    return [(f"{field}.{index}", item) for index, item in enumerate(items)]
+
+
+def _version_packages(kind: ArtifactKind) -> tuple[str, ...]:
+    """The packages whose versions are in the kind's fingerprints beyond the common tools:
+    its own tool packages and, for a plugin, the distribution it comes from."""
+    distribution = (kind.distribution[0],) if kind.distribution is not None and kind.distribution[0] != "this process" else ()
+    return (*kind.tool_packages, *distribution)

@@ -14,10 +14,9 @@ file, never an ``AttributeError`` further on.
 
 from __future__ import annotations
 
-import enum
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -25,11 +24,9 @@ from edgebuild.core.atomic import write_text
 from edgebuild.errors import RecordError
 from edgebuild.core.hashing import digest_json, file_digest, is_digest
 
-if TYPE_CHECKING:
-    from edgebuild.core.project import Project
-
 # 2: build and verify code digests apart; timings out of the payload files.
-RECORD_FORMAT = 2
+# 3: a source artifact is an input by its output digests, not its fingerprint (early cutoff).
+RECORD_FORMAT = 3
 RECORD_FILE = ".edgebuild.json"
 # The files an artifact directory holds beside its outputs: the record and the report.
 REPORT_FILES = ("report.json", "report.md")
@@ -173,33 +170,3 @@ def output_manifest(directory: Path) -> dict[str, OutputFile]:
             relative = path.relative_to(directory).as_posix()
             files[relative] = OutputFile(size=path.stat().st_size, digest=file_digest(path))
     return files
-
-
-class VerificationState(str, enum.Enum):
-    """Where an artifact stands against its current thresholds."""
-
-    NOT_BUILT = "not built"
-    NOT_VERIFIED = "not verified"
-    FAILED = "verification failed"
-    VERIFIED = "verified"
-
-
-def verification_state(project: "Project", name: str) -> VerificationState:
-    """The one answer to "is ``name`` verified?": built at its current fingerprint, a
-    report for its current verification fingerprint that passed, and every output still
-    at its recorded digest (through the stat cache: an output edited in place has a new
-    ctime and is hashed again, so a tampered output is never taken as verified)."""
-    from edgebuild.core.report import read_report
-
-    directory = project.layout.artifact_dir(name)
-    record = read_record_or_none(directory)
-    if record is None or record.fingerprint != project.fingerprint(name) or record.changed_outputs(directory, digest=None):
-        return VerificationState.NOT_BUILT
-    report = read_report(directory)
-    if report is None or report.get("verify_fingerprint") != project.verify_fingerprint(name):
-        return VerificationState.NOT_VERIFIED
-    if not report.get("passed"):
-        return VerificationState.FAILED
-    if record.changed_outputs(directory, digest=project.stat_cache.file_digest):
-        return VerificationState.NOT_VERIFIED
-    return VerificationState.VERIFIED

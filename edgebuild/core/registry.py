@@ -1,45 +1,186 @@
-"""The registry of artifact kinds: ``@register`` checks a kind's declaration and adds it.
+"""The artifact kinds: the built-in ones listed in ``edgebuild/kinds/__init__.py``, and
+those of other installed packages, declared as entry points of the group
+``edgebuild.kinds`` (``name = "package.module:KindClass"``).
 
-Apart from ``kinds/__init__.py`` (which lists the kinds) so that a kind imports
-the registry without importing every other kind, and no import cycle forms.
+Every kind is loaded by name when something first needs it (a manifest names it,
+the schema lists it), and checked when it is loaded, the same way for built-in and
+plugin kinds. A plugin that fails to import is one line naming its entry point and
+the error; a manifest that does not use it never notices. The list itself is data
+(module and class names), not imports: no module here imports a kind, and adding
+one makes no other kind's fingerprint change.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import typing
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Callable
 
-from edgebuild.core.kind import ArtifactKind, ArtifactParams
+from edgebuild.core.kind import ArtifactKind, ArtifactParams, Fixture
+from edgebuild.errors import PluginError
 
-_KINDS: dict[str, ArtifactKind] = {}
+ENTRY_POINT_GROUP = "edgebuild.kinds"
+# Where the built-in kinds are listed, as ``BUILTIN_KINDS = {name: "module:Class"}``.
+BUILTIN_LIST_MODULE = "edgebuild.kinds"
 
 
-def register(cls: type[ArtifactKind]) -> type[ArtifactKind]:
-    """Class decorator: validate the kind's declaration and add it to the registry."""
+@dataclass(frozen=True)
+class Declaration:
+    """Where a kind is declared: its name, ``module:Class``, and for a plugin the
+    distribution that declares it (name, version)."""
+
+    name: str
+    target: str
+    distribution: tuple[str, str] | None = None
+
+    @property
+    def origin(self) -> str:
+        if self.distribution is None:
+            return f"built-in kind {self.name!r} ({self.target})"
+        return f"entry point {ENTRY_POINT_GROUP}: {self.name} = {self.target} (from {self.distribution[0]} {self.distribution[1]})"
+
+
+_declarations: dict[str, Declaration] | None = None
+_loaded: dict[str, ArtifactKind] = {}
+
+
+def declarations() -> dict[str, Declaration]:
+    """Every kind there is, built-in first, by name (nothing imported but the list)."""
+    global _declarations
+    if _declarations is None:
+        builtin = importlib.import_module(BUILTIN_LIST_MODULE).BUILTIN_KINDS
+        found = {name: Declaration(name, target) for name, target in builtin.items()}
+        for point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda point: point.name):
+            distribution = (point.dist.name, point.dist.version) if point.dist is not None else ("?", "?")
+            if point.name in found:
+                # A plugin never replaces a kind someone else's artifacts were built with.
+                continue
+            found[point.name] = Declaration(point.name, point.value, distribution)
+        _declarations = found
+    return _declarations
+
+
+def kind_names() -> list[str]:
+    return sorted(declarations())
+
+
+def shadowed_plugins() -> list[str]:
+    """Entry points that name a kind another declaration already has (ignored)."""
+    names = set(importlib.import_module(BUILTIN_LIST_MODULE).BUILTIN_KINDS)
+    shadowed = []
+    seen: set[str] = set()
+    for point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda point: point.name):
+        if point.name in names or point.name in seen:
+            shadowed.append(f"{ENTRY_POINT_GROUP}: {point.name} = {point.value}")
+        seen.add(point.name)
+    return shadowed
+
+
+def get_kind(name: str) -> ArtifactKind:
+    """The kind ``name``, loaded and checked on first use. ``KeyError`` for a name no
+    one declares; :class:`~edgebuild.errors.PluginError` (one line) for a kind that
+    cannot be imported or does not declare what every kind must."""
+    if name in _loaded:
+        return _loaded[name]
+    declaration = declarations()[name]
+    module_name, _, class_name = declaration.target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name) if class_name else None
+    except Exception as error:  # a plugin's import may raise anything
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        raise PluginError(f"{declaration.origin} failed to import: {reason}") from None
+    if not isinstance(cls, type) or not issubclass(cls, ArtifactKind):
+        raise PluginError(f"{declaration.origin}: expected a subclass of edgebuild.plugin.ArtifactKind, found {cls!r}")
+    try:
+        check_kind(cls, name)
+    except TypeError as error:
+        raise PluginError(f"{declaration.origin}: {error}") from None
+    kind = cls()
+    # The class attribute, not the instance: fingerprints read it from the class too.
+    cls.distribution = declaration.distribution
+    _loaded[name] = kind
+    return kind
+
+
+def check_kind(cls: type[ArtifactKind], name: str) -> None:
+    """What every kind must declare; ``TypeError`` saying what is missing or wrong."""
     for attribute in ("name", "summary", "Params", "outputs", "build_module", "verify_module"):
         if not hasattr(cls, attribute):
             raise TypeError(f"artifact kind {cls.__qualname__} does not declare {attribute!r}")
-    if not issubclass(cls.Params, ArtifactParams):
+    if cls.name != name:
+        raise TypeError(f"{cls.__qualname__}.name is {cls.name!r}, but it is registered as {name!r}")
+    if not (isinstance(cls.Params, type) and issubclass(cls.Params, ArtifactParams)):
         raise TypeError(f"{cls.__qualname__}.Params must subclass ArtifactParams")
     kind_field = cls.Params.model_fields.get("kind")
     allowed = typing.get_args(kind_field.annotation) if kind_field else ()
     if allowed != (cls.name,):
         raise TypeError(f"{cls.__qualname__}.Params.kind must be Literal[{cls.name!r}], found {allowed!r}")
-    if cls.name in _KINDS:
-        raise TypeError(f"artifact kind {cls.name!r} is registered twice")
+    if not isinstance(cls.outputs, tuple) or not cls.outputs or not all(isinstance(output, str) for output in cls.outputs):
+        raise TypeError(f"artifact kind {cls.name!r}: outputs must be a non-empty tuple of file names")
     for attribute in ("build_module", "verify_module"):
         module = getattr(cls, attribute)
-        if importlib.util.find_spec(module) is None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
             raise TypeError(f"artifact kind {cls.name!r}: {attribute} {module!r} does not exist")
     if "source" in cls.Params.model_fields and not cls.source_kinds:
         raise TypeError(f"artifact kind {cls.name!r} has a 'source' but declares no source_kinds")
-    _KINDS[cls.name] = cls()
+    for fixture in cls.fixtures:
+        if not isinstance(fixture, Fixture):
+            raise TypeError(f"artifact kind {cls.name!r}: fixtures must be edgebuild.plugin.Fixture, found {fixture!r}")
+
+
+def all_kinds(on_error: Callable[[PluginError], None] | None = None) -> list[ArtifactKind]:
+    """Every kind that loads, in name order. A plugin that does not load is passed to
+    ``on_error`` (default: raised)."""
+    kinds = []
+    for name in kind_names():
+        try:
+            kinds.append(get_kind(name))
+        except PluginError as error:
+            if on_error is None:
+                raise
+            on_error(error)
+    return kinds
+
+
+def fixtures() -> dict[str, Fixture]:
+    """Every generated checkpoint a loadable kind declares, by name. Two kinds may declare
+    the same one (the same object); a plugin that does not load offers none."""
+    found: dict[str, Fixture] = {}
+    for kind in all_kinds(on_error=lambda error: None):
+        for fixture in kind.fixtures:
+            if fixture.name in found and found[fixture.name] is not fixture:
+                raise PluginError(f"fixture {fixture.name!r} is declared by two kinds with different generators ({kind.name!r} is one)")
+            found[fixture.name] = fixture
+    return found
+
+
+def register(cls: type[ArtifactKind]) -> type[ArtifactKind]:
+    """Add a kind class defined in this process (a notebook, a test), checked like any
+    other; usable as a class decorator. Worker processes do not see it: a kind that
+    builds through doit or the Python API is declared in a package."""
+    check_kind(cls, getattr(cls, "name", cls.__qualname__))
+    if cls.name in declarations():
+        raise TypeError(f"artifact kind {cls.name!r} is declared already ({declarations()[cls.name].origin})")
+    declarations()[cls.name] = Declaration(cls.name, f"{cls.__module__}:{cls.__qualname__}", ("this process", "-"))
+    _loaded[cls.name] = cls()
     return cls
 
 
-def get_kind(name: str) -> ArtifactKind:
-    return _KINDS[name]
+def unregister(name: str) -> None:
+    """Forget a kind added with :func:`register`."""
+    declarations().pop(name, None)
+    _loaded.pop(name, None)
 
 
-def kind_names() -> list[str]:
-    return sorted(_KINDS)
+def reset() -> None:
+    """Forget what was found and loaded (tests that install a plugin mid-session)."""
+    global _declarations
+    _declarations = None
+    _loaded.clear()

@@ -44,7 +44,7 @@ class Check:
         return cls(name, value, limit, comparison, bool(passed), detail)
 
     def describe(self) -> str:
-        return f"{self.name} = {_number(self.value)} (limit {self.comparison} {_number(self.limit)})" + (
+        return f"{self.name} = {format_number(self.value)} (limit {self.comparison} {format_number(self.limit)})" + (
             f": {self.detail}" if self.detail else ""
         )
 
@@ -91,7 +91,7 @@ class Report:
         ]
         for check in self.checks:
             lines.append(
-                f"| {check.name} | {_number(check.value)} | {check.comparison} {_number(check.limit)} | "
+                f"| {check.name} | {format_number(check.value)} | {check.comparison} {format_number(check.limit)} | "
                 f"{'pass' if check.passed else '**FAIL**'} |"
             )
         if not self.checks:
@@ -120,7 +120,9 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
-def _number(value: Any) -> str:
+def format_number(value: Any) -> str:
+    """A measured number as reports print it: cosines to 8 digits, small and large values in
+    scientific notation."""
     if isinstance(value, float):
         if 0.99 <= abs(value) < 1:
             # Cosines: 0.99999997 must not print as 1.
@@ -129,5 +131,5 @@ def _number(value: Any) -> str:
             return f"{value:.6g}"
         return f"{value:.3e}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_number(item) for item in value) + "]"
+        return "[" + ", ".join(format_number(item) for item in value) + "]"
     return str(value)

@@ -81,8 +81,12 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any], named: dict[st
                         )
                     else:
                         reasons.append(f"tensor {name} changed")
+        elif key.startswith("source") and isinstance(old, dict) and isinstance(new, dict):
+            label = named.get(key, key)
+            changed = _mapping_changes(old.get("outputs", {}), new.get("outputs", {}), "{} changed", "{} added", "{} removed")
+            reasons += [f"source artifact {label}: {change}" for change in changed] or [f"source artifact {label} changed"]
         elif key.startswith("source"):
-            reasons.append(f"source artifact {named.get(key, key)} changed ({str(old)[:12]} → {str(new)[:12]})")
+            reasons.append(f"source artifact {named.get(key, key)} changed")
         elif key.startswith("files:") and isinstance(old, list) and isinstance(new, list):
             reasons += _file_list_changes(key.split(":", 1)[1], old, new, named.get(key, []))
         else:

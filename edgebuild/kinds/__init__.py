@@ -1,15 +1,13 @@
-"""The artifact kinds, listed explicitly: nothing is discovered by walking modules
-for a name pattern. Adding a kind is one package plus one import line here."""
+"""The built-in artifact kinds, listed explicitly: nothing is discovered by walking
+modules for a name pattern. A new built-in kind is one package here plus one line
+below; a kind from another package is an entry point of the group
+``edgebuild.kinds`` instead (see ``edgebuild/plugin.py``). The registry
+(``edgebuild/core/registry.py``) loads each by name when it is first needed."""
 
-from __future__ import annotations
-
-from edgebuild.core.registry import get_kind, kind_names, register
-
-__all__ = ["get_kind", "kind_names", "register"]
-
-# The registration list: one line per kind.
-from . import qnn_context  # noqa: E402,F401
-from . import qwen3_5_tower  # noqa: E402,F401
-from . import qwen3_5_tower_qdq  # noqa: E402,F401
-from . import siglip_f143  # noqa: E402,F401
-from . import siglip_f143_onnx  # noqa: E402,F401
+BUILTIN_KINDS = {
+    "qnn_context": "edgebuild.kinds.qnn_context:QnnContext",
+    "qwen3_5_tower_qdq": "edgebuild.kinds.qwen3_5_tower_qdq:Qwen3_5TowerQdq",
+    "qwen3_5_vision_tower": "edgebuild.kinds.qwen3_5_tower:Qwen3_5VisionTower",
+    "siglip_f143": "edgebuild.kinds.siglip_f143:SiglipF143",
+    "siglip_f143_onnx": "edgebuild.kinds.siglip_f143_onnx:SiglipF143Onnx",
+}

@@ -9,8 +9,9 @@ vision encoder are not degenerate. The same seed gives the same bytes.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -60,3 +61,9 @@ def write_sample_images(directory: Path) -> list[Path]:
         path.write_bytes(encode_png(seed))
         written.append(path)
     return written
+
+
+def starter_samples(folder: str = "data") -> dict[str, Callable[[], bytes]]:
+    """The sample images as a starter entry's ``samples``: path under the project
+    (``data/calibration/scene_000.png``) -> a function that encodes it."""
+    return {f"{folder}/{relative}": functools.partial(encode_png, seed) for relative, seed in sample_image_files().items()}

@@ -2,7 +2,8 @@
 checkpoint, calibration inputs through its own image processor, forward passes.
 
 Shared by every kind that reads a SigLIP checkpoint (``siglip_f143`` and the
-graphs made from it) and by the benchmarks.
+graphs made from it) and by the benchmarks. Its tiny generated checkpoints are
+``siglip_fixtures.py``.
 """
 
 from __future__ import annotations

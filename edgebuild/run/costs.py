@@ -13,8 +13,7 @@ Two places keep it:
 
 History is kept by artifact name, whatever the fingerprint: an artifact whose
 parameters changed costs about what it cost before, a better guess than none.
-Shards are balanced by it (``edgebuild/shards.py``); cluster tasks are sized by it
-(``edgebuild/executors``).
+Shards are balanced by it (``shards.py``); cluster tasks are sized by it (``executors/``).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from edgebuild.core.project import Project
+    from edgebuild.run.workspace import Workspace
 
 LOCK_SOURCE = "lock file"
 RECORD_SOURCE = "build record"
@@ -43,19 +42,19 @@ class Cost:
         return self.build_seconds + ((self.verify_seconds or 0.0) if verify else 0.0)
 
 
-def recorded_costs(project: "Project", names: list[str]) -> dict[str, Cost | None]:
+def recorded_costs(workspace: "Workspace", names: list[str]) -> dict[str, Cost | None]:
     """The recorded cost of each of ``names``: the lock file's, else the local build's; ``None``
     when neither has one. An unreadable lock file counts as none (a cost is a hint)."""
     from edgebuild.errors import LockfileError
-    from edgebuild.run.lockfile import read_lock
+    from edgebuild.core.lockfile import read_lock
 
     try:
-        locked = read_lock(project.lock_path)
+        locked = read_lock(workspace.lock_path)
     except LockfileError:
         locked = {}
     costs: dict[str, Cost | None] = {}
     for name in names:
-        costs[name] = _from_lock(locked.get(name)) or _from_build(project, name)
+        costs[name] = _from_lock(locked.get(name)) or _from_build(workspace, name)
     return costs
 
 
@@ -72,12 +71,12 @@ def _from_lock(entry: Any) -> Cost | None:
                 int(peak) if peak is not None else None, LOCK_SOURCE)
 
 
-def _from_build(project: "Project", name: str) -> Cost | None:
-    from edgebuild.run.lockfile import lock_cost
+def _from_build(workspace: "Workspace", name: str) -> Cost | None:
     from edgebuild.core.record import read_record_or_none
     from edgebuild.core.report import read_report
+    from edgebuild.run.lockfile import lock_cost
 
-    directory = project.layout.artifact_dir(name)
+    directory = workspace.layout.artifact_dir(name)
     record = read_record_or_none(directory)
     if record is None or record.build_seconds is None:
         return None

@@ -1,4 +1,5 @@
-"""The lock file: what each built artifact is, meant to be committed.
+"""The lock file: what each built artifact is, meant to be committed (its format and
+reading: ``edgebuild/core/lockfile.py``; refreshing it: here).
 
 It sits beside the manifest and is named after it (``artifacts.yaml`` ->
 ``artifacts.lock``). For every artifact built at its current fingerprint it
@@ -23,32 +24,34 @@ brings back as it was).
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgebuild.core.atomic import write_text
-from edgebuild.core.console import shown_path
-from edgebuild.errors import EdgebuildError, FilesystemError, LockfileError
 from edgebuild.core.fingerprint import locked
-from edgebuild.core.project import Project
-from edgebuild.core.record import BuildRecord, VerificationState, read_record_or_none, verification_state
+from edgebuild.core.lockfile import read_lock, render_lock
+from edgebuild.core.project import Artifact
+from edgebuild.core.record import BuildRecord, read_record_or_none
 from edgebuild.core.report import read_report
+from edgebuild.errors import EdgebuildError, FilesystemError
+from edgebuild.run.state import VerificationState, verification_state
 
-LOCK_FORMAT = 1
+if TYPE_CHECKING:
+    from edgebuild.run.workspace import Workspace
 
 
-def lock_entry(project: Project, name: str) -> dict[str, Any] | None:
-    """The entry of ``name``; ``None`` when it is not built at its current fingerprint."""
+
+def lock_entry(workspace: "Workspace", artifact: "Artifact | str") -> dict[str, Any] | None:
+    """The entry of ``artifact``; ``None`` when it is not built at its current fingerprint."""
+    artifact = workspace.artifact(artifact)
     try:
-        state = verification_state(project, name)
+        state = verification_state(workspace, artifact)
         if state is VerificationState.NOT_BUILT:
             return None
-        verify_fingerprint = project.verify_fingerprint(name)
+        verify_fingerprint = artifact.verify_fingerprint
     except EdgebuildError:
         return None
-    record = read_record_or_none(project.layout.artifact_dir(name))
+    record = read_record_or_none(artifact.directory)
     if record is None:
         return None
     # true / false: verified against the current thresholds, passed or failed; null: not verified.
@@ -56,13 +59,13 @@ def lock_entry(project: Project, name: str) -> dict[str, Any] | None:
     return record.to_json(only=("kind", "fingerprint", "inputs", "params", "code", "versions", "outputs")) | {
         # Where the checkpoints come from now (a Hugging Face repo and commit); the built
         # record may have been pulled from a machine that read the same bytes elsewhere.
-        "checkpoint_origins": project.record(name).to_json(only=("checkpoint_origins",))["checkpoint_origins"],
-        "verify_code": project.verify_code(name),
+        "checkpoint_origins": artifact.record.to_json(only=("checkpoint_origins",))["checkpoint_origins"],
+        "verify_code": workspace.verify_code(artifact),
         "verified": verified,
         "verify_fingerprint": verify_fingerprint if verified is not None else None,
         # What the build and its verification cost (edgebuild/costs.py): CI shards are
         # balanced by it, cluster tasks sized by it.
-        "cost": lock_cost(record, read_report(project.layout.artifact_dir(name)) if verified is not None else None),
+        "cost": lock_cost(record, read_report(artifact.directory) if verified is not None else None),
     }
 
 
@@ -84,39 +87,17 @@ def lock_cost(record: BuildRecord, report: dict[str, Any] | None) -> dict[str, A
     }
 
 
-def read_lock(path: Path) -> dict[str, Any]:
-    """The artifacts of the lock file at ``path`` (empty when there is none)."""
-    shown = shown_path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (ValueError, UnicodeDecodeError) as error:
-        raise LockfileError(f"{shown}: not valid JSON ({error}); delete it and run `doit build` to write it afresh") from None
-    if not isinstance(data, dict) or data.get("format") != LOCK_FORMAT or not isinstance(data.get("artifacts"), dict):
-        found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise LockfileError(
-            f"{shown}: expected a lock file of format {LOCK_FORMAT}, found format {found!r}; "
-            "delete it and run `doit build` to write it afresh"
-        )
-    return data["artifacts"]
-
-
-def render_lock(artifacts: dict[str, Any]) -> str:
-    return json.dumps({"format": LOCK_FORMAT, "artifacts": artifacts}, indent=2, sort_keys=True) + "\n"
-
-
-def update_lock(project: Project, names: list[str]) -> bool:
-    """Refresh the entries of those of ``names`` that are built at their current
+def update_lock(workspace: "Workspace", artifacts: list[Artifact]) -> bool:
+    """Refresh the entries of those of ``artifacts`` that are built at their current
     fingerprint (the others keep theirs); ``True`` when the file changed."""
-    path = project.lock_path
-    with locked(project.layout.mutex(path.name)):
-        artifacts = {name: entry for name, entry in read_lock(path).items() if name in project.manifest.artifacts}
-        for name in names:
-            entry = lock_entry(project, name)
+    path = workspace.lock_path
+    with locked(workspace.layout.mutex(path.name)):
+        entries = {name: entry for name, entry in read_lock(path).items() if name in workspace.manifest.artifacts}
+        for artifact in artifacts:
+            entry = lock_entry(workspace, artifact)
             if entry is not None:
-                artifacts[name] = entry
-        text = render_lock(artifacts)
+                entries[artifact.name] = entry
+        text = render_lock(entries)
         try:
             if path.read_text(encoding="utf-8") == text:
                 return False

@@ -64,13 +64,19 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from edgebuild.errors import PublishError, RemoteError
+from typing import TYPE_CHECKING
+
+from edgebuild.cache.location import Location, plain_path_problem, quoted
 from edgebuild.core.faults import fault_point
 from edgebuild.core.fingerprint import locked
-from edgebuild.core.project import Project
-from edgebuild.core.record import VerificationState, read_record, verification_state
-from edgebuild.cache.location import Location, plain_path_problem, quoted
-from edgebuild.core.report import REPORT_JSON, REPORT_MD
+from edgebuild.core.project import Artifact
+from edgebuild.core.record import read_record
+from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report
+from edgebuild.errors import PublishError, RemoteError
+from edgebuild.run.state import VerificationState, verification_state
+
+if TYPE_CHECKING:
+    from edgebuild.run.workspace import Workspace
 
 PUBLISH_FORMAT = 1
 INDEX_KEY = "index.json"
@@ -118,28 +124,28 @@ class EntryFiles:
         return f"{self.name}/{self.fingerprint}"
 
 
-def publish(project: Project, names: list[str], destination: str, log: Log = print,
+def publish(workspace: "Workspace", names: list[str], destination: str, log: Log = print,
             allow_dirty: bool = False) -> list[Published]:
     """Publish ``names`` to ``destination``; all of them or, if any is not verified, none.
     Refused from a work tree with uncommitted changes, or outside git, unless
     ``allow_dirty`` (which provenance.json then records)."""
-    location = Location(destination)
-    _refuse_project_directories(project, location)
-    git = check_work_tree(project, allow_dirty)
-    check_publishable(project, names)
-    prepared = [_prepare(project, name, git) for name in names]
+    location = Location(destination, s3_endpoint=workspace.settings.s3_endpoint)
+    _refuse_project_directories(workspace, location)
+    git = check_work_tree(workspace, allow_dirty)
+    check_publishable(workspace, names)
+    prepared = [_prepare(workspace, workspace.artifact(name), git) for name in names]
     results = [put_entry(location, item, log) for item in prepared]
-    _update_index(location, project, results, log)
+    _update_index(location, workspace, results, log)
     return results
 
 
-def _refuse_project_directories(project: Project, location: Location) -> None:
+def _refuse_project_directories(workspace: "Workspace", location: Location) -> None:
     """A destination inside ``build/`` or ``cache/`` would be replaced, cleaned or
     pruned by edgebuild itself: published files must outlive those."""
     if not location.is_local:
         return
     root = Path(location.root).resolve()
-    for directory in (project.layout.build_dir, project.layout.cache_dir):
+    for directory in (workspace.layout.build_dir, workspace.layout.cache_dir):
         if root.is_relative_to(directory.resolve()):
             raise PublishError(
                 f"{location.label}: inside the project's {directory.name}/ directory, which edgebuild "
@@ -147,17 +153,18 @@ def _refuse_project_directories(project: Project, location: Location) -> None:
             )
 
 
-def check_publishable(project: Project, names: list[str]) -> None:
+def check_publishable(workspace: "Workspace", names: list[str]) -> None:
     """Raise :class:`PublishError` naming every artifact of ``names`` that may not be published."""
-    problems = [problem for name in names if (problem := _unpublishable(project, name))]
+    problems = [problem for name in names if (problem := _unpublishable(workspace, workspace.artifact(name)))]
     if problems:
         raise PublishError("nothing published:\n  " + "\n  ".join(problems))
 
 
-def _unpublishable(project: Project, name: str) -> str | None:
-    """Why ``name`` cannot be published (``None`` when it can)."""
-    directory = project.layout.artifact_dir(name)
-    state = verification_state(project, name)
+def _unpublishable(workspace: "Workspace", artifact: Artifact) -> str | None:
+    """Why ``artifact`` cannot be published (``None`` when it can)."""
+    name = artifact.name
+    directory = artifact.directory
+    state = verification_state(workspace, artifact)
     if state is VerificationState.FAILED:
         return f"{name}: verification failed (see build/{name}/report.md)"
     if state is not VerificationState.VERIFIED:
@@ -169,8 +176,9 @@ def _unpublishable(project: Project, name: str) -> str | None:
     return None
 
 
-def _prepare(project: Project, name: str, git: dict[str, Any]) -> EntryFiles:
-    directory = project.layout.artifact_dir(name)
+def _prepare(workspace: "Workspace", artifact: Artifact, git: dict[str, Any]) -> EntryFiles:
+    name = artifact.name
+    directory = artifact.directory
     record = read_record(directory)
     assert record is not None  # checked by _unpublishable
     outputs = sorted(record.outputs)
@@ -178,7 +186,7 @@ def _prepare(project: Project, name: str, git: dict[str, Any]) -> EntryFiles:
     if clash:
         raise PublishError(f"{name}: output {clash[0]!r} has the name of a file publishing adds; rename the output")
     sha256 = {relative: file_sha256(directory / relative) for relative in outputs}
-    provenance = provenance_record(project, name, record.to_json(), sha256, git)
+    provenance = provenance_record(workspace, artifact, record.to_json(), sha256, git)
     files: dict[str, bytes | Path] = {relative: directory / relative for relative in outputs}
     files[REPORT_JSON] = directory / REPORT_JSON
     files[REPORT_MD] = directory / REPORT_MD
@@ -187,16 +195,15 @@ def _prepare(project: Project, name: str, git: dict[str, Any]) -> EntryFiles:
 
 
 def provenance_record(
-    project: Project, name: str, record: dict[str, Any], sha256: dict[str, str], git: dict[str, Any]
+    workspace: "Workspace", artifact: Artifact, record: dict[str, Any], sha256: dict[str, str], git: dict[str, Any]
 ) -> dict[str, Any]:
     """What produced an artifact: enough to rebuild it, or to say why two differ."""
-    params = project.manifest.artifacts[name]
-    from edgebuild.core.report import read_report
-
-    report = read_report(project.layout.artifact_dir(name)) or {}
-    manifest_path = project.manifest.path
+    name = artifact.name
+    manifest = workspace.manifest
+    report = read_report(artifact.directory) or {}
+    manifest_path = manifest.path
     try:
-        manifest_name = manifest_path.resolve().relative_to(project.manifest.root.resolve()).as_posix()
+        manifest_name = manifest_path.resolve().relative_to(manifest.root.resolve()).as_posix()
     except ValueError:
         manifest_name = manifest_path.name
     return {
@@ -206,17 +213,17 @@ def provenance_record(
         "fingerprint": record["fingerprint"],
         "manifest": {
             "file": manifest_name,
-            "entry": project.manifest.origins[name],
+            "entry": manifest.origins[name],
             # As validated: defaults filled in, description and thresholds included.
-            "parameters": params.model_dump(mode="json"),
+            "parameters": artifact.params.model_dump(mode="json"),
         },
         "params": record["params"],
         "inputs": record["inputs"],
         # The Hugging Face repo, commit and file etags of each hf: checkpoint, as the
         # manifest resolves them now (the same bytes as the built record's inputs).
-        "checkpoint_origins": project.record(name).to_json(only=("checkpoint_origins",))["checkpoint_origins"],
+        "checkpoint_origins": artifact.record.to_json(only=("checkpoint_origins",))["checkpoint_origins"],
         "code": record["code"],
-        "verify_code": project.verify_code(name),
+        "verify_code": workspace.verify_code(artifact),
         "versions": record["versions"],
         "edgebuild_version": edgebuild_version(),
         "git": git,
@@ -337,7 +344,7 @@ def _checksum(checksums: bytes) -> str:
     return "sha256:" + hashlib.sha256(checksums).hexdigest()
 
 
-def _update_index(location: Location, project: Project, results: list[Published], log: Log) -> None:
+def _update_index(location: Location, workspace: "Workspace", results: list[Published], log: Log) -> None:
     guard = locked(location.local_path(f".{INDEX_KEY}.lock")) if location.is_local else nullcontext()
     with guard:
         index = read_index(location)
@@ -350,7 +357,7 @@ def _update_index(location: Location, project: Project, results: list[Published]
             rows[result.fingerprint] = {
                 "path": result.path,
                 "checksum": result.checksum,
-                "kind": project.manifest.artifacts[result.artifact].kind,
+                "kind": workspace.manifest.artifacts[result.artifact].kind,
                 "published_at": now,
             }
             changed = True
@@ -433,7 +440,7 @@ def edgebuild_version() -> str:
         return "unknown"
 
 
-def check_work_tree(project: Project, allow_dirty: bool = False) -> dict[str, Any]:
+def check_work_tree(workspace: "Workspace", allow_dirty: bool = False) -> dict[str, Any]:
     """The provenance's ``git``: the commit the manifest's work tree is at, whether it
     differs from it, and whether that was allowed. Raises :class:`PublishError` when
     no commit says what produced the artifacts -- uncommitted changes to tracked
@@ -441,7 +448,7 @@ def check_work_tree(project: Project, allow_dirty: bool = False) -> dict[str, An
 
     The lock file is left out: ``doit verify`` rewrites it just before publishing,
     and it describes the outputs, not what produced them."""
-    state = git_state(project.manifest.root, ignore=(project.lock_path,), tracked=(project.manifest.path,))
+    state = git_state(workspace.manifest.root, ignore=(workspace.lock_path,), tracked=(workspace.manifest.path,))
     commit = state["commit"] if state else None
     changes = state["changes"] if state else []
     record = {"commit": commit, "dirty": bool(changes) if state else None, "allow_dirty": allow_dirty}
@@ -450,7 +457,7 @@ def check_work_tree(project: Project, allow_dirty: bool = False) -> dict[str, An
     advice = "commit, or pass --allow-dirty to publish anyway (recorded in provenance.json)"
     if state is None:
         raise PublishError(
-            f"{project.manifest.root} is not in a git work tree, so no commit records what produced "
+            f"{workspace.manifest.root} is not in a git work tree, so no commit records what produced "
             f"these artifacts; {advice}"
         )
     if commit is None:

@@ -35,7 +35,7 @@ from edgebuild.core.hashing import digest_bytes
 if TYPE_CHECKING:
     from edgebuild.run.costs import Cost
     from edgebuild.core.manifest import Manifest
-    from edgebuild.core.project import Project
+    from edgebuild.run.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -114,18 +114,18 @@ def _stable_key(group: list[str]) -> str:
     return digest_bytes("\n".join(sorted(group)).encode())
 
 
-def select_shard(project: "Project", names: list[str], index: int, count: int, verify: bool) -> tuple[Shard, str]:
+def select_shard(workspace: "Workspace", names: list[str], index: int, count: int, verify: bool) -> tuple[Shard, str]:
     """Shard ``index`` of ``count`` of ``names`` (and what they consume), and a line saying
     how the partition was balanced."""
     from edgebuild.run.costs import recorded_costs
 
-    group_list = groups(project.manifest, names)
+    group_list = groups(workspace.manifest, names)
     everyone = [name for group in group_list for name in group]
-    dealt, basis = _dealt(group_list, recorded_costs(project, everyone), count, verify)
+    dealt, basis = _dealt(group_list, recorded_costs(workspace, everyone), count, verify)
     artifacts, load = dealt[index - 1]
     total = sum(share for _, share in dealt)
     # Dependency order within the shard, as the manifest gives it.
-    ordered = tuple(project.manifest.order(artifacts))
+    ordered = tuple(workspace.manifest.order(artifacts))
     unit = "s" if basis.startswith("balanced by recorded") else " artifacts"
     shard = Shard(index, count, ordered, load, total)
     return shard, f"{basis}; this shard {load:.4g}{unit} of {total:.4g}{unit}"

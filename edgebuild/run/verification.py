@@ -10,24 +10,25 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
-from edgebuild.errors import EdgebuildError
 from edgebuild.core.kind import VerifyContext
 from edgebuild.core.record import read_record
 from edgebuild.core.report import Check, Report
+from edgebuild.errors import EdgebuildError
 
 if TYPE_CHECKING:
-    from edgebuild.core.project import Project
+    # Annotations only: the judging code's digest must not hold the manifest's.
+    from edgebuild.core.project import Artifact, Project
 
 
-def judge(project: "Project", name: str, log: Callable[[str], None]) -> Report:
+def judge(project: Project, artifact: Artifact, log: Callable[[str], None]) -> Report:
     """Run every check on ``build/<name>/``; write and return the report."""
-    record = project.record(name)
-    directory = project.layout.artifact_dir(name)
+    name = artifact.name
+    record = artifact.record
+    directory = artifact.directory
     built = read_record(directory)
     if built is None or built.fingerprint != record.fingerprint:
         raise EdgebuildError(f"{name}: build/{name} is not the current build; run `doit build {name}` first")
-    params = project.manifest.artifacts[name]
-    kind = project.kind(name)
+    kind = artifact.kind
     changed = built.changed_outputs(directory)
     checks = [
         Check.measure(
@@ -38,7 +39,13 @@ def judge(project: "Project", name: str, log: Callable[[str], None]) -> Report:
             f"changed since build: {', '.join(changed)}" if changed else "every output matches its recorded digest",
         )
     ]
-    context = VerifyContext(**project.kind_inputs(name), out_dir=directory, build_info=built.build_info, log=log)
+    context = VerifyContext(
+        **project.kind_inputs(artifact),
+        out_dir=directory,
+        build_info=built.build_info,
+        source_params={source.name: source.params for source in artifact.sources},
+        log=log,
+    )
     started = time.perf_counter()
     verification = kind.verify(context)
     checks.extend(verification.checks)
@@ -49,7 +56,7 @@ def judge(project: "Project", name: str, log: Callable[[str], None]) -> Report:
         checks=checks,
         metrics=verification.metrics | {"verify_seconds": time.perf_counter() - started},
         build=built.build_info,
-        extra={"verify_fingerprint": project.verify_fingerprint(name), "verify": params.verify_parameters()},
+        extra={"verify_fingerprint": artifact.verify_fingerprint, "verify": artifact.params.verify_parameters()},
     )
     report.write(directory)
     return report

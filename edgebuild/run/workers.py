@@ -8,13 +8,19 @@ which may go on to run many more tasks) only decides and relays, in every mode
 (``-n 1`` too); a worker process loads the project, builds or verifies one
 artifact, and exits, handing all of its memory back::
 
-    python -m edgebuild.run.workers build|verify MANIFEST ROOT NAME --result-fd FD
+    python -m edgebuild.run.workers build|verify MANIFEST ROOT NAME --result-fd FD [--expect FP]
 
-What stays in the parent is what costs no export's memory: an artifact that is
-up to date, restored from the store or pulled from the remote cache (file copies
-and digests), and a verification whose passing report for the current
-verification fingerprint came with the build (a shard's or a cluster worker's),
-which is kept and pushed without being judged again.
+What stays in the parent is what costs no export's memory (the scheduler decides,
+``scheduler.py``): an artifact that is up to date, restored from the store or pulled
+from the remote cache (file copies and digests), and a verification whose passing
+report for the current verification fingerprint came with the build (a shard's or a
+cluster worker's), which is kept and pushed without being judged again.
+
+The worker reads its settings from the environment the parent gives it (the
+parent's :class:`~edgebuild.core.config.Settings`, written out once at this
+boundary), and the fingerprint the parent planned with (``--expect``): a manifest or
+input edited while the run was under way makes the worker refuse, rather than build
+something other than what was planned.
 
 The worker's stdout and stderr are relayed line by line through the parent's own
 ``sys.stdout``/``sys.stderr`` (so whatever doit does with a task's output applies
@@ -40,16 +46,13 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
 from edgebuild import errors
-from edgebuild.errors import EdgebuildError, RemoteError, WorkerError
+from edgebuild.errors import EdgebuildError, PlanChanged, WorkerError
 
 if TYPE_CHECKING:
-    from edgebuild.core.project import Project
+    from edgebuild.core.project import Artifact
+    from edgebuild.run.workspace import Workspace
 
 MODES = ("build", "verify")
-# ``--pull-only`` (a gather step, the driver of a cluster run): every artifact comes
-# from the store or the remote cache; an export here would be a silent, slow rebuild
-# of something a shard or a cluster worker should have pushed.
-PULL_ONLY_ENV = "EDGEBUILD_PULL_ONLY"
 # How long a worker that was asked to stop (Ctrl-C) gets to clean up its scratch
 # directory before it is killed.
 INTERRUPT_GRACE_SECONDS = 10.0
@@ -59,83 +62,17 @@ INTERRUPTED_STATUS = 128 + signal.SIGINT
 Relay = Callable[[str, str], None]
 
 
-def pull_only() -> bool:
-    from edgebuild.core.console import env_flag
-
-    return env_flag(PULL_ONLY_ENV)
+# --- the parent ---------------------------------------------------------------------------
 
 
-# --- the parent: the doit action ---------------------------------------------------------
-
-
-def build_in_worker(project: "Project", name: str) -> dict[str, Any]:
-    """Make ``build/<name>/`` current; an export runs in a worker process. Returns the
-    values doit keeps for the task."""
-    from edgebuild.run.builder import ExportRequired, build_artifact, stderr_log
-
-    try:
-        # Up to date, restored or pulled: no export's memory, so in this process.
-        return {"fingerprint": build_artifact(project, name, stderr_log(name), export=False).fingerprint}
-    except ExportRequired:
-        pass
-    if pull_only():
-        raise refused_export(project, name)
-    values = run_worker("build", project, name)
-    adopt_output_digests(project, name)
-    return values
-
-
-def verify_in_worker(project: "Project", name: str) -> dict[str, Any]:
-    """Verify ``build/<name>/`` in a worker process, unless the report that came with the
-    build already passed at the current verification fingerprint (then keep and push it)."""
-    from edgebuild.run.builder import keep_verified, stderr_log
-    from edgebuild.core.record import VerificationState, verification_state
-
-    log = stderr_log(name)
-    if verification_state(project, name) is VerificationState.VERIFIED:
-        # Its report names this verification fingerprint (the build's, the thresholds and
-        # the judging code) and passed, and every output is at its recorded digest: the
-        # verdict would be the same. A shard or a cluster worker judged it; a gather step
-        # pulls and keeps it, and re-runs no model.
-        log("verified already: its report passed at this verification fingerprint; not judged again")
-        keep_verified(project, name, log)
-        return {"verify_fingerprint": project.verify_fingerprint(name)}
-    return run_worker("verify", project, name)
-
-
-def refused_export(project: "Project", name: str) -> EdgebuildError:
-    where = project.remote_cache.label if project.remote_cache is not None else "no remote cache is set"
-    return RemoteError(
-        f"{name}: fingerprint {project.fingerprint(name)[:12]} is neither built here, in the store nor in the "
-        f"remote cache ({where}), and --pull-only exports nothing: the shard or cluster worker that builds "
-        "it did not push it (did it run, and pass verification?)"
-    )
-
-
-def adopt_output_digests(project: "Project", name: str) -> None:
-    """Take the digests the worker recorded for the outputs it wrote (in the stat cache
-    on disk), so that this process's next up-to-date check does not read them again."""
-    from edgebuild.core.fingerprint import StatCache
-
-    prefix = str(project.layout.artifact_dir(name).resolve()) + os.sep
-    saved = StatCache(project.stat_cache.path).entries
-    for key, entry in saved.items():
-        if key.startswith(prefix) and key not in project.stat_cache.dirty:
-            project.stat_cache.entries[key] = entry
-
-
-def run_worker(
-    mode: str,
-    project: "Project",
-    name: str,
-    env: dict[str, str] | None = None,
-    relay: Relay | None = None,
-) -> dict[str, Any]:
-    """Run ``mode`` for ``name`` in a worker process and return its values; raise its
+def run_worker(mode: str, workspace: "Workspace", artifact: "Artifact", relay: Relay | None = None,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``mode`` for ``artifact`` in a worker process and return its values; raise its
     edgebuild error again (same class, same one line), or :class:`WorkerError` naming
-    the artifact when it crashed. ``env`` replaces the environment; ``relay(stream,
-    line)`` receives its output (default: this process's ``sys.stdout``/``sys.stderr``)."""
-    return run_worker_at(mode, str(project.manifest.path), str(project.layout.root), name, env, relay)
+    the artifact when it crashed. ``relay(stream, line)`` receives its output (default:
+    this process's ``sys.stdout``/``sys.stderr``)."""
+    return run_worker_at(mode, str(workspace.manifest.path), str(workspace.layout.root), artifact.name,
+                         workspace.worker_environment(env), relay, expect=artifact.fingerprint)
 
 
 def run_worker_at(
@@ -145,19 +82,25 @@ def run_worker_at(
     name: str,
     env: dict[str, str] | None = None,
     relay: Relay | None = None,
+    expect: str | None = None,
 ) -> dict[str, Any]:
+    """:func:`run_worker` by manifest path and root, in the environment ``env`` (which
+    holds the settings; default: this process's); ``expect``: the fingerprint the
+    caller planned with."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     relay = relay or _relay_to_own_streams
     reader, writer = os.pipe()
     command = [sys.executable, "-m", "edgebuild.run.workers", mode, manifest_path, root, name, "--result-fd", str(writer)]
+    if expect:
+        command += ["--expect", expect]
     try:
         process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
-            env=worker_environment(env),
+            env=_process_environment(dict(os.environ) if env is None else env),
             pass_fds=(writer,),
         )
     except OSError as error:
@@ -184,17 +127,16 @@ def run_worker_at(
     return _outcome(mode, name, process.pid, status, raw)
 
 
-def worker_environment(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: ``env`` (default: this process's), with this edgebuild
-    first on the path -- the worker must run the code whose digest the fingerprint
-    holds, not another installed copy -- and unbuffered output, for a live relay."""
-    environment = dict(os.environ if env is None else env)
+def _process_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this edgebuild first on the path -- the worker must run the code whose
+    digest the fingerprint holds, not another installed copy -- and unbuffered output,
+    for a live relay."""
+    environment = dict(env)
     package_parent = str(Path(__file__).resolve().parents[2])
     path = [part for part in environment.get("PYTHONPATH", "").split(os.pathsep) if part and part != package_parent]
     environment["PYTHONPATH"] = os.pathsep.join([package_parent, *path])
     environment["PYTHONUNBUFFERED"] = "1"
     return environment
-
 
 def _relay_to_own_streams(stream: str, line: str) -> None:
     target = sys.stdout if stream == "stdout" else sys.stderr
@@ -269,12 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root")
     parser.add_argument("name")
     parser.add_argument("--result-fd", type=int, default=None, help="where the JSON result goes (default: stdout)")
+    parser.add_argument("--expect", default=None, help="the fingerprint the caller planned with")
     args = parser.parse_args(argv)
+    # Ctrl-C stops a build whatever the parent inherited (``cmd &`` starts with SIGINT
+    # ignored): the scratch directory is removed on the way out, nothing counts as built.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _exit_with_parent()
     result: dict[str, Any]
     status = 0
     try:
-        result = {"values": _work(args.mode, args.manifest, Path(args.root), args.name)}
+        result = {"values": _work(args.mode, args.manifest, Path(args.root), args.name, args.expect)}
     except EdgebuildError as error:
         result = {"error": str(error), "type": type(error).__name__}
         status = 1
@@ -289,49 +235,64 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def _work(mode: str, manifest_path: str, root: Path, name: str) -> dict[str, Any]:
-    from edgebuild.run.builder import ExportRequired, build_artifact, verify_artifact
+def _work(mode: str, manifest_path: str, root: Path, name: str, expect: str | None) -> dict[str, Any]:
+    from edgebuild.core.config import Settings
     from edgebuild.core.console import quiet_libraries
-    from edgebuild.core.project import Project
+    from edgebuild.run.builder import ExportRequired, make_current, refused_export, verify_artifact
+    from edgebuild.run.workspace import Workspace
 
-    share_cores()
-    quiet_libraries()
-    project = Project.load(manifest_path, root)
+    settings = Settings.from_environ()
+    share_cores(settings.jobs)
+    quiet_libraries(settings.verbose)
+    workspace = Workspace.open(manifest_path, root, settings)
+    artifact = workspace.artifact(name)
     try:
         if mode == "build":
             # Sources first, from what is there (a cluster worker pulls them; under doit
             # they are built already): a build reads its sources' directories.
-            for source in project.manifest.order(project.manifest.artifacts[name].source_artifacts()):
+            for source in workspace.order(artifact.sources):
                 try:
-                    build_artifact(project, source, export=False)
+                    make_current(workspace, source, export=False)
                 except ExportRequired:
                     raise WorkerError(
-                        f"{name}: its source {source} is neither built in {root}, in the store nor in the remote "
+                        f"{name}: its source {source.name} is neither built in {root}, in the store nor in the remote "
                         "cache; build it first (a cluster task runs only after its sources pushed theirs)"
                     ) from None
+        _refuse_another_plan(artifact, expect)
+        if mode == "build":
             try:
-                values = {"fingerprint": build_artifact(project, name, export=not pull_only()).fingerprint}
+                values = {"fingerprint": make_current(workspace, artifact, export=not settings.pull_only).fingerprint}
             except ExportRequired:
-                raise refused_export(project, name) from None
+                raise refused_export(workspace, artifact) from None
         else:
-            verify_artifact(project, name)
-            values = {"verify_fingerprint": project.verify_fingerprint(name)}
+            verify_artifact(workspace, artifact)
+            values = {"verify_fingerprint": artifact.verify_fingerprint}
     except BaseException:
         # What was hashed stays hashed; the error that stopped the work is the story.
         try:
-            project.save_caches()
+            workspace.save_caches()
         except EdgebuildError:
             pass
         raise
-    project.save_caches()
+    workspace.save_caches()
     return values
 
 
-def share_cores() -> None:
-    """Under ``doit build -n N`` (EDGEBUILD_JOBS=N), give torch cores / N threads: N
+def _refuse_another_plan(artifact: "Artifact", expect: str | None) -> None:
+    """The caller planned this artifact at fingerprint ``expect``: a manifest, input or code
+    edited since would make this process build something else under the same name."""
+    if expect and artifact.fingerprint != expect:
+        raise PlanChanged(
+            f"{artifact.name}: its fingerprint changed since this run planned it ({expect[:12]} -> "
+            f"{artifact.fingerprint[:12]}): the manifest, an input or the code was edited meanwhile; "
+            "nothing was built, run the command again"
+        )
+
+
+def share_cores(jobs: int) -> None:
+    """Under ``doit build -n N`` (the ``jobs`` setting), give torch cores / N threads: N
     processes each spinning up a thread per core leave OpenMP threads waiting on
     each other, which slows small ops by orders of magnitude."""
-    jobs = int(os.environ.get("EDGEBUILD_JOBS", "0") or 0)
     if jobs > 1:
         import torch
 

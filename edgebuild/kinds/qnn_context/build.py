@@ -11,9 +11,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from ...errors import ExportError
-from edgebuild.core.timing import Phases
-from edgebuild.core.kind import BuildContext
+from edgebuild.plugin import BuildContext, ExportError, Phases
 from ..qwen3_5_tower_qdq.params import MODEL_FILE as SOURCE_MODEL_FILE
 from . import compile as compile_module
 from .params import CONTEXT_BINARY_FILE, INFO_FILE, INFO_FORMAT, MODEL_FILE, PROVIDER, QnnParams

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...errors import EdgebuildError, ExportError
+from edgebuild.plugin import EdgebuildError, ExportError
 from .qnn import htp_session, partitions
 
 PROTOBUF_LIMIT = 2**31

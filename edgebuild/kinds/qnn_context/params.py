@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from edgebuild.core.kind import ArtifactParams, Strict
+from edgebuild.plugin import ArtifactParams, Strict
 
 # The EPContext graph, and the compiled context binary onnxruntime names after it.
 MODEL_FILE = "model.onnx"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...errors import ExportError
+from edgebuild.plugin import ExportError
 from .params import PROVIDER, QNN_PACKAGE
 
 

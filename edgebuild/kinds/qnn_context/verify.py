@@ -9,9 +9,7 @@ import json
 from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
-from ...errors import ExportError
-from edgebuild.core.report import Check
-from edgebuild.core.kind import Verification, VerifyContext
+from edgebuild.plugin import Check, ExportError, Verification, VerifyContext
 from ..qwen3_5_tower_qdq.params import MODEL_FILE as SOURCE_MODEL_FILE
 from ..qwen3_5_tower_qdq.params import WEIGHTS_FILE as SOURCE_WEIGHTS_FILE
 from .params import INFO_FILE, MODEL_FILE, PROVIDER, QnnParams

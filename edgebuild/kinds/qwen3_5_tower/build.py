@@ -7,9 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from ...errors import ExportError
-from edgebuild.core.timing import Phases
-from edgebuild.core.kind import BuildContext
+from edgebuild.plugin import BuildContext, ExportError, Phases
 from .model import fixed_shape_tower_class, load_tower
 from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WRAPPER_TOLERANCE, TowerParams, tower_geometry
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CheckpointError
+from edgebuild.plugin import CheckpointError
 from .params import VISUAL_PREFIX, TowerGeometry
 
 if TYPE_CHECKING:

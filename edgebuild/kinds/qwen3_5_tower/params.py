@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator
 
-from ...errors import ParameterError
+from edgebuild.plugin import ArtifactParams, Dtype, ParameterError, Strict
 from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
-from edgebuild.core.kind import ArtifactParams, Dtype, Strict
 
 if TYPE_CHECKING:
     from edgebuild.core.checkpoint import Checkpoint

@@ -4,8 +4,7 @@ forward in float32, the graph's shapes and ops, and where each provider places i
 from __future__ import annotations
 
 from edgebuild.ml.compare import compare_outputs, worst_case
-from edgebuild.core.report import Check
-from edgebuild.core.kind import Verification, VerifyContext
+from edgebuild.plugin import Check, Verification, VerifyContext
 from .model import load_tower, sample_patches
 from .params import MODEL_FILE, WRAPPER_TOLERANCE, TowerParams, tower_geometry
 

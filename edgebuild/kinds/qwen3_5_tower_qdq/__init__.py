@@ -18,13 +18,10 @@ checkpoint behind the source.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from edgebuild.ml.sample_images import starter_samples
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
 
-from ...errors import ParameterError
-from edgebuild.core.kind import ArtifactKind, ArtifactParams, TensorSelection
 from ..qwen3_5_tower.params import TowerParams
-from edgebuild.core.registry import register
-from edgebuild.core.starter import Starter
 from .inputs import read_preprocessor_config
 from .params import (
     INFO_FILE,
@@ -36,11 +33,7 @@ from .params import (
     QdqParams,
 )
 
-if TYPE_CHECKING:
-    from edgebuild.core.checkpoint import Checkpoint
 
-
-@register
 class Qwen3_5TowerQdq(ArtifactKind):
     name = "qwen3_5_tower_qdq"
     summary = "Qwen3.5 vision tower -> static QDQ ONNX for QNN (A16W8 by default)"
@@ -48,6 +41,8 @@ class Qwen3_5TowerQdq(ArtifactKind):
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
     build_module = "edgebuild.kinds.qwen3_5_tower_qdq.build"
     verify_module = "edgebuild.kinds.qwen3_5_tower_qdq.verify"
+    # Full-size QDQ at 224: 2.62x the float32 weights.
+    memory_factor = 3.0
     starter = Starter(
         entry="""\
   # The float tower quantized for an NPU: 16-bit activations, 8-bit weights (A16W8)
@@ -63,17 +58,18 @@ class Qwen3_5TowerQdq(ArtifactKind):
     activation_type: uint16              # uint16 | uint8
     weight_type: uint8                   # uint8 | int8 | uint16
 """,
+        samples=starter_samples(),
     )
     source_kinds = ("qwen3_5_vision_tower",)
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: "Checkpoint") -> TensorSelection:
+    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
         assert isinstance(params, QdqParams)
         # The image processor's file only when images go through it: patches files alone
         # need no preprocessor_config.json.
         reads_images = bool(params.calibration.images or params.held_out.images)
         return TensorSelection(prefixes=(), config_key="vision_config", files=(PREPROCESSOR_FILE,) if reads_images else ())
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
+    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
         assert isinstance(params, QdqParams)
         if len(checkpoints) != 1:
             raise ParameterError(f"expected one checkpoint behind {params.source!r}, found {len(checkpoints)}", key="source")

@@ -10,8 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from edgebuild.core.timing import Phases
-from edgebuild.core.kind import BuildContext
+from edgebuild.plugin import BuildContext, Phases
 from ..qwen3_5_tower.params import GEOMETRY_FILE as SOURCE_GEOMETRY_FILE
 from ..qwen3_5_tower.params import MODEL_FILE as SOURCE_MODEL_FILE
 from ..qwen3_5_tower.params import WEIGHTS_FILE as SOURCE_WEIGHTS_FILE

@@ -18,9 +18,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CheckpointError
+from edgebuild.plugin import CheckpointError, expand_inputs
 from edgebuild.ml.images import load_rgb_image
-from edgebuild.core.inputs import expand_inputs
 from .params import PATCHES_INPUT, PREPROCESSOR_FILE, TowerInputs
 
 if TYPE_CHECKING:

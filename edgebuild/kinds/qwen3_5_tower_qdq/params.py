@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from edgebuild.core.kind import ArtifactParams, InputFiles, Strict
+from edgebuild.plugin import ArtifactParams, InputFiles, Strict
 
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.onnx.data"

@@ -8,8 +8,7 @@ import json
 from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
-from edgebuild.core.report import Check
-from edgebuild.core.kind import Verification, VerifyContext
+from edgebuild.plugin import Check, Verification, VerifyContext
 from ..qwen3_5_tower.params import GEOMETRY_FILE as SOURCE_GEOMETRY_FILE
 from ..qwen3_5_tower.params import MODEL_FILE as SOURCE_MODEL_FILE
 from .graph import WEIGHT_INPUTS, qdq_summary

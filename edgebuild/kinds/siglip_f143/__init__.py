@@ -15,23 +15,20 @@ SafeTensors metadata (the seed's header order varies run to run).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
-from ...errors import ParameterError
+from edgebuild.ml.sample_images import starter_samples
 from edgebuild.ml.siglip import PREPROCESSOR_FILE, siglip_layout
-from edgebuild.core.kind import ArtifactKind, ArtifactParams, TensorSelection
-from edgebuild.core.registry import register
-from edgebuild.core.starter import Starter
+from edgebuild.ml.siglip_fixtures import FIXTURES
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
+
 from .packed import load_packed
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
-
-if TYPE_CHECKING:
-    from edgebuild.core.checkpoint import Checkpoint
 
 __all__ = ["SiglipF143", "load_packed"]
 
 
-@register
 class SiglipF143(ArtifactKind):
     name = "siglip_f143"
     summary = "SigLIP vision encoder quantized to F143 (GPTQ) -> SafeTensors"
@@ -39,6 +36,9 @@ class SiglipF143(ArtifactKind):
     outputs = ("config.json", "preprocessor_config.json", MODEL_FILE, PACKED_FILE, REPORT_FILE)
     build_module = "edgebuild.kinds.siglip_f143.build"
     verify_module = "edgebuild.kinds.siglip_f143.verify"
+    # SigLIP-so400m-shaped GPTQ: 2.91 GiB peak for 1.6 GiB of float32 weights, baseline included.
+    memory_factor = 2.0
+    fixtures = FIXTURES
     starter = Starter(
         checkpoints={"siglip": "siglip_tiny"},
         entry="""\
@@ -57,9 +57,10 @@ class SiglipF143(ArtifactKind):
     verify:
       cosine_min: 0.99                   # quantized vs float encoder, worst batch
 """,
+        samples=starter_samples(),
     )
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: "Checkpoint") -> TensorSelection:
+    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
         # The encoder's tensors, named as the checkpoint's layout names them (with or
         # without ``vision_model.``); all of config.json in every layout (the model is
         # built from its vision settings, and the file is copied into the artifact);
@@ -67,7 +68,7 @@ class SiglipF143(ArtifactKind):
         layout = siglip_layout(checkpoint)
         return TensorSelection(prefixes=(layout.prefix,), config_key=None, files=(PREPROCESSOR_FILE,))
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
+    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
         assert isinstance(params, SiglipF143Params)
         checkpoint = checkpoints[params.checkpoint]
         layout = siglip_layout(checkpoint)
@@ -81,3 +82,8 @@ class SiglipF143(ArtifactKind):
 
             if not torch.cuda.is_available():
                 raise ParameterError("'cuda' was requested but torch.cuda.is_available() is False", key="device")
+
+    def report_figures(self, name: str, directory: Path, report: dict[str, Any], uid: str) -> Plots:
+        from .figures import siglip_figures
+
+        return siglip_figures(name, directory, report, uid)

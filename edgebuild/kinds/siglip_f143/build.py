@@ -16,8 +16,7 @@ from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
 from edgebuild.ml.siglip import PREPROCESSOR_FILE, encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest
-from edgebuild.core.timing import Phases
-from edgebuild.core.kind import BuildContext
+from edgebuild.plugin import BuildContext, Phases
 from .calibration import calibrate, encoder_linears
 from .packed import PACKED_FORMAT, pack_state, save_safetensors
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params

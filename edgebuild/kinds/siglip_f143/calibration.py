@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from edgebuild.ml.compare import compare_outputs
 from edgebuild.ml.siglip import encoder_outputs
-from edgebuild.core.timing import Phases
+from edgebuild.plugin import Phases
 from .params import LINEAR_SUFFIXES, SiglipF143Params
 
 if TYPE_CHECKING:

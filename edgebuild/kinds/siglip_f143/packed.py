@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CheckpointError
+from edgebuild.plugin import CheckpointError
 
 if TYPE_CHECKING:
     import torch

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from edgebuild.core.kind import ArtifactParams, InputSet, Strict
+from edgebuild.plugin import ArtifactParams, InputSet, Strict
 
 LINEAR_SUFFIXES = (
     "self_attn.q_proj",

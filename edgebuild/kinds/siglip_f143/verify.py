@@ -8,9 +8,8 @@ import json
 from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
-from edgebuild.core.report import Check
+from edgebuild.plugin import Check, Verification, VerifyContext
 from edgebuild.ml.siglip import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest, vision_settings
-from edgebuild.core.kind import Verification, VerifyContext
 from .packed import EXPONENT_SUFFIX, load_packed, stored_bytes
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
 

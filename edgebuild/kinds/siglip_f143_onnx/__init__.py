@@ -18,19 +18,14 @@ exporter chose: axis 0 for ``MatMul``'s ``[in, out]``, axis 1 for ``[out, in]``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
-from ...errors import ParameterError
-from edgebuild.core.kind import ArtifactKind, ArtifactParams
-from edgebuild.core.registry import register
-from edgebuild.core.starter import Starter
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter
+
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams
 
-if TYPE_CHECKING:
-    from edgebuild.core.checkpoint import Checkpoint
 
-
-@register
 class SiglipF143Onnx(ArtifactKind):
     name = "siglip_f143_onnx"
     summary = "F143 SigLIP encoder -> ONNX with FP8 (FLOAT8E4M3FNUZ) weights"
@@ -38,6 +33,8 @@ class SiglipF143Onnx(ArtifactKind):
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
     build_module = "edgebuild.kinds.siglip_f143_onnx.build"
     verify_module = "edgebuild.kinds.siglip_f143_onnx.verify"
+    # Not measured at full size; an export plus onnxruntime sessions, like the tower.
+    memory_factor = 3.0
     source_kinds = ("siglip_f143",)
     starter = Starter(
         entry="""\
@@ -50,7 +47,12 @@ class SiglipF143Onnx(ArtifactKind):
 """,
     )
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
+    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
         assert isinstance(params, SiglipOnnxParams)
         if len(checkpoints) != 1:
             raise ParameterError(f"expected one float checkpoint behind {params.source!r}, found {len(checkpoints)}", key="source")
+
+    def report_figures(self, name: str, directory: Path, report: dict[str, Any], uid: str) -> Plots:
+        from .figures import onnx_figures
+
+        return onnx_figures(name, directory, report, uid)

@@ -8,9 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ExportError
-from edgebuild.core.timing import Phases
-from edgebuild.core.kind import BuildContext
+from edgebuild.plugin import BuildContext, ExportError, Phases
 from .model import encoder_class, load_quantized, random_pixels
 from ..siglip_f143.params import REPORT_FILE as SOURCE_REPORT_FILE
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CheckpointError
+from edgebuild.plugin import CheckpointError
 from edgebuild.ml.siglip import vision_settings
 from ..siglip_f143.params import REPORT_FILE as SOURCE_REPORT_FILE
 

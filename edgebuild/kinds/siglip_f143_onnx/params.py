@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET
-from edgebuild.core.kind import ArtifactParams, Dtype, Strict
+from edgebuild.plugin import ArtifactParams, Dtype, Strict
 
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.onnx.data"

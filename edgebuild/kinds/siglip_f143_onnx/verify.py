@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from edgebuild.core.report import Check
-from edgebuild.core.kind import Verification, VerifyContext
+from edgebuild.plugin import Check, Verification, VerifyContext
 from .model import load_quantized, random_pixels
 from .params import DEFAULT_QUANTIZED_MAX_REL, INFO_FILE, MODEL_FILE, SiglipOnnxParams
 

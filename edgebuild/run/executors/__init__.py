@@ -35,7 +35,8 @@ from edgebuild.errors import ClusterError
 from edgebuild.run.executors.base import Executor, Job, Say, WorkerOffer
 
 if TYPE_CHECKING:
-    from edgebuild.core.project import Project
+    from edgebuild.core.config import Settings
+    from edgebuild.run.workspace import Workspace
 
 
 @dataclass
@@ -54,25 +55,26 @@ def check_address(address: str) -> None:
     local_worker_count(address)
 
 
-def open_executor(address: str) -> Executor:
+def open_executor(address: str, settings: "Settings") -> Executor:
     from edgebuild.run.executors.dask import DaskExecutor
 
-    return DaskExecutor(address)
+    return DaskExecutor(address, settings)
 
 
 # --- the driver --------------------------------------------------------------------------
 
 
-def run_on_cluster(project: "Project", names: list[str], address: str, verify: bool, say: Say) -> ClusterRun:
+def run_on_cluster(workspace: "Workspace", names: list[str], address: str, verify: bool, say: Say) -> ClusterRun:
     """Build (and verify) ``names`` and what they consume on the cluster at ``address``;
     everything that succeeded is in the remote cache when this returns."""
-    from edgebuild.run.builder import keep_verified, stderr_log
+    from edgebuild.core.project import SourceNotBuilt
+    from edgebuild.run import scheduler
     from edgebuild.run.costs import recorded_costs
-    from edgebuild.core.record import VerificationState, verification_state
     from edgebuild.run.executors.resources import task_resources
+    from edgebuild.run.state import VerificationState, verification_state
 
     check_address(address)
-    remote = project.remote_cache
+    remote = workspace.remote
     if remote is None:
         raise ClusterError(
             "--dask: cluster workers hand their builds back through the remote cache, and none is set: set "
@@ -85,35 +87,42 @@ def run_on_cluster(project: "Project", names: list[str], address: str, verify: b
             "--remote-readonly), so no worker could hand a build back; run without --dask, or with a writable cache"
         )
     remote.location.check_root()
-    selection = project.manifest.order(names)
-    costs = recorded_costs(project, selection)
+    selection = workspace.order(names)
+    costs = recorded_costs(workspace, [artifact.name for artifact in selection])
     jobs: list[Job] = []
-    for name in selection:
-        fingerprint = project.fingerprint(name)
-        if remote.has(fingerprint):
-            say(f"[{name}] in the remote cache already: pulled, not run on the cluster")
-            continue
-        if verification_state(project, name) is VerificationState.VERIFIED:
-            # Verified here before the remote was set: shared now, no cluster time spent.
-            keep_verified(project, name, stderr_log(name))
-            continue
-        resources, basis = task_resources(project, name, costs.get(name))
+    for artifact in selection:
         job_names = {job.name for job in jobs}
+        try:
+            fingerprint: str | None = artifact.fingerprint
+        except SourceNotBuilt:
+            # Keyed by its source's bytes, which a job of this run will make: known then.
+            fingerprint = None
+        if fingerprint is not None:
+            if remote.has(fingerprint):
+                say(f"[{artifact.name}] in the remote cache already: pulled, not run on the cluster")
+                continue
+            if verification_state(workspace, artifact) is VerificationState.VERIFIED:
+                # Verified here before the remote was set: the verify step shares it (it
+                # pushes, judging nothing again), and no cluster time is spent.
+                scheduler.verify(workspace, artifact)
+                continue
+        resources, basis = task_resources(artifact, costs.get(artifact.name))
         jobs.append(
             Job(
-                name=name,
+                name=artifact.name,
                 fingerprint=fingerprint,
-                sources=tuple(source for source in project.manifest.artifacts[name].source_artifacts() if source in job_names),
+                sources=tuple(source.name for source in artifact.sources if source.name in job_names),
                 resources=resources,
                 resource_basis=basis,
-                manifest_path=str(project.manifest.path.resolve()),
+                manifest_path=str(workspace.manifest.path.resolve()),
                 remote_cache=remote.location.url,
             )
         )
-    project.save_caches()
+    workspace.save_caches()
+    ready_all = [artifact.name for artifact in selection]
     if not jobs:
-        return ClusterRun(ready=selection)
-    with open_executor(address) as executor:
+        return ClusterRun(ready=ready_all)
+    with open_executor(address, workspace.settings) as executor:
         say(f"cluster {executor.label}: {len(jobs)} artifacts to build and verify ({', '.join(job.name for job in jobs)})")
         _check_resources(jobs, executor.offers())
         outcomes = executor.run(jobs, say)
@@ -122,14 +131,14 @@ def run_on_cluster(project: "Project", names: list[str], address: str, verify: b
         say(f"edgebuild: error: {outcomes[name].message}")
     blocked = set(failed)
     ready = []
-    for name in selection:
-        if name in blocked or any(source in blocked for source in project.manifest.artifacts[name].source_artifacts()):
-            blocked.add(name)
+    for artifact in selection:
+        if artifact.name in blocked or any(source.name in blocked for source in artifact.sources):
+            blocked.add(artifact.name)
         else:
-            ready.append(name)
+            ready.append(artifact.name)
     built = len(jobs) - len(failed)
     say(f"cluster: {built} of {len(jobs)} built and verified" + (f"; failed or not run: {', '.join(failed)}" if failed else ""))
-    return ClusterRun(ready=ready, failed=[name for name in selection if name in blocked])
+    return ClusterRun(ready=ready, failed=[name for name in ready_all if name in blocked])
 
 
 def _check_resources(jobs: list[Job], offers: list[WorkerOffer]) -> None:

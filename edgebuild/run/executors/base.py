@@ -6,7 +6,6 @@ engine (see ``edgebuild/executors/__init__.py``).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -14,34 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from edgebuild.errors import ClusterError
+from edgebuild.errors import ClusterError, PlanChanged
 
 Say = Callable[[str], None]
-# Environment a job's worker processes must not inherit from the cluster worker: the
-# job says where the remote cache is, and it must write to it.
-JOB_UNSET_ENV = ("EDGEBUILD_REMOTE_CACHE_READONLY", "EDGEBUILD_PULL_ONLY", "EDGEBUILD_MANIFEST")
-# How long the driver waits for a first worker, or for one that offers what a job still
-# waiting needs after the one that did was lost (an autoscaler may bring one).
-CLUSTER_WAIT_ENV = "EDGEBUILD_CLUSTER_WAIT"
-# "0": a job's output goes to the driver only, not also to the cluster worker's own stderr
-# (a local cluster's workers share the driver's terminal: every line would show twice).
-JOB_OUTPUT_TO_WORKER_LOG_ENV = "EDGEBUILD_JOB_OUTPUT_TO_WORKER_LOG"
-DEFAULT_CLUSTER_WAIT_SECONDS = 60.0
-
-
-def cluster_wait_seconds() -> float:
-    try:
-        return float(os.environ.get(CLUSTER_WAIT_ENV, "") or DEFAULT_CLUSTER_WAIT_SECONDS)
-    except ValueError:
-        return DEFAULT_CLUSTER_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
 class Job:
-    """One artifact to build and verify on a cluster worker."""
+    """One artifact to build and verify on a cluster worker. ``fingerprint`` is ``None``
+    for one keyed by the bytes of a source that another job of the run builds."""
 
     name: str
-    fingerprint: str
+    fingerprint: str | None
     # Jobs this one waits for (its sources that are jobs too; the others are in the remote cache).
     sources: tuple[str, ...]
     resources: dict[str, float]
@@ -98,41 +81,47 @@ class Executor(ABC):
 
 def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[str, Any]:
     """Build ``job`` and verify it, each in a worker process; the verification pushes it to
-    the remote cache. Raises the edgebuild error that stopped it (one line, naming it)."""
-    from edgebuild.core.hashing import digest_bytes
+    the remote cache. Raises the edgebuild error that stopped it (one line, naming it).
+
+    The cluster worker's own settings (its environment) apply, but for what the job
+    decides: where the remote cache is, that it is written, and that this worker builds."""
     from edgebuild.cache.remote import RemoteCache
+    from edgebuild.core.config import Settings
+    from edgebuild.core.hashing import digest_bytes
     from edgebuild.run.workers import run_worker_at
 
     started = time.perf_counter()
-    if RemoteCache.open(job.remote_cache).has(job.fingerprint):
+    settings = Settings.from_environ().replace(
+        remote_cache=job.remote_cache, remote_readonly=False, pull_only=False, manifest=job.manifest_path
+    )
+    if job.fingerprint is not None and RemoteCache.open(job.remote_cache, s3_endpoint=settings.s3_endpoint).has(job.fingerprint):
         # An earlier attempt (on a worker lost after it pushed) or another driver got there first.
         emit("in the remote cache already: nothing to do")
         return {"seconds": time.perf_counter() - started}
     root = local_directory / "edgebuild" / digest_bytes(job.manifest_path.encode())[:16]
     root.mkdir(parents=True, exist_ok=True)
-    environment = {key: value for key, value in os.environ.items() if key not in JOB_UNSET_ENV}
-    environment["EDGEBUILD_REMOTE_CACHE"] = job.remote_cache
     # Builds running at once on this worker share its cores (unless the worker says otherwise).
-    environment.setdefault("EDGEBUILD_JOBS", str(max(1, threads)))
-
-    to_worker_log = os.environ.get(JOB_OUTPUT_TO_WORKER_LOG_ENV, "1") != "0"
+    if not settings.jobs:
+        settings = settings.replace(jobs=max(1, threads))
+    environment = settings.environ()
 
     def relay(stream: str, line: str) -> None:
         # All of it in the worker's own log; to the driver, what says what happens (not the
         # report's table, which the driver pulls with the build).
-        if to_worker_log:
+        if settings.job_output_to_worker_log:
             sys.stderr.write(line)
         text = line.strip()
         if text and not text.startswith(("|", "fingerprint `")):
             emit(text)
 
-    built = run_worker_at("build", job.manifest_path, str(root), job.name, environment, relay)
-    if built.get("fingerprint") != job.fingerprint:
-        raise ClusterError(
-            f"{job.name}: this worker computed fingerprint {str(built.get('fingerprint'))[:12]}, the driver "
-            f"{job.fingerprint[:12]}: it sees other inputs, code or tool versions (another checkout or environment?); "
-            "nothing was pushed"
-        )
-    run_worker_at("verify", job.manifest_path, str(root), job.name, environment, relay)
+    try:
+        built = run_worker_at("build", job.manifest_path, str(root), job.name, environment, relay, expect=job.fingerprint)
+    except PlanChanged:
+        if job.fingerprint is not None:
+            raise ClusterError(
+                f"{job.name}: this worker computes another fingerprint than the driver ({job.fingerprint[:12]}): "
+                "it sees other inputs, code or tool versions (another checkout or environment?); nothing was pushed"
+            ) from None
+        raise
+    run_worker_at("verify", job.manifest_path, str(root), job.name, environment, relay, expect=built.get("fingerprint"))
     return {"seconds": time.perf_counter() - started}
-

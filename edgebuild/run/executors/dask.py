@@ -13,7 +13,7 @@ A job fails, without retry, on an edgebuild error (it would fail the same way ag
 The scheduler never hangs on a job nobody can take: resources are checked before
 anything is submitted, and while jobs wait the driver checks that some worker
 still offers what they need (after the one that did was lost, it waits
-``EDGEBUILD_CLUSTER_WAIT`` seconds for one to join, then fails them by name).
+the ``cluster_wait_seconds`` setting (``EDGEBUILD_CLUSTER_WAIT``) for one to join, then fails them by name).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.errors import ClusterError, EdgebuildError
-from edgebuild.run.executors.base import JOB_OUTPUT_TO_WORKER_LOG_ENV, Executor, Job, Outcome, Say, WorkerOffer, cluster_wait_seconds, run_job
+from edgebuild.core.config import Settings
+from edgebuild.run.executors.base import Executor, Job, Outcome, Say, WorkerOffer, run_job
 
 PROGRESS_TOPIC = "edgebuild-progress"
 LOCAL = "local"
@@ -35,7 +36,8 @@ POLL_SECONDS = 0.5
 
 
 class DaskExecutor(Executor):
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, settings: Settings | None = None) -> None:
+        self.wait_seconds = (settings or Settings.from_environ()).cluster_wait_seconds
         try:
             import distributed
         except ImportError:
@@ -62,13 +64,13 @@ class DaskExecutor(Executor):
             ) from None
 
     def offers(self) -> list[WorkerOffer]:
-        waited = time.monotonic() + cluster_wait_seconds()
+        waited = time.monotonic() + self.wait_seconds
         offers = self._offers()
         while not offers and time.monotonic() < waited:
             time.sleep(POLL_SECONDS)
             offers = self._offers()
         if not offers:
-            raise ClusterError(f"--dask {self.label}: no worker joined the scheduler within {cluster_wait_seconds():g} s")
+            raise ClusterError(f"--dask {self.label}: no worker joined the scheduler within {self.wait_seconds:g} s")
         return offers
 
     def _offers(self) -> list[WorkerOffer]:
@@ -89,7 +91,7 @@ class DaskExecutor(Executor):
                 _run_on_dask_worker,
                 job,
                 *[futures[source] for source in job.sources],
-                key=f"{job.name}-{job.fingerprint[:12]}-{uuid.uuid4().hex[:8]}",
+                key=f"{job.name}-{(job.fingerprint or 'from-sources')[:12]}-{uuid.uuid4().hex[:8]}",
                 resources=job.resources,
                 pure=False,
                 retries=0,
@@ -187,12 +189,12 @@ class DaskExecutor(Executor):
                 unplaceable_since.pop(job.name, None)
                 continue
             since = unplaceable_since.setdefault(job.name, now)
-            if now - since >= cluster_wait_seconds():
+            if now - since >= self.wait_seconds:
                 self.client.cancel([futures[job.name]])
                 outcomes[job.name] = Outcome(
                     job.name, False,
                     f"{job.name}: no worker left offers what it needs ({', '.join(f'{k}={v:.3g}' for k, v in sorted(job.resources.items()))}) "
-                    f"after {cluster_wait_seconds():g} s (the worker that did was lost); nothing of it counts as built",
+                    f"after {self.wait_seconds:g} s (the worker that did was lost); nothing of it counts as built",
                 )
         # Jobs behind one failed here never start: say so, rather than wait on them.
         for job in jobs:
@@ -246,7 +248,7 @@ def _local_cluster(address: str) -> Any:
         resources={"MEMORY": float(memory)},
         # The workers' builds share this machine's cores: each takes cores / N torch threads.
         # Their stderr is this terminal: a job's output reaches it once, through the driver.
-        env={"EDGEBUILD_JOBS": str(count), JOB_OUTPUT_TO_WORKER_LOG_ENV: "0"},
+        env=Settings(jobs=count, job_output_to_worker_log=False).environ({}),
     )
 
 

@@ -3,9 +3,9 @@
 ``MEMORY`` (bytes) is the larger of
 
 - an estimate from the weights and the kind: a process's own footprint (Python,
-  torch, transformers, onnxruntime imported) plus a per-kind multiple of the
-  float32 size of the tensors the artifact reads (or, for one that reads none, of
-  those its nearest source read). The multiples are the measured peaks over the
+  torch, transformers, onnxruntime imported) plus the kind's ``memory_factor`` times
+  the float32 size of the tensors the artifact reads (or, for one that reads none,
+  of those its nearest source read). The factors are the measured peaks over the
   weights in BENCHMARKS.md, rounded up; the build and its verification each run
   in a process of their own, so the larger of the two counts, not their sum;
 - the recorded peak of its last build (``edgebuild/costs.py``), plus a margin.
@@ -22,54 +22,42 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from edgebuild.core.project import Artifact
     from edgebuild.run.costs import Cost
-    from edgebuild.core.project import Project
 
 MEMORY = "MEMORY"
 GPU = "GPU"
 # A worker process before it loads any weights: the interpreter with torch, transformers and
 # onnxruntime imported (measured: 0.46 GiB peak for a whole tiny-tower build).
 PROCESS_FOOTPRINT_BYTES = 1 << 30
-# Peak memory over the float32 weights, per kind (the larger of build and verification).
-KIND_MEMORY_FACTOR = {
-    # Full-size tower (1.72 GiB float32): verification peaked at 2.95x, the build at 1.65x.
-    "qwen3_5_vision_tower": 3.0,
-    # Full-size QDQ at 224: 2.62x the float32 weights.
-    "qwen3_5_tower_qdq": 3.0,
-    # SigLIP-so400m-shaped GPTQ: 2.91 GiB peak for 1.6 GiB of float32 weights, baseline included.
-    "siglip_f143": 2.0,
-    # Not measured at full size; an export plus onnxruntime sessions, like the tower.
-    "siglip_f143_onnx": 3.0,
-    # Compiling the full-size QDQ tower's context: 2.6 GiB against 1.72 GiB of source weights.
-    "qnn_context": 2.0,
-}
+# A kind that declares no ``memory_factor`` (its peak over its float32 weights, measured).
 UNMEASURED_KIND_FACTOR = 3.0
 # Over a recorded peak: another run of the same build allocates a little differently.
 RECORDED_PEAK_MARGIN = 1.25
 BYTES_PER_FLOAT32 = 4
 
 
-def task_resources(project: "Project", name: str, cost: "Cost | None") -> tuple[dict[str, float], str]:
-    """The resources ``name``'s task asks for, and how ``MEMORY`` was arrived at (for messages)."""
-    kind = project.manifest.artifacts[name].kind
-    weights = float32_weight_bytes(project, name)
-    factor = KIND_MEMORY_FACTOR.get(kind, UNMEASURED_KIND_FACTOR)
+def task_resources(artifact: "Artifact", cost: "Cost | None") -> tuple[dict[str, float], str]:
+    """The resources ``artifact``'s task asks for, and how ``MEMORY`` was arrived at (for messages)."""
+    weights = float32_weight_bytes(artifact)
+    factor = artifact.kind.memory_factor or UNMEASURED_KIND_FACTOR
     memory = PROCESS_FOOTPRINT_BYTES + factor * weights
     basis = f"estimated: {_gib(PROCESS_FOOTPRINT_BYTES)} + {factor:g} x {_gib(weights)} of float32 weights"
     if cost is not None and cost.peak_rss_bytes and cost.peak_rss_bytes * RECORDED_PEAK_MARGIN > memory:
         memory = cost.peak_rss_bytes * RECORDED_PEAK_MARGIN
         basis = f"recorded peak {_gib(cost.peak_rss_bytes)} in the {cost.source}, plus {RECORDED_PEAK_MARGIN - 1:.0%}"
     resources = {MEMORY: float(int(memory))}
-    if getattr(project.manifest.artifacts[name], "device", None) == "cuda":
+    if getattr(artifact.params, "device", None) == "cuda":
         resources[GPU] = 1.0
     return resources, basis
 
 
-def float32_weight_bytes(project: "Project", name: str) -> int:
-    """The float32 size of the tensors ``name`` reads from its checkpoints; for an artifact
-    that reads none (a graph made from its source's), its nearest source's."""
-    params = project.manifest.artifacts[name]
-    kind = project.kind(name)
+def float32_weight_bytes(artifact: "Artifact") -> int:
+    """The float32 size of the tensors ``artifact`` reads from its checkpoints; for one that
+    reads none (a graph made from its source's), its nearest source's."""
+    project = artifact.project
+    params = artifact.params
+    kind = artifact.kind
     # Its own checkpoints; an artifact without one reads those behind its sources.
     checkpoints = [project.checkpoint(checkpoint) for checkpoint in params.checkpoint_names()]
     if not checkpoints:
@@ -82,8 +70,7 @@ def float32_weight_bytes(project: "Project", name: str) -> int:
         elements += sum(math.prod(entry.shape) for entry in checkpoint.select(selection.prefixes).values())
     if elements:
         return elements * BYTES_PER_FLOAT32
-    sources = params.source_artifacts()
-    return max((float32_weight_bytes(project, source) for source in sources), default=0)
+    return max((float32_weight_bytes(source) for source in artifact.sources), default=0)
 
 
 def _gib(size: float) -> str:

@@ -1,0 +1,261 @@
+"""What edgebuild's doit commands share: finding the workspace the dodo file opened,
+artifact names on the command line, options anywhere among them, running doit's
+``run`` with outcomes recorded, and the lock file refreshed afterwards.
+
+The commands are entry points of the group ``doit.COMMAND`` (``pyproject.toml``):
+doit loads the commands of every installed package from there, so installing
+edgebuild gives every project these commands with no per-repo configuration.
+Every command finds the dodo file the way doit's own do (``-f FILE``, ``-d DIR``,
+``-k`` to seek it in parent directories) and works on the workspace that dodo
+file opened. A command parses, calls the engine (``edgebuild/run/``) and prints;
+it does no work of its own.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from typing import Any
+
+from doit.cmd_base import DoitCmdBase
+from doit.cmd_run import Run
+from doit.exceptions import InvalidCommand
+
+from edgebuild.errors import EdgebuildError
+from edgebuild.run.scheduler import Outcomes, verification_summary
+
+JSON_OPTION = {"name": "as_json", "short": "", "long": "json", "type": bool, "default": False, "help": "print JSON"}
+FAIL_FAST_OPTION = {
+    "name": "fail_fast", "short": "", "long": "fail-fast", "type": bool, "default": False,
+    "help": "stop at the first failure (by default every selected artifact is verified)",
+}
+
+
+def open_workspace(command: DoitCmdBase, params: Any) -> Any:
+    """Import the dodo file as doit does and return the workspace it opened; merge its
+    ``DOIT_CONFIG`` into ``params`` (as doit's ``execute`` does later)."""
+    from edgebuild.cli.tasks import current_workspace
+    from edgebuild.core.config import Settings
+
+    if params.get("cwdPath"):
+        params["cwdPath"] = os.path.abspath(params["cwdPath"])
+    # Paths typed in the shell are relative to where the command was typed; doit is
+    # about to change into the dodo file's directory (and workers start there): the
+    # settings, read here, hold them absolute from now on.
+    try:
+        Settings.from_environ().apply(os.environ)
+    except EdgebuildError as error:
+        raise InvalidCommand(str(error)) from None
+    command.loader.setup(params)
+    # doit's execute imports the dodo file again, from the dodo file's directory (doit
+    # has changed into it): from there only an absolute path names the same file.
+    dodo_file = getattr(command.loader, "namespace", {}).get("__file__")
+    if dodo_file:
+        params["dodoFile"] = dodo_file
+    params.update_defaults(command.loader.load_doit_config())
+    return current_workspace()
+
+
+def selected(args: list[str], workspace: Any) -> list[str]:
+    """The artifact names given (all, in manifest order, when none are); an unknown one
+    is an error with the closest match."""
+    names = [artifact.name for artifact in workspace.order()]
+    unknown = [arg for arg in args if arg not in names]
+    if unknown:
+        match = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f" (did you mean {match[0]!r}?)" if match else ""
+        raise InvalidCommand(f"unknown artifact {unknown[0]!r}{hint}; `doit list` shows the artifacts")
+    return args or names
+
+
+def options_first(args: list[str], options: list[Any]) -> list[str]:
+    """``args`` with every option of ``options`` (doit's ``CmdOption``) moved ahead of the
+    artifact names, with its value. doit's parser (getopt) stops at the first name, and
+    ``doit publish NAME --to DEST`` is the natural order."""
+    takes_value: dict[str, bool] = {}
+    for option in options:
+        for flag in (f"-{option.short}" if option.short else "", f"--{option.long}" if option.long else ""):
+            if flag:
+                takes_value[flag] = option.type is not bool
+        if option.inverse:
+            takes_value[f"--{option.inverse}"] = False
+    moved: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            rest.extend(args[index:])
+            break
+        flag = arg.split("=", 1)[0]
+        if flag not in takes_value and not arg.startswith("--") and arg[:2] in takes_value:
+            flag = arg[:2]  # a short option with its value attached: -n2
+        if arg.startswith("-") and flag in takes_value:
+            moved.append(arg)
+            if takes_value[flag] and arg == flag and index + 1 < len(args):
+                moved.append(args[index + 1])
+                index += 1
+        else:
+            rest.append(arg)
+        index += 1
+    return moved + rest
+
+
+class NamesAnywhere:
+    """Options may follow the artifact names: ``doit verify NAME --fail-fast``."""
+
+    def parse_execute(self, in_args):  # noqa: D102 - doit's signature
+        return super().parse_execute(options_first(list(in_args), self.get_options()))  # type: ignore[misc]
+
+
+class WorkspaceCommand(DoitCmdBase):
+    """A command that reads the workspace and runs no task: it finds the dodo file as
+    doit does (``-f``, ``-d``, ``-k``), and needs nothing else of doit's."""
+
+    def execute(self, params, args):  # noqa: D102 - doit's signature
+        return self.run(open_workspace(self, params), params, args)
+
+    def run(self, workspace: Any, params: Any, args: list[str]) -> int:
+        raise NotImplementedError
+
+
+def fail(message: str) -> None:
+    print(f"edgebuild: error: {message}", file=sys.stderr, flush=True)
+
+
+def _parallel_workers(jobs: int) -> None:
+    """Prepare ``doit -n N``: doit's processes are spawned, not forked.
+
+    By the time doit starts its processes this one has usually imported torch
+    (generating a fixture, fingerprinting); a forked child inherits torch's OpenMP
+    thread pool in a state it cannot use and hangs in its first parallel op.
+    Spawned ones start clean."""
+    import multiprocessing
+
+    multiprocessing.set_start_method("spawn", force=True)
+
+
+class RecordingReporter:
+    """doit's reporter ``base``, recording each task's outcome into ``outcomes`` (the
+    scheduler's bookkeeping, the same the Python API keeps).
+
+    Not a subclass made on the fly: ``doit -n N`` hands the reporter's class to its
+    worker processes by name, so this one is importable, and set up through class
+    attributes (one doit command runs per process). Workers only ask which
+    methods it has; every call happens in the main process."""
+
+    base: Any = None
+    outcomes: Outcomes | None = None
+
+    @classmethod
+    def recording(cls, reporter: Any, reporters: dict[str, Any], outcomes: Outcomes) -> Any:
+        """The reporter to give doit instead of ``reporter`` (a name or a class): it prints
+        exactly what ``reporter`` would, and records into ``outcomes``."""
+        base = reporters.get(reporter) if isinstance(reporter, str) else reporter
+        if not isinstance(base, type):
+            return reporter
+        cls.base = base
+        cls.outcomes = outcomes
+        return cls
+
+    def __init__(self, outstream: Any, options: dict[str, Any]) -> None:
+        self.inner = type(self).base(outstream, options)
+
+    @property
+    def initialize(self) -> Any:
+        # Optional: doit calls it only where the reporter has it (its json reporter has not).
+        return self.inner.initialize
+
+    def get_status(self, task: Any) -> None:
+        self.inner.get_status(task)
+
+    def execute_task(self, task: Any) -> None:
+        self.inner.execute_task(task)
+
+    def add_failure(self, task: Any, fail: Any) -> None:
+        from doit.exceptions import UnmetDependency
+
+        type(self).outcomes.failure(task.name, None if isinstance(fail, UnmetDependency) else str(fail))
+        self.inner.add_failure(task, fail)
+
+    def add_success(self, task: Any) -> None:
+        type(self).outcomes.success(task.name)
+        self.inner.add_success(task)
+
+    def skip_uptodate(self, task: Any) -> None:
+        type(self).outcomes.success(task.name)
+        self.inner.skip_uptodate(task)
+
+    def skip_ignore(self, task: Any) -> None:
+        self.inner.skip_ignore(task)
+
+    def cleanup_error(self, exception: Any) -> None:
+        self.inner.cleanup_error(exception)
+
+    def runtime_error(self, msg: str) -> None:
+        self.inner.runtime_error(msg)
+
+    def teardown_task(self, task: Any) -> None:
+        self.inner.teardown_task(task)
+
+    def complete_run(self) -> None:
+        self.inner.complete_run()
+
+
+def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], tasks: list[str],
+                 verifying: bool = False, failed_elsewhere: list[str] = ()) -> int:
+    """doit's ``run`` of ``tasks``, then the lock file refreshed for ``chosen`` and
+    what they depend on (the artifacts that are built at their current fingerprint).
+    ``verifying``: go on after a failure (unless ``--fail-fast``), then print one
+    summary line, counting ``failed_elsewhere`` (on a cluster) as failed."""
+    from edgebuild.core.lockfile import read_lock
+    from edgebuild.run.lockfile import update_lock
+
+    changes: dict[str, Any] = {}
+    if params.get("num_process"):
+        _parallel_workers(params["num_process"])
+        changes["jobs"] = params["num_process"]
+    if "verbosity" in getattr(params, "_non_default_keys", ()) and params["verbosity"] >= 2:
+        changes["verbose"] = True
+    if changes:
+        workspace.configure(**changes)
+    # The process boundary: doit's -n processes and every worker read the settings back.
+    workspace.settings.apply(os.environ)
+    try:
+        # An unreadable lock file stops the command before it builds anything.
+        read_lock(workspace.lock_path)
+    except EdgebuildError as error:
+        raise InvalidCommand(str(error)) from None
+    outcomes = Outcomes()
+    if verifying and not params.get("fail_fast"):
+        params["continue"] = True
+    params["reporter"] = RecordingReporter.recording(params["reporter"], command.reporters, outcomes)
+    result = Run.execute(command, params, tasks)
+    try:
+        update_lock(workspace, workspace.order(chosen))
+        workspace.save_caches()
+    except EdgebuildError as error:
+        fail(str(error))
+        return result or 1
+    if verifying:
+        from doit.reporter import JsonReporter
+
+        # doit's json reporter owns stdout: one JSON document, nothing after it.
+        stream = sys.stderr if issubclass(RecordingReporter.base or object, JsonReporter) else sys.stdout
+        outcome = outcomes.verification(chosen)
+        outcome["failed"] += list(failed_elsewhere)
+        print(verification_summary(outcome), file=stream, flush=True)
+    return result
+
+
+def current_fingerprints(workspace: Any) -> dict[str, str]:
+    """Artifact -> the fingerprint the manifest asks for now (artifacts in error, or whose
+    sources are not built, left out)."""
+    current = {}
+    for artifact in workspace.order():
+        try:
+            current[artifact.name] = artifact.fingerprint
+        except EdgebuildError:
+            continue
+    return current

@@ -1,0 +1,89 @@
+"""``python -m edgebuild``: helpers around the doit tasks.
+
+    python -m edgebuild init [DIR]        start a project: dodo.py, a starter manifest, its schema
+    python -m edgebuild schema            the manifest's JSON Schema (editor completion)
+    python -m edgebuild check [--deep]    validate the manifest and print what it declares
+    python -m edgebuild fixture NAME DIR  write a generated tiny checkpoint to DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edgebuild.errors import EdgebuildError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m edgebuild", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    init = commands.add_parser(
+        "init", help="write dodo.py, a starter artifacts.yaml and its schema into DIR (never overwrites)"
+    )
+    init.add_argument("directory", nargs="?", default=".", type=Path, metavar="DIR")
+    commands.add_parser("schema", help="print the manifest's JSON Schema")
+    fixture = commands.add_parser("fixture", help="write a generated tiny checkpoint")
+    fixture.add_argument("name")
+    fixture.add_argument("directory", type=Path)
+    check = commands.add_parser("check", help="validate the manifest")
+    check.add_argument("manifest", nargs="?", default=None)
+    check.add_argument(
+        "--deep", action="store_true",
+        help="also open the checkpoints and input files and check every artifact's parameters against them",
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "init":
+            from edgebuild.cli.scaffold import describe, init_project
+
+            result = init_project(args.directory)
+            print(describe(result, str(args.directory)))
+        elif args.command == "schema":
+            from edgebuild.core.manifest import manifest_json_schema
+
+            def skipped(error: EdgebuildError) -> None:
+                print(f"edgebuild: warning: {error}; its parameters are not in the schema", file=sys.stderr)
+
+            print(json.dumps(manifest_json_schema(on_error=skipped), indent=2))
+        elif args.command == "fixture":
+            from edgebuild.core.fixtures import write_fixture
+            from edgebuild.core.registry import fixtures
+
+            if args.name not in fixtures():
+                parser.error(f"unknown fixture {args.name!r}; expected one of {', '.join(fixtures())}")
+            write_fixture(args.directory, args.name)
+            print(args.directory)
+        elif args.command == "check":
+            return _check(args.manifest, args.deep)
+    except EdgebuildError as error:
+        print(f"edgebuild: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _check(manifest_path: str | None, deep: bool) -> int:
+    """Print each artifact (name, kind, description); with ``deep``, first check each
+    one as its build would, and report every problem found, not only the first."""
+    from edgebuild.core.config import Settings
+    from edgebuild.core.manifest import load_manifest
+    from edgebuild.core.project import Project
+
+    project = Project(load_manifest(manifest_path or Settings.from_environ().manifest))
+    problems = []
+    if deep:
+        for artifact in project.order():
+            try:
+                project.check(artifact)
+            except EdgebuildError as error:
+                problems.append(str(error))
+    for artifact in project.artifacts:
+        print(f"{artifact.name}\t{artifact.kind.name}\t{artifact.params.description}")
+    for problem in problems:
+        print(f"edgebuild: error: {problem}", file=sys.stderr)
+    return 2 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

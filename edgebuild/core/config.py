@@ -1,0 +1,197 @@
+"""edgebuild's settings: the one place that reads and writes ``EDGEBUILD_*`` variables.
+
+A :class:`Settings` is a typed value, made once per process from the environment
+(:meth:`Settings.from_environ`) and then handed down: the command-line options of
+a doit command replace some of its fields (:meth:`Settings.replace`), a
+:class:`~edgebuild.run.workspace.Workspace` keeps its own, and the Python API
+takes one per project, so two projects with different remote caches share one
+process. Settings become environment variables again only at a process boundary
+(:meth:`Settings.environ`): the worker processes that build and verify, doit's
+``-n`` processes, a cluster's jobs.
+
+:data:`VARIABLES` is the table of every variable, its field and what it means:
+the reference documentation is generated from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgebuild.errors import ConfigError
+
+# ``EDGEBUILD_REMOTE_CACHE=off``: no remote cache, whatever the manifest says.
+REMOTE_CACHE_OFF = "off"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: its name, the :class:`Settings` field it sets, its type
+    (``path``, ``location``, ``switch``, ``count``, ``seconds`` or ``text``) and what it does."""
+
+    name: str
+    field: str
+    type: str
+    help: str
+
+
+VARIABLES = (
+    Variable("EDGEBUILD_MANIFEST", "manifest", "path",
+             "The manifest to use (default: artifacts.yaml in the current directory)."),
+    Variable("EDGEBUILD_REMOTE_CACHE", "remote_cache", "location",
+             "A shared cache of verified builds: a directory or an fsspec URL (s3://bucket/prefix); overrides the "
+             "manifest's remote_cache; 'off' disables it."),
+    Variable("EDGEBUILD_REMOTE_CACHE_READONLY", "remote_readonly", "switch",
+             "Pull from the remote cache, never push to it (pull requests). Same as --remote-readonly."),
+    Variable("EDGEBUILD_PULL_ONLY", "pull_only", "switch",
+             "Export nothing: every artifact comes from the store or the remote cache, or it is an error "
+             "(a gather step). Same as --pull-only."),
+    Variable("EDGEBUILD_VERBOSE", "verbose", "switch",
+             "Show the libraries' warnings and log lines (torch's exporter, onnxruntime), hidden by default. "
+             "Same as -v 2."),
+    Variable("EDGEBUILD_JOBS", "jobs", "count",
+             "How many builds share this machine's cores (doit -n N sets it): each takes cores / N torch threads."),
+    Variable("EDGEBUILD_S3_ENDPOINT_URL", "s3_endpoint", "text",
+             "The endpoint of an S3-compatible server (MinIO, Ceph) for s3:// locations."),
+    Variable("EDGEBUILD_CLUSTER_WAIT", "cluster_wait_seconds", "seconds",
+             "How long --dask waits for a worker to join, or for one that offers what a waiting job needs "
+             "(default 60)."),
+    Variable("EDGEBUILD_JOB_OUTPUT_TO_WORKER_LOG", "job_output_to_worker_log", "switch",
+             "Whether a cluster job's output also goes to the cluster worker's own log (default on; a local "
+             "cluster turns it off, its workers share the driver's terminal)."),
+)
+_BY_FIELD = {variable.field: variable for variable in VARIABLES}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the environment (or the caller) says about how to run. Paths are absolute:
+    a relative one is taken relative to the directory it was read in, before doit changes
+    into the dodo file's directory."""
+
+    manifest: str | None = None
+    # ``None``: the manifest's ``remote_cache``; ``"off"``: none at all.
+    remote_cache: str | None = None
+    remote_readonly: bool = False
+    pull_only: bool = False
+    verbose: bool = False
+    jobs: int = 0
+    s3_endpoint: str | None = None
+    cluster_wait_seconds: float = 60.0
+    job_output_to_worker_log: bool = True
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> "Settings":
+        """The settings ``environ`` (default: this process's environment) holds. A value of
+        the wrong shape is a :class:`~edgebuild.errors.ConfigError` naming the variable."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for variable in VARIABLES:
+            text = environ.get(variable.name)
+            if text is None or (text == "" and variable.type != "switch"):
+                continue
+            values[variable.field] = _parse(variable, text, cwd)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+    def environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``base`` (default: this process's environment) with every ``EDGEBUILD_*`` variable
+        saying these settings: set where a field differs from its default, removed where it
+        does not, so that a child process reads exactly these settings back."""
+        environment = dict(os.environ if base is None else base)
+        self.apply(environment)
+        return environment
+
+    def apply(self, environ: MutableMapping[str, str]) -> None:
+        """Write these settings into ``environ`` (see :meth:`environ`)."""
+        defaults = Settings()
+        for variable in VARIABLES:
+            value = getattr(self, variable.field)
+            if value == getattr(defaults, variable.field):
+                environ.pop(variable.name, None)
+            else:
+                environ[variable.name] = _format(value)
+
+    @property
+    def remote_cache_disabled(self) -> bool:
+        return self.remote_cache == REMOTE_CACHE_OFF
+
+
+def _parse(variable: Variable, text: str, cwd: Path | None) -> Any:
+    if variable.type == "switch":
+        value = text.strip().lower()
+        if value in _TRUE:
+            return True
+        if value in _FALSE:
+            return False
+        raise ConfigError(f"{variable.name}: expected 1 or 0 (on/off, true/false, yes/no), found {text!r}")
+    if variable.type == "count":
+        if not (text.isascii() and text.strip().isdigit()) or len(text.strip()) > 6:
+            raise ConfigError(f"{variable.name}: expected a whole number of at most six digits, found {text!r}")
+        return int(text)
+    if variable.type == "seconds":
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds <= 86400:
+            raise ConfigError(f"{variable.name}: expected a number of seconds from 0 to 86400, found {text!r}")
+        return seconds
+    if variable.type == "path":
+        return _absolute(text, cwd)
+    if variable.type == "location":
+        return text if text == REMOTE_CACHE_OFF or "://" in text else _absolute(text, cwd)
+    return text
+
+
+def _absolute(text: str, cwd: Path | None) -> str:
+    path = Path(text).expanduser()
+    return str(path if path.is_absolute() else Path(cwd or os.getcwd()) / path)
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def variable_of(field: str) -> str:
+    """The environment variable of a :class:`Settings` field (for messages)."""
+    return _BY_FIELD[field].name
+
+
+# --- process-wide switches that are not settings of a run --------------------------------
+
+FAULT_VARIABLE = "EDGEBUILD_FAULT"
+FAULT_STALL_VARIABLE = "EDGEBUILD_FAULT_STALL_SECONDS"
+
+
+def armed_fault() -> tuple[str, str, float]:
+    """The fault point tests arm (``EDGEBUILD_FAULT=<point>=<action>``, see
+    ``edgebuild/core/faults.py``): point, action and stall seconds; ``("", "", 600.0)``
+    when none is. Read at every fault point: a test arms one for one child process."""
+    spec = os.environ.get(FAULT_VARIABLE, "")
+    point, _, action = spec.partition("=")
+    try:
+        stall = float(os.environ.get(FAULT_STALL_VARIABLE, "600"))
+    except ValueError:
+        stall = 600.0
+    return point, action, stall
+
+
+def prefer_numba_cache(directory: Path) -> None:
+    """Keep numba's compiled kernels under ``directory`` unless ``NUMBA_CACHE_DIR`` says
+    otherwise. numba caches beside the module by default: a non-editable install's
+    site-packages may be read-only, and CI's cache restore looks under ``cache/``. Read
+    when numba is first imported (lazily, later), so it must be set before."""
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(directory))

@@ -1,0 +1,197 @@
+"""The one plan/run loop: what needs building, what needs verifying, the steps that do
+it, and the bookkeeping of what passed, failed or never ran.
+
+Every way of running artifacts goes through here: the doit tasks (``uptodate`` is
+:func:`needs_build` / :func:`needs_verify`, the actions are :func:`build` /
+:func:`verify`, the reporter records into :class:`Outcomes`), the Python API
+(:func:`run`), and the cluster driver and its jobs. One rule each, so they cannot
+disagree:
+
+- needs build: ``build/<name>/`` is not the build of the current fingerprint with
+  every output intact;
+- needs verify: not verified at the current verification fingerprint, or verified
+  here but not yet in a writable remote cache (the step then pushes it, without
+  judging it again). A read-only remote takes no push, so it is not waited for.
+
+A step decides where its work runs: a restore, a pull and keeping a verified build
+cost no export's memory and run in the calling process; an export and a judgement
+run in a worker process of their own (``workers.py``), which hands all of its
+memory back when it exits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from edgebuild.core.project import Artifact
+from edgebuild.errors import EdgebuildError
+from edgebuild.run.builder import ExportRequired, keep_verified, make_current, refused_export, stderr_log
+from edgebuild.run.state import VerificationState, is_built, verification_state
+from edgebuild.run.workers import Relay, run_worker
+
+if TYPE_CHECKING:
+    from edgebuild.run.workspace import Workspace
+
+Log = Callable[[str], None]
+
+
+# --- the rules ----------------------------------------------------------------------------
+
+
+def needs_build(workspace: "Workspace", artifact: Artifact) -> bool:
+    return not is_built(workspace, artifact)
+
+
+def needs_verify(workspace: "Workspace", artifact: Artifact) -> bool:
+    if verification_state(workspace, artifact) is not VerificationState.VERIFIED:
+        return True
+    # Verified before the remote cache was set (or before it lost the entry): the step
+    # pushes it, so that what is verified here is shared.
+    remote = workspace.remote
+    return remote is not None and remote.takes_pushes(artifact.fingerprint)
+
+
+# --- the steps ----------------------------------------------------------------------------
+
+
+def build(workspace: "Workspace", artifact: Artifact, log: Log | None = None, relay: Relay | None = None) -> str:
+    """Make ``build/<name>/`` current and return its fingerprint: up to date, restored or
+    pulled here; exported in a worker process (refused under the ``pull_only`` setting)."""
+    log = log or stderr_log(artifact.name)
+    try:
+        return make_current(workspace, artifact, log, export=False).fingerprint
+    except ExportRequired:
+        pass
+    if workspace.settings.pull_only:
+        raise refused_export(workspace, artifact)
+    values = run_worker("build", workspace, artifact, relay)
+    adopt_output_digests(workspace, artifact)
+    return str(values["fingerprint"])
+
+
+def verify(workspace: "Workspace", artifact: Artifact, log: Log | None = None, relay: Relay | None = None) -> str:
+    """Verify ``build/<name>/`` in a worker process, unless its report already passed at
+    the current verification fingerprint (then keep and push it); return that fingerprint."""
+    log = log or stderr_log(artifact.name)
+    if verification_state(workspace, artifact) is VerificationState.VERIFIED:
+        # Its report names this verification fingerprint (the build's, the thresholds and
+        # the judging code) and passed, and every output is at its recorded digest: the
+        # verdict would be the same. A shard or a cluster worker judged it; a gather step
+        # pulls and keeps it, and re-runs no model.
+        log("verified already: its report passed at this verification fingerprint; not judged again")
+        keep_verified(workspace, artifact, log)
+        return artifact.verify_fingerprint
+    return str(run_worker("verify", workspace, artifact, relay)["verify_fingerprint"])
+
+
+def adopt_output_digests(workspace: "Workspace", artifact: Artifact) -> None:
+    """Take the digests the worker recorded for the outputs it wrote (in the stat cache
+    on disk), so that this process's next up-to-date check does not read them again."""
+    import os
+
+    from edgebuild.core.fingerprint import StatCache
+
+    cache = workspace.stat_cache
+    prefix = str(artifact.directory.resolve()) + os.sep
+    for key, entry in StatCache(cache.path).entries.items():
+        if key.startswith(prefix) and key not in cache.dirty:
+            cache.entries[key] = entry
+
+
+# --- the bookkeeping ----------------------------------------------------------------------
+
+
+@dataclass
+class Outcomes:
+    """What happened to each artifact of a run: succeeded (built, verified, or up to date)
+    or failed, and why (its own error, or ``None`` when something it depends on failed)."""
+
+    succeeded: set[str] = field(default_factory=set)
+    failed: dict[str, str | None] = field(default_factory=dict)
+    # The exception behind each failure, where the run was in this process.
+    exceptions: dict[str, EdgebuildError] = field(default_factory=dict)
+
+    def success(self, task: str) -> None:
+        self.succeeded.add(task)
+
+    def failure(self, task: str, error: str | None, exception: EdgebuildError | None = None) -> None:
+        """``error`` ``None``: not run, because a task it depends on failed."""
+        self.failed[task] = error
+        if exception is not None:
+            self.exceptions[task] = exception
+
+    def verification(self, names: list[str]) -> dict[str, list[str]]:
+        """``names`` sorted into passed (verified now or already), failed (its build or its
+        verification failed) and not run (something it depends on failed, or the run
+        stopped before reaching it). Tasks are ``NAME`` (its build) and ``verify:NAME``."""
+        sorted_names: dict[str, list[str]] = {"passed": [], "failed": [], "not run": []}
+        for name in names:
+            own = [self.failed[task] for task in (name, f"verify:{name}") if task in self.failed]
+            if any(error is not None for error in own):
+                sorted_names["failed"].append(name)
+            elif f"verify:{name}" in self.succeeded:
+                sorted_names["passed"].append(name)
+            else:
+                sorted_names["not run"].append(name)
+        return sorted_names
+
+    def errors(self) -> dict[str, str]:
+        return {task: error for task, error in self.failed.items() if error is not None}
+
+
+def verification_summary(outcome: dict[str, list[str]]) -> str:
+    """``verify: 2 passed, 1 failed (strict), 1 not run (strict_onnx)``"""
+    parts = []
+    for state in ("passed", "failed", "not run"):
+        names = outcome[state]
+        parts.append(f"{len(names)} {state}" + (f" ({', '.join(names)})" if names and state != "passed" else ""))
+    return "verify: " + ", ".join(parts)
+
+
+# --- the loop -----------------------------------------------------------------------------
+
+
+def run(workspace: "Workspace", artifacts: list[Artifact], verify_them: bool, fail_fast: bool = False,
+        log: Callable[[str, str], None] | None = None) -> Outcomes:
+    """Build ``artifacts`` and what they depend on (dependencies first), then, with
+    ``verify_them``, verify each of ``artifacts``: one task at a time, in this process
+    and its workers. A failure fails its task and skips what depends on it; the rest
+    goes on unless ``fail_fast``. ``log(name, line)`` receives every line (default:
+    stderr, as doit shows them)."""
+    outcomes = Outcomes()
+
+    def step_log(artifact: Artifact) -> tuple[Log, Relay]:
+        if log is None:
+            return stderr_log(artifact.name), _stderr_relay
+        return (lambda message: log(artifact.name, message)), (lambda stream, line: log(artifact.name, line.rstrip("\n")))
+
+    tasks: list[tuple[str, Artifact, list[str]]] = [
+        (artifact.name, artifact, [source.name for source in artifact.sources]) for artifact in workspace.order(artifacts)
+    ]
+    if verify_them:
+        tasks += [(f"verify:{artifact.name}", artifact, [artifact.name]) for artifact in artifacts]
+    stopped = False
+    for task, artifact, depends_on in tasks:
+        if stopped or any(dependency in outcomes.failed for dependency in depends_on):
+            outcomes.failure(task, None)
+            continue
+        step_log_to, relay = step_log(artifact)
+        try:
+            if task.startswith("verify:"):
+                if needs_verify(workspace, artifact):
+                    verify(workspace, artifact, step_log_to, relay)
+            elif needs_build(workspace, artifact):
+                build(workspace, artifact, step_log_to, relay)
+            outcomes.success(task)
+        except EdgebuildError as error:
+            outcomes.failure(task, str(error), error)
+            stopped = fail_fast
+    return outcomes
+
+
+def _stderr_relay(stream: str, line: str) -> None:
+    import sys
+
+    sys.stderr.write(line)
+    sys.stderr.flush()

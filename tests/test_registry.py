@@ -1,0 +1,149 @@
+"""The kind registry: built-in kinds listed as data and loaded by name, each checked
+when it loads; a new kind is one package and one line, nothing else edited."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgebuild.core import registry
+
+from helpers import REPO, ProjectDir
+
+KIND_PACKAGE = {
+    "__init__.py": '''
+from typing import Literal
+
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Starter, TensorSelection
+
+
+class VisionConfigParams(ArtifactParams):
+    kind: Literal["vision_config"]
+    checkpoint: str
+
+
+class VisionConfig(ArtifactKind):
+    name = "vision_config"
+    summary = "a checkpoint's vision_config as JSON"
+    Params = VisionConfigParams
+    outputs = ("vision_config.json",)
+    build_module = "edgebuild.kinds.vision_config.build"
+    verify_module = "edgebuild.kinds.vision_config.verify"
+    starter = Starter(entry="  vc:\\n    kind: vision_config\\n    checkpoint: qwen3_5\\n", checkpoints={"qwen3_5": "qwen3_5_vl_tiny"})
+
+    def tensor_selection(self, params, checkpoint):
+        return TensorSelection(prefixes=(), config_key="vision_config")
+''',
+    "build.py": '''
+import json
+
+from edgebuild.plugin import BuildContext
+
+
+def build(context: BuildContext) -> dict:
+    section = context.checkpoint.config_section("vision_config")
+    (context.out_dir / "vision_config.json").write_text(json.dumps(section, sort_keys=True))
+    return {}
+''',
+    "verify.py": '''
+import json
+
+from edgebuild.plugin import Check, Verification, VerifyContext
+
+
+def verify(context: VerifyContext) -> Verification:
+    written = json.loads((context.out_dir / "vision_config.json").read_text())
+    same = written == context.checkpoint.config_section("vision_config")
+    return Verification(checks=[Check.measure("matches_the_checkpoint", int(same), "==", 1)])
+''',
+}
+MANIFEST = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  vc:\n    kind: vision_config\n    checkpoint: qwen\n"
+
+
+def _copy_with_a_new_kind(root: Path) -> Path:
+    """A copy of the package with one new kind package and one registration line."""
+    package = root / "edgebuild"
+    shutil.copytree(REPO / "edgebuild", package, ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    (package / "kinds" / "vision_config").mkdir()
+    for name, text in KIND_PACKAGE.items():
+        (package / "kinds" / "vision_config" / name).write_text(text.lstrip())
+    listing = package / "kinds" / "__init__.py"
+    text = listing.read_text()
+    assert text.count("BUILTIN_KINDS = {\n") == 1
+    listing.write_text(text.replace("BUILTIN_KINDS = {\n", 'BUILTIN_KINDS = {\n    "vision_config": "edgebuild.kinds.vision_config:VisionConfig",\n'))
+    return root
+
+
+@pytest.mark.slow
+def test_a_new_kind_is_one_package_and_one_line(tmp_path: Path) -> None:
+    copy = _copy_with_a_new_kind(tmp_path / "copy")
+    env = {"PYTHONPATH": str(copy), "EDGEBUILD_REMOTE_CACHE": "off"}
+    project = ProjectDir(tmp_path / "project")
+    project.root.mkdir()
+    project.manifest(MANIFEST)
+
+    listed = project.doit("list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("vc       [vision_config] a checkpoint's vision_config as JSON\n")
+    verified = project.doit("verify", env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "verify: 1 passed, 0 failed, 0 not run" in verified.stdout
+    status = project.doit("status", env=env)
+    assert status.stdout == "vc  up to date (verified)\n"
+
+    schema = subprocess.run([sys.executable, "-m", "edgebuild", "schema"], env={**env, "PATH": "/usr/bin:/bin"},
+                            capture_output=True, text=True, timeout=120)
+    assert schema.returncode == 0, schema.stderr
+    assert "vision_config" in json.loads(schema.stdout)["$defs"]["Artifact"]["properties"]["kind"]["enum"]
+
+    # Its build code is in its fingerprint: an edit makes it stale, and only it.
+    build = copy / "edgebuild" / "kinds" / "vision_config" / "build.py"
+    build.write_text(build.read_text() + "\n\ndef _an_unused_function():\n    pass\n")
+    stale = project.doit("status", env=env)
+    assert stale.stdout == "vc  stale\n      - edgebuild/kinds/vision_config/build.py changed\n"
+
+
+def test_an_unknown_kind_names_the_installed_kinds(tmp_path: Path) -> None:
+    from edgebuild.core.manifest import load_manifest
+    from edgebuild.errors import ManifestError
+
+    (tmp_path / "artifacts.yaml").write_text("artifacts:\n  a:\n    kind: qwen3_5_vision_towr\n")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(tmp_path / "artifacts.yaml")
+    kinds = ", ".join(repr(name) for name in registry.kind_names())
+    assert str(caught.value) == (
+        f"{tmp_path / 'artifacts.yaml'}:3:5: artifacts -> a -> kind: unknown artifact kind 'qwen3_5_vision_towr'; "
+        f"expected one of {kinds} (did you mean 'qwen3_5_vision_tower'?)"
+    )
+
+
+def test_a_kind_is_checked_when_it_is_registered() -> None:
+    from typing import Literal
+
+    from edgebuild.plugin import ArtifactKind, ArtifactParams
+
+    class NoOutputsParams(ArtifactParams):
+        kind: Literal["no_outputs"]
+
+    class NoOutputs(ArtifactKind):
+        name = "no_outputs"
+        summary = "x"
+        Params = NoOutputsParams
+        outputs = ()
+        build_module = verify_module = "edgebuild.core.kind"
+
+    with pytest.raises(TypeError, match="artifact kind 'no_outputs': outputs must be a non-empty tuple of file names"):
+        registry.register(NoOutputs)
+
+    class Missing(ArtifactKind):
+        name = "missing"
+        summary = "x"
+
+    with pytest.raises(TypeError, match=r"artifact kind \S*Missing does not declare 'Params'"):
+        registry.register(Missing)
+    assert "missing" not in registry.kind_names() and "no_outputs" not in registry.kind_names()
