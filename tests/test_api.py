@@ -95,3 +95,28 @@ def test_build_verify_status_and_reports(verified_seed: Path, tmp_path: Path, mo
     lock = json.loads((root / "artifacts.lock").read_text())["artifacts"]
     assert {name: entry["verified"] for name, entry in lock.items()} == {"t": True, "strict": False}
     assert not (tmp_path / "build").exists() and not (tmp_path / "artifacts.lock").exists()
+
+
+def test_two_projects_with_different_remotes_share_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings are per project, never written into the environment behind the caller."""
+    import os
+
+    monkeypatch.setenv("EDGEBUILD_REMOTE_CACHE", str(tmp_path / "from-the-environment"))
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "artifacts.yaml").write_text(TOWER_MANIFEST)
+    def settings_in_environment() -> dict[str, str]:
+        return {key: value for key, value in os.environ.items() if key.startswith("EDGEBUILD_")}
+
+    before = settings_in_environment()
+    first = edgebuild.open_project(tmp_path / "a" / "artifacts.yaml", remote_cache=str(tmp_path / "cache-a"))
+    second = edgebuild.open_project(tmp_path / "b" / "artifacts.yaml", remote_cache=str(tmp_path / "cache-b"),
+                                    remote_readonly=True)
+    third = edgebuild.open_project(tmp_path / "b" / "artifacts.yaml")
+    remotes = [project._workspace.remote for project in (first, second, third)]
+    assert [remote.location.root for remote in remotes] == [
+        str(tmp_path / "cache-a"), str(tmp_path / "cache-b"), str(tmp_path / "from-the-environment")]
+    assert [remote.readonly for remote in remotes] == [False, True, False]
+    assert settings_in_environment() == before
+    with pytest.raises(TypeError):
+        edgebuild.open_project(tmp_path / "a" / "artifacts.yaml", remote_cahce="typo")

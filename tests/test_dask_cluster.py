@@ -244,10 +244,11 @@ def test_a_build_over_two_workers(two_workers: Cluster, verified_seed: Path, tmp
     # q's worker got its source t from the remote cache (or had built it itself).
     assert re.search(r"  \[q @ \S+\] (\[t\] pulled from the remote cache|\[t\] up to date)", output), output
     assert "cluster: 3 of 3 built and verified" in output
-    # The driver exported nothing and judged nothing: it pulled what the workers verified.
+    # The driver exported nothing and judged nothing: it pulled what the workers verified,
+    # with their reports, and its verify tasks were up to date.
     for name in "tuq":
         assert f"  [{name}] pulled from the remote cache {remote} in " in output
-        assert f"  [{name}] verified already" in output
+        assert f"-- verify:{name}\n" in result.stdout
         assert f"  [{name}] built in" not in output
     # The same bytes as the seed's own build of t on this machine.
     assert outputs_of(driver.root, "t") == outputs_of(verified_seed, "t")

@@ -220,7 +220,8 @@ def test_two_shards_then_a_gather_that_exports_nothing(verified_seed: Path, tmp_
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("t", "u"):
         assert f"[{name}] pulled from the remote cache {remote} in " in result.stderr
-        assert f"[{name}] verified already: its report passed at this verification fingerprint; not judged again" in result.stderr
+        # Pulled with its passing report (into the store too): nothing left to judge or keep.
+        assert f"-- verify:{name}\n" in result.stdout
     assert "built in" not in result.stderr and "# t (qwen3_5_vision_tower)" not in result.stderr
     lock = json.loads((gather.root / "artifacts.lock").read_text())["artifacts"]
     assert lock["t"]["verified"] is True and lock["u"]["verified"] is True

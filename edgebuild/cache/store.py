@@ -133,6 +133,13 @@ class Store:
             if source.is_file():
                 copy_file(source, target / name)
 
+    def has_report(self, fingerprint: str, verify_fingerprint: str) -> bool:
+        """Whether the stored build of ``fingerprint`` keeps a report of ``verify_fingerprint``."""
+        from edgebuild.core.report import read_report
+
+        report = read_report(self.entry_dir(fingerprint))
+        return report is not None and report.get("verify_fingerprint") == verify_fingerprint
+
     def restore(self, fingerprint: str, target: Path, scratch_root: Path) -> BuildRecord | None:
         """Materialise the stored entry at ``target``; ``None`` (and the entry dropped)
         when it is missing or any file fails its digest."""

@@ -1,5 +1,5 @@
-"""The options of ``doit build`` / ``doit verify`` / ``doit publish`` that scale a run past
-one process or one machine, and what they do before doit runs the tasks:
+"""Options that scale a run past one process or one machine: ``--shard``, ``--dask``,
+``--pull-only``, ``--remote-readonly``. What each does before doit runs the tasks:
 
 - ``--shard I/N``: only the I-th of N shards of the selection (``edgebuild/run/shards.py``);
 - ``--dask ADDRESS``: build and verify on a Dask cluster (``edgebuild/run/executors``), then

@@ -1,4 +1,4 @@
-"""Manifest -> doit task dicts (what a project's ``dodo.py`` yields, through
+"""Manifest -> doit task dicts: what a project's ``dodo.py`` yields (through
 ``edgebuild.tasks``).
 
 Each artifact is one task named after it (so ``doit list`` lists artifacts,

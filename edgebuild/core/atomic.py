@@ -1,5 +1,5 @@
-"""Writing files and directories so that a reader sees the old content or the new,
-never half of either: write beside the target, then rename over it.
+"""Atomic writes: a reader sees the old content or the new, never half of either
+(write beside the target, then rename over it).
 
 Every writer in edgebuild goes through here (reports, the lock file, the stat
 cache, the store, build directories, fixtures), so a killed process leaves at

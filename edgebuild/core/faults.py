@@ -1,4 +1,4 @@
-"""Named points where a test makes edgebuild fail on purpose, to check what a
+"""Fault points: where a test makes edgebuild fail on purpose, to check what a
 crash at that instant leaves behind (a deterministic stand-in for a timing race).
 
 ``EDGEBUILD_FAULT=<point>=<action>`` arms one point; unset, every point is a

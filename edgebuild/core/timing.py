@@ -1,5 +1,5 @@
-"""Wall time per phase of a build or verification, for the build record and the
-report (never for a payload file: timings differ run to run)."""
+"""Wall time per phase of a build or verification, and peak memory: for the build record
+and the report, never for a payload file (timings differ run to run)."""
 
 from __future__ import annotations
 

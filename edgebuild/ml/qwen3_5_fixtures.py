@@ -1,5 +1,4 @@
-"""The Qwen3.5 family as transformers defines it, for the kinds that read its
-checkpoints: tiny generated checkpoints laid out like the real releases.
+"""Tiny generated Qwen3.5 VL checkpoints, laid out like the real releases.
 
 A Qwen3.5 VL checkpoint keeps its bf16 ``model.visual.*`` tensors in a shard shared
 with ``lm_head`` and ``embed_tokens``, with a second shard, an index file and its

@@ -10,8 +10,9 @@ disagree:
 - needs build: ``build/<name>/`` is not the build of the current fingerprint with
   every output intact;
 - needs verify: not verified at the current verification fingerprint, or verified
-  here but not yet in a writable remote cache (the step then pushes it, without
-  judging it again). A read-only remote takes no push, so it is not waited for.
+  here but not yet kept -- in the store with its report, and in a writable remote
+  cache (the step then keeps and pushes it, without judging it again). A read-only
+  remote takes no push, so it is not waited for.
 
 A step decides where its work runs: a restore, a pull and keeping a verified build
 cost no export's memory and run in the calling process; an export and a judgement
@@ -46,8 +47,11 @@ def needs_build(workspace: "Workspace", artifact: Artifact) -> bool:
 def needs_verify(workspace: "Workspace", artifact: Artifact) -> bool:
     if verification_state(workspace, artifact) is not VerificationState.VERIFIED:
         return True
-    # Verified before the remote cache was set (or before it lost the entry): the step
-    # pushes it, so that what is verified here is shared.
+    # Verified, but its report is not kept with the stored build (a run killed between
+    # the two), or not yet shared (verified before the remote cache was set, or before
+    # it lost the entry): the step keeps and pushes it.
+    if not workspace.store.has_report(artifact.fingerprint, artifact.verify_fingerprint):
+        return True
     remote = workspace.remote
     return remote is not None and remote.takes_pushes(artifact.fingerprint)
 

@@ -1,3 +1,1 @@
-"""The numerics: F143 projection, tile scales and packing (``f143``), block GPTQ,
-bias correction and equalization (``gptq``), and their fused CPU kernels
-(``kernels``). Pure functions: no files, no globals, no orchestration."""
+"""The numerics of the F143 grid and GPTQ: pure functions, identical to the seed's algorithm."""
