@@ -46,7 +46,7 @@ def side_plain(root: Path, images: list[str]) -> dict:
     from edgebuild.core.checkpoint import Checkpoint
     from edgebuild.kinds.qwen3_5_tower_qdq.inputs import tower_inputs
     from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
-    from edgebuild.kinds.qwen3_5_tower_qdq.qdq import PatchesReader
+    from edgebuild.ml.qdq import FeedsReader
 
     sampler = common.RssSampler()
     sampler.start()
@@ -63,7 +63,7 @@ def side_plain(root: Path, images: list[str]) -> dict:
     started = time.perf_counter()
     out = root / "plain"
     out.mkdir(exist_ok=True)
-    config = get_qnn_qdq_config(str(tower / "model.onnx"), PatchesReader(samples, "patches"),
+    config = get_qnn_qdq_config(str(tower / "model.onnx"), FeedsReader([{"patches": sample} for sample in samples]),
                                 activation_type=QuantType.QUInt16, weight_type=QuantType.QUInt8)
     quantize(str(tower / "model.onnx"), str(out / "model.onnx"), config)
     timings["quantize"] = time.perf_counter() - started

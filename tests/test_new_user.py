@@ -111,14 +111,14 @@ def test_a_new_user_initialises_verifies_and_checks_from_a_subdirectory(user_ven
     listed = run(user_venv, "doit", "list", cwd=project)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
-        "siglip_f143_gptq", "siglip_f143_gptq_onnx", "tower_224_fp32", "tower_224_qdq", "verify"
+        "clip_64", "clip_64_qdq", "siglip_f143_gptq", "siglip_f143_gptq_onnx", "tower_224_fp32", "tower_224_qdq", "verify"
     ]
     # A plain install has no QNN provider (the `qnn` extra): its starter entry is commented out.
     assert "  # Needs the 'qnn' extra: pip install 'edgebuild[qnn]', then uncomment." in (project / "artifacts.yaml").read_text()
 
     verify = run(user_venv, "doit", "verify", cwd=project)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert verify.stdout.splitlines()[-1] == "verify: 4 passed, 0 failed, 0 not run"
+    assert verify.stdout.splitlines()[-1] == "verify: 6 passed, 0 failed, 0 not run"
     assert "Traceback" not in verify.stderr and "Skipping constant folding" not in verify.stderr
 
     subdirectory = project / "notebooks" / "drafts"

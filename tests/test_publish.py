@@ -535,6 +535,9 @@ def test_workflow_runs_the_ci_steps_script() -> None:
     assert "scripts/ci_steps.sh" in runs
     assert any(step.get("uses", "").startswith("actions/cache") and "cache/" in str(step["with"]["path"]) for step in steps)
     ci_run = (REPO / ".ci" / "run").read_text()
-    assert "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest" in ci_run
+    # The README's test command (its quickstart's second command), verbatim.
+    quickstart = (REPO / "README.md").read_text().split("## Quickstart\n", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    test_command = [line for line in quickstart.splitlines() if line and not line.startswith("#")][1]
+    assert test_command.endswith("python -m pytest") and test_command in ci_run
     assert "scripts/ci_steps.sh" in ci_run
     assert (REPO / "scripts" / "ci_steps.sh").stat().st_mode & 0o111

@@ -108,6 +108,6 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
 
     assert_code_digests(
         "qnn_context",
-        build=['edgebuild/kinds/qnn_context/build.py', 'edgebuild/kinds/qnn_context/compile.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py'],
-        verify=['edgebuild/ml/compare.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/kinds/qnn_context/verify.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/ml/onnx_tools.py'],
+        build=['edgebuild/kinds/qnn_context/build.py', 'edgebuild/kinds/qnn_context/compile.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py'],
+        verify=['edgebuild/ml/compare.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/kinds/qnn_context/verify.py', 'edgebuild/ml/onnx_tools.py'],
     )

@@ -280,12 +280,12 @@ def test_chunked_calibration_gives_the_bytes_of_one_quantize_call(built: Path) -
     from onnxruntime.quantization import QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
-    from edgebuild.kinds.qwen3_5_tower_qdq.qdq import PatchesReader
+    from edgebuild.ml.qdq import FeedsReader
 
     samples = tower_inputs(TowerInputs(images=["images/*.png"]), built, Checkpoint(built / "ckpt"), geometry(64, 64), "calibration")
     plain = built / "plain"
     shutil.copytree(built / "build" / "t64", plain)
-    config = get_qnn_qdq_config(str(plain / "model.onnx"), PatchesReader(samples, "patches"),
+    config = get_qnn_qdq_config(str(plain / "model.onnx"), FeedsReader([{"patches": sample} for sample in samples]),
                                 activation_type=QuantType.QUInt16, weight_type=QuantType.QUInt8)
     quantize(str(plain / "model.onnx"), str(plain / "quantized.onnx"), config)
     assert (plain / "quantized.onnx.data").read_bytes() == (built / "build" / "q64" / "model.onnx.data").read_bytes()
@@ -306,6 +306,6 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
 
     assert_code_digests(
         "qwen3_5_tower_qdq",
-        build=['edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/build.py', 'edgebuild/kinds/qwen3_5_tower_qdq/graph.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/qdq.py', 'edgebuild/ml/onnx_tools.py'],
-        verify=['edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/graph.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/qdq.py', 'edgebuild/kinds/qwen3_5_tower_qdq/verify.py', 'edgebuild/ml/onnx_tools.py'],
+        build=['edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/build.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/qdq.py', 'edgebuild/ml/qdq_graph.py'],
+        verify=['edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/verify.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/qdq.py', 'edgebuild/ml/qdq_checks.py', 'edgebuild/ml/qdq_graph.py'],
     )

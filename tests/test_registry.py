@@ -83,8 +83,8 @@ def _copy_with_a_new_kind(root: Path) -> Path:
 def test_a_new_kind_is_one_package_and_one_line(tmp_path: Path) -> None:
     copy = _copy_with_a_new_kind(tmp_path / "copy")
     env = {"PYTHONPATH": str(copy), "EDGEBUILD_REMOTE_CACHE": "off"}
+    (tmp_path / "project").mkdir()
     project = ProjectDir(tmp_path / "project")
-    project.root.mkdir()
     project.manifest(MANIFEST)
 
     listed = project.doit("list", env=env)

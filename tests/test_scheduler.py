@@ -57,7 +57,7 @@ def test_read_only_remote_api_and_cli_agree(verified_seed: Path, tmp_path: Path)
     assert not any(remote.rglob(f"{fingerprint_u}.json"))
 
     again = reader.doit("verify", "--remote-readonly", env=env)
-    assert (again.returncode, again.stdout) == (0, "-- t\n-- u\n-- verify:t\n-- verify:u\nverify: 2 passed, 0 failed, 0 not run\n")
+    assert (again.returncode, again.stdout) == (0, "-- t\n-- verify:t\n-- u\n-- verify:u\nverify: 2 passed, 0 failed, 0 not run\n")
     status = reader.doit("status", env=env)
     assert status.stdout == "t  up to date (verified)\nu  up to date (verified)\n"
 
@@ -72,10 +72,11 @@ def test_read_only_remote_api_and_cli_agree(verified_seed: Path, tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_the_api_exports_in_a_worker_process(tmp_path: Path) -> None:
+def test_the_api_exports_in_a_worker_process(tmp_path: Path, qwen_checkpoint: Path) -> None:
     """An export holds the model and its graph: the API, like doit, runs it in a process of
-    its own, so the caller's memory and imports stay as they were."""
-    (tmp_path / "artifacts.yaml").write_text(TOWER_MANIFEST)
+    its own, so the caller's memory and imports stay as they were. (The checkpoint is a
+    directory: generating a fixture would import torch here.)"""
+    (tmp_path / "artifacts.yaml").write_text(TOWER_MANIFEST.replace("    fixture: qwen3_5_vl_tiny", f"    path: {qwen_checkpoint}"))
     code = textwrap.dedent(f"""
         import sys, edgebuild
         project = edgebuild.open_project({str(tmp_path / 'artifacts.yaml')!r}, remote_cache="off")
@@ -114,8 +115,8 @@ def test_a_source_rebuilt_to_identical_bytes_rebuilds_nothing_after_it(tmp_path:
     import numpy
     from safetensors.numpy import save_file
 
+    (tmp_path / "project").mkdir()
     project = ProjectDir(tmp_path / "project")
-    project.root.mkdir()
     project.manifest(CHAIN)
     patches = numpy.random.default_rng(0).uniform(-1, 1, (2, 16, 1536)).astype(numpy.float32)
     save_file({"patches": patches}, str(project.root / "patches.safetensors"))

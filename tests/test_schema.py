@@ -66,7 +66,7 @@ def readme_manifest() -> str:
     entries = [block for block in blocks if block.startswith("  ")]
     top_level = [block for block in blocks if not block.startswith(("version:", "  ", "checkpoints:"))]
     assert len(full) == 1 and entries and top_level, "the README's manifest snippets moved: update this test"
-    text = full[0].replace("checkpoints:\n", "checkpoints:\n  siglip:\n    path: ckpt\n", 1)
+    text = full[0].replace("checkpoints:\n", "checkpoints:\n  siglip:\n    path: ckpt\n  clip:\n    path: ckpt\n", 1)
     return text + "".join(entries) + "".join(top_level)
 
 

@@ -203,6 +203,6 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
 
     assert_code_digests(
         "siglip_f143",
-        build=['edgebuild/ml/compare.py', 'edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/build.py', 'edgebuild/kinds/siglip_f143/calibration.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/gptq.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
-        verify=['edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143/verify.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
+        build=['edgebuild/ml/hf.py', 'edgebuild/ml/compare.py', 'edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/build.py', 'edgebuild/kinds/siglip_f143/calibration.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/gptq.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
+        verify=['edgebuild/ml/hf.py', 'edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143/verify.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
     )

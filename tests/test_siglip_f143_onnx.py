@@ -143,6 +143,6 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
 
     assert_code_digests(
         "siglip_f143_onnx",
-        build=['edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143_onnx/build.py', 'edgebuild/kinds/siglip_f143_onnx/model.py', 'edgebuild/kinds/siglip_f143_onnx/params.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
-        verify=['edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143_onnx/model.py', 'edgebuild/kinds/siglip_f143_onnx/params.py', 'edgebuild/kinds/siglip_f143_onnx/verify.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/siglip.py'],
+        build=['edgebuild/ml/hf.py', 'edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143_onnx/build.py', 'edgebuild/kinds/siglip_f143_onnx/model.py', 'edgebuild/kinds/siglip_f143_onnx/params.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
+        verify=['edgebuild/ml/hf.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143_onnx/model.py', 'edgebuild/kinds/siglip_f143_onnx/params.py', 'edgebuild/kinds/siglip_f143_onnx/verify.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/siglip.py'],
     )

@@ -19,7 +19,7 @@ from edgebuild.core.project import Project
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import read_record
 
-from helpers import REPO, ProjectDir
+from helpers import pretend_built, REPO, ProjectDir
 
 EVERY_KIND = """\
 checkpoints:
@@ -78,23 +78,25 @@ sys.addaudithook(_audit)
 
 
 def _covered_checkpoints(project: Project, name: str) -> list[tuple[object, dict]]:
-    """(checkpoint, its fingerprint) for ``name`` and, transitively, its sources."""
+    """(checkpoint, what ``name``'s own fingerprint holds of it) for every checkpoint its
+    build and verification may read: its own, and those behind its sources. An artifact
+    made from a source is keyed by the source's bytes, so what it reads of the checkpoint
+    behind it must be in its own fingerprint, not only in the source's."""
     record = project.record(name)
-    params = project.manifest.artifacts[name]
-    found = [(project.checkpoint(alias), record.inputs["checkpoint"]) for alias in params.checkpoint_names()]
-    for source in params.source_artifacts():
-        found += _covered_checkpoints(project, source)
-    return found
+    nothing = {"tensors": {}, "files": {}}
+    return [(checkpoint, record.inputs.get("checkpoint", nothing))
+            for checkpoint in project.checkpoints_for(project.manifest.artifacts[name]).values()]
 
 
 def _covered_files(project: Project, name: str) -> set[Path]:
-    record = project.record(name)
-    files = {
-        (project.manifest.root / path).resolve()
-        for key, paths in record.inputs_named.items() if key.startswith("files:") for path in paths
-    }
-    for source in project.manifest.artifacts[name].source_artifacts():
-        files |= _covered_files(project, source)
+    """Input files in ``name``'s fingerprints: its own (build and verification) and its
+    sources' (in its verification fingerprint)."""
+    artifacts = [project.artifact(name), *project.artifact(name).sources]
+    files = set()
+    for artifact in artifacts:
+        for verify_only in (False, True):
+            _, named = project._input_files(artifact, verify_only)
+            files |= {(project.manifest.root / path).resolve() for paths in named.values() for path in paths}
     return files
 
 
@@ -107,8 +109,9 @@ def test_every_file_read_by_build_and_verify_is_in_the_fingerprint(tmp_path: Pat
     root = lay_out(tmp_path / "project", siglip_checkpoint)
     project = Workspace.load(root / "artifacts.yaml", root)
     for name in project.manifest.order():
+        # Fingerprinted first (its sources are built by now): what hashing opens is covered.
         project.record(name)
-    for name in project.manifest.order():
+        project.verify_fingerprint(name)
         _OPENED = []
         try:
             make_current(project, project.artifact(name), log=lambda message: None)
@@ -139,6 +142,7 @@ def test_every_file_read_by_build_and_verify_is_in_the_fingerprint(tmp_path: Pat
 def test_a_changed_image_processor_makes_the_siglip_artifact_stale(tmp_path: Path, siglip_checkpoint: Path) -> None:
     root = lay_out(tmp_path, siglip_checkpoint)
     project = Workspace.load(root / "artifacts.yaml", root)
+    quantized_bytes = pretend_built(project, "quantized")
     before = {name: project.fingerprint(name) for name in ("tower", "quantized", "graph")}
     preprocessor = root / "ckpt" / "preprocessor_config.json"
     settings = json.loads(preprocessor.read_text())
@@ -146,8 +150,11 @@ def test_a_changed_image_processor_makes_the_siglip_artifact_stale(tmp_path: Pat
     preprocessor.write_text(json.dumps(settings))
     after = Workspace.load(root / "artifacts.yaml", root)
     assert before["quantized"] != after.fingerprint("quantized")
-    assert before["graph"] != after.fingerprint("graph")
     assert before["tower"] == after.fingerprint("tower")
+    # Even if the quantized encoder came out byte for byte the same, the graph is stale: its
+    # verification runs held-out images through the processor itself.
+    pretend_built(after, "quantized", quantized_bytes)
+    assert Workspace.load(root / "artifacts.yaml", root).fingerprint("graph") != before["graph"]
 
 
 def test_siglip_checkpoint_without_image_processor_fails_before_building(tmp_path: Path, siglip_checkpoint: Path) -> None:

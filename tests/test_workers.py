@@ -70,11 +70,19 @@ def test_a_killed_worker_is_reported_by_artifact_name_and_the_next_run_recovers(
         killed.stdout + killed.stderr,
     ), killed.stdout + killed.stderr
     assert "Traceback" not in killed.stdout + killed.stderr
-    # The report was written before the kill and passed: the next run keeps it without judging again.
+    # The report was written before the kill and passed: the next run keeps it without judging
+    # again (the store kept the seed's identical report: nothing is left to do at all).
     again = project.doit("verify", env=NO_REMOTE)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "[t] verified already: its report passed at this verification fingerprint; not judged again" in again.stderr
+    assert "-- verify:t" in again.stdout
     assert "# t (qwen3_5_vision_tower)" not in again.stderr
+    # Without the store's copy, the step keeps it, judging nothing.
+    import shutil
+
+    shutil.rmtree(project.root / "cache" / "store")
+    kept = project.doit("verify", env=NO_REMOTE)
+    assert "[t] verified already: its report passed at this verification fingerprint; not judged again" in kept.stderr
+    assert "# t (qwen3_5_vision_tower)" not in kept.stderr
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,36 @@ def quiet_libraries(verbose: bool = False) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     for package in CHATTY_PACKAGES:
         warnings.filterwarnings("ignore", module=rf"{package}(\..*)?$")
+    _quiet_onnxruntime()
+
+
+# Lines native libraries print to a worker's stdout or stderr themselves, past any Python
+# logging: the QNN SDK's thread-local note, onnxruntime's own log lines (ANSI-coloured,
+# timestamped), onnxruntime's quantizer nagging about pre-processing on the root logger,
+# transformers' torchvision fallback. The relay drops them unless ``verbose``.
+LIBRARY_NOISE = (
+    re.compile(r"^\s*# LIBNATIVE: "),
+    re.compile(r"^(\x1b\[[0-9;]*m)?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \[[VIWE]:onnxruntime:"),
+    re.compile(r"^WARNING:root:Please consider (to run )?pre-processing before quantization"),
+    re.compile(r"^\[transformers\] `\w+` requires torchvision \(not installed\); falling back to "),
+)
+
+
+def is_library_noise(line: str) -> bool:
+    return any(pattern.match(line) for pattern in LIBRARY_NOISE)
+
+
+def _quiet_onnxruntime() -> None:
+    """onnxruntime logs through its own C++ logger, straight to stderr, with ANSI colours:
+    constant-folding notes for float16 graphs, the QNN provider's remarks. Errors only,
+    for every session this process opens afterwards."""
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
+        return
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)
 
 
 @contextmanager

@@ -5,6 +5,8 @@ below; a kind from another package is an entry point of the group
 (``edgebuild/core/registry.py``) loads each by name when it is first needed."""
 
 BUILTIN_KINDS = {
+    "hf_onnx": "edgebuild.kinds.hf_onnx:HfOnnx",
+    "onnx_qdq": "edgebuild.kinds.onnx_qdq:OnnxQdq",
     "qnn_context": "edgebuild.kinds.qnn_context:QnnContext",
     "qwen3_5_tower_qdq": "edgebuild.kinds.qwen3_5_tower_qdq:Qwen3_5TowerQdq",
     "qwen3_5_vision_tower": "edgebuild.kinds.qwen3_5_tower:Qwen3_5VisionTower",

@@ -8,13 +8,14 @@ graphs made from it) and by the benchmarks. Its tiny generated checkpoints are
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
-from edgebuild.errors import CheckpointError
 from edgebuild.core.inputs import expand_inputs
+from edgebuild.errors import CheckpointError
+from edgebuild.ml.hf import PREPROCESSOR_FILE, quiet_transformers
+from edgebuild.ml.hf import image_processor as hf_image_processor
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from edgebuild.core.kind import InputSet
 
 VISION_PREFIX = "vision_model."
-PREPROCESSOR_FILE = "preprocessor_config.json"
 DEFAULT_IMAGE_PROCESSOR = "SiglipImageProcessor"
 # One tensor every SigLIP vision encoder has: where it sits says how tensors are named.
 PATCH_EMBEDDING = "embeddings.patch_embedding.weight"
@@ -115,50 +115,10 @@ def vision_config(checkpoint: "Checkpoint", layout: SiglipLayout) -> Any:
         raise CheckpointError(f"{checkpoint.config_path}: {where}: not a SiglipVisionConfig ({reason})") from None
 
 
-@contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' advisory warnings for one call: that the fast image
-    processor wants torchvision (the PIL one it falls back to is transformers' own),
-    and SiglipConfig's remarks about the text tower's token ids (never used here)."""
-    from transformers.utils import logging
-
-    previous = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(previous)
-
-
 def image_processor(checkpoint: "Checkpoint") -> Any:
-    """The checkpoint's own image processor, from its ``preprocessor_config.json`` alone
-    (read through ``Checkpoint.file``, so the fingerprint covers it). transformers'
-    ``AutoImageProcessor`` would also consult ``config.json`` and the hub cache."""
-    import json
-
-    import transformers
-
-    path = checkpoint.file(PREPROCESSOR_FILE)
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path}: not a JSON object ({error})") from None
-    if not isinstance(settings, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(settings).__name__}")
-    # The "Fast" processors need torchvision; their slow twins compute the same values.
-    name = str(settings.get("image_processor_type", DEFAULT_IMAGE_PROCESSOR)).removesuffix("Fast")
-    processor_class = getattr(transformers, name, None)
-    if processor_class is None or not name.endswith("ImageProcessor"):
-        raise CheckpointError(f"{path}: image_processor_type: {name!r} is not an image processor transformers provides")
-    # The plain name picks a torchvision backend where torchvision is installed and the
-    # PIL one otherwise (with a warning): the PIL one always, so the pixels, and the
-    # artifact's bytes, do not depend on what else a machine has installed.
-    processor_class = getattr(transformers, f"{name}Pil", processor_class)
-    try:
-        with quiet_transformers():
-            return processor_class.from_dict(settings)
-    except (TypeError, ValueError) as error:
-        raise CheckpointError(f"{path}: not a valid {name} configuration ({error})") from None
+    """The checkpoint's own image processor (``SiglipImageProcessor`` unless its
+    ``preprocessor_config.json`` names another)."""
+    return hf_image_processor(checkpoint, DEFAULT_IMAGE_PROCESSOR)
 
 
 def load_pixel_batches(inputs: "InputSet", root: Path, checkpoint: "Checkpoint", what: str) -> list["torch.Tensor"]:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
 from edgebuild import errors
+from edgebuild.core.config import Settings
 from edgebuild.errors import EdgebuildError, PlanChanged, WorkerError
 
 if TYPE_CHECKING:
@@ -90,6 +91,9 @@ def run_worker_at(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     relay = relay or _relay_to_own_streams
+    environment = dict(os.environ) if env is None else env
+    if not Settings.from_environ(environment).verbose:
+        relay = _without_library_noise(relay)
     reader, writer = os.pipe()
     command = [sys.executable, "-m", "edgebuild.run.workers", mode, manifest_path, root, name, "--result-fd", str(writer)]
     if expect:
@@ -100,7 +104,7 @@ def run_worker_at(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
-            env=_process_environment(dict(os.environ) if env is None else env),
+            env=_process_environment(environment),
             pass_fds=(writer,),
         )
     except OSError as error:
@@ -137,6 +141,18 @@ def _process_environment(env: dict[str, str]) -> dict[str, str]:
     environment["PYTHONPATH"] = os.pathsep.join([package_parent, *path])
     environment["PYTHONUNBUFFERED"] = "1"
     return environment
+
+def _without_library_noise(relay: Relay) -> Relay:
+    """``relay``, minus what native libraries print past Python's logging (see
+    ``edgebuild/core/console.py``): shown only with the ``verbose`` setting."""
+    from edgebuild.core.console import is_library_noise
+
+    def filtered(stream: str, line: str) -> None:
+        if not is_library_noise(line):
+            relay(stream, line)
+
+    return filtered
+
 
 def _relay_to_own_streams(stream: str, line: str) -> None:
     target = sys.stdout if stream == "stdout" else sys.stderr

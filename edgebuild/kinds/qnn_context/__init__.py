@@ -40,5 +40,5 @@ class QnnContext(ArtifactKind):
         extra="qnn",
         extra_module="onnxruntime_qnn",
     )
-    source_kinds = ("qwen3_5_tower_qdq",)
+    source_kinds = ("onnx_qdq", "qwen3_5_tower_qdq")
     tool_packages = (QNN_PACKAGE,)

@@ -12,9 +12,9 @@ from collections import Counter
 from typing import Any
 
 from edgebuild.plugin import BuildContext, ExportError, Phases
-from ..qwen3_5_tower_qdq.params import MODEL_FILE as SOURCE_MODEL_FILE
+
 from . import compile as compile_module
-from .params import CONTEXT_BINARY_FILE, INFO_FILE, INFO_FORMAT, MODEL_FILE, PROVIDER, QnnParams
+from .params import CONTEXT_BINARY_FILE, INFO_FILE, INFO_FORMAT, MODEL_FILE, PROVIDER, SOURCE_MODEL_FILE, QnnParams
 from .qnn import qnn_version, require_qnn
 
 

@@ -10,9 +10,8 @@ from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
 from edgebuild.plugin import Check, ExportError, Verification, VerifyContext
-from ..qwen3_5_tower_qdq.params import MODEL_FILE as SOURCE_MODEL_FILE
-from ..qwen3_5_tower_qdq.params import WEIGHTS_FILE as SOURCE_WEIGHTS_FILE
-from .params import INFO_FILE, MODEL_FILE, PROVIDER, QnnParams
+
+from .params import INFO_FILE, MODEL_FILE, PROVIDER, SOURCE_MODEL_FILE, SOURCE_WEIGHTS_FILE, QnnParams
 from .qnn import htp_session, qnn_unavailable_reason
 
 
@@ -64,14 +63,19 @@ def _simulate(session: Any, qdq_model: Any, params: QnnParams) -> tuple[dict[str
 
     from edgebuild.ml.onnx_tools import run_session
 
-    (graph_input,) = session.get_inputs()
-    # Uniform in [-1, 1]: the range of pixels normalised by the processor (mean = std = 0.5).
-    # Both sides run the same quantized graph, so any input in the calibrated range
-    # exercises the same arithmetic.
+    # Floats uniform in [-1, 1] (about the range of normalised pixels); integers (ids,
+    # masks) zero. Both sides run the same quantized graph, so any input in the
+    # calibrated range exercises the same arithmetic.
     generator = numpy.random.default_rng(params.verify.seed)
-    feeds = [{graph_input.name: generator.uniform(-1.0, 1.0, graph_input.shape).astype(numpy.float32)}
-             for _ in range(params.verify.samples)]
-    simulated = [session.run(None, feed)[0] for feed in feeds]
-    reference = [outputs[0] for outputs in run_session(qdq_model, feeds)]
-    comparisons = [compare_outputs(torch.from_numpy(ref)[None], torch.from_numpy(out)[None]) for ref, out in zip(reference, simulated)]
+    feeds = [
+        {graph_input.name: generator.uniform(-1.0, 1.0, graph_input.shape).astype(numpy.float32)
+         if "float" in graph_input.type else numpy.zeros(graph_input.shape, dtype=numpy.int64)
+         for graph_input in session.get_inputs()}
+        for _ in range(params.verify.samples)
+    ]
+    simulated = [session.run(None, feed) for feed in feeds]
+    reference = run_session(qdq_model, feeds)
+    # Every output of every sample: the worst of them decides.
+    comparisons = [compare_outputs(torch.from_numpy(ref).float()[None], torch.from_numpy(out).float()[None])
+                   for refs, outs in zip(reference, simulated) for ref, out in zip(refs, outs)]
     return worst_case(comparisons), comparisons

@@ -18,20 +18,13 @@ checkpoint behind the source.
 
 from __future__ import annotations
 
+from edgebuild.ml.qdq import SIXTEEN_BIT_OPSET, SIXTEEN_BIT_TYPES
 from edgebuild.ml.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
 
 from ..qwen3_5_tower.params import TowerParams
 from .inputs import read_preprocessor_config
-from .params import (
-    INFO_FILE,
-    MODEL_FILE,
-    PREPROCESSOR_FILE,
-    SIXTEEN_BIT_OPSET,
-    SIXTEEN_BIT_TYPES,
-    WEIGHTS_FILE,
-    QdqParams,
-)
+from .params import INFO_FILE, MODEL_FILE, PREPROCESSOR_FILE, WEIGHTS_FILE, QdqParams
 
 
 class Qwen3_5TowerQdq(ArtifactKind):

@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from edgebuild.ml.qdq import QdqOptions
 from edgebuild.plugin import ArtifactParams, InputFiles, Strict
 
 MODEL_FILE = "model.onnx"
@@ -15,12 +16,6 @@ INFO_FORMAT = 1
 PREPROCESSOR_FILE = "preprocessor_config.json"
 # The graph's input: one image's patches, [patches, patch_dim].
 PATCHES_INPUT = "patches"
-
-# 16-bit QuantizeLinear / DequantizeLinear exist in the ai.onnx domain from opset 21;
-# below it onnxruntime falls back to com.microsoft contrib ops, which an NPU stack
-# expecting standard ONNX does not take.
-SIXTEEN_BIT_OPSET = 21
-SIXTEEN_BIT_TYPES = frozenset({"uint16", "int16"})
 
 # Default thresholds against the float32 tower graph on the held-out images. Measured
 # on the tiny fixture with the shipped images (4 calibration, 2 held out), minmax:
@@ -78,6 +73,11 @@ class QdqParams(ArtifactParams):
         if self.calibration.is_empty():
             raise ValueError("calibration needs at least one image or patches file")
         return self
+
+    def options(self) -> QdqOptions:
+        """onnxruntime's QNN recipe with these types."""
+        return QdqOptions(activation_type=self.activation_type, weight_type=self.weight_type,
+                          per_channel=self.per_channel, calibration_method=self.calibration_method, recipe="qnn")
 
     def limits(self) -> dict[str, float]:
         defaults = DEFAULT_LIMITS[self.activation_type]

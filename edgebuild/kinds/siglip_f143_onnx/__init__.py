@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter
+from edgebuild.ml.siglip import PREPROCESSOR_FILE, siglip_layout
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
 
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams
 
@@ -46,6 +47,12 @@ class SiglipF143Onnx(ArtifactKind):
     weights: fp8                         # fp8 | float (a plain graph to compare against)
 """,
     )
+
+    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
+        # What it reads of the float checkpoint behind its source itself: verification
+        # compares with the float encoder (its tensors, its config) on held-out images run
+        # through its image processor. The source is in its fingerprint by its bytes only.
+        return TensorSelection(prefixes=(siglip_layout(checkpoint).prefix,), config_key=None, files=(PREPROCESSOR_FILE,))
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
         assert isinstance(params, SiglipOnnxParams)

@@ -1,4 +1,6 @@
-"""Driving onnxruntime's QDQ quantizer for QNN with bounded memory.
+"""Static QDQ quantization of an ONNX graph with onnxruntime's quantizer, in bounded
+memory: the recipe for QNN (``get_qnn_qdq_config``) or onnxruntime's generic one, and
+the checks every QDQ graph gets. Shared by every kind that quantizes a graph.
 
 ``get_qnn_qdq_config(model, reader, ...)`` then ``quantize(model, out, config)`` is
 the whole recipe; what is done here is only *when* each part holds the weights.
@@ -27,11 +29,37 @@ slightly from a single call's, and are as deterministic (the chunk is fixed).
 from __future__ import annotations
 
 import gc
+import shutil
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
     import numpy
+
+Feeds = dict[str, "numpy.ndarray"]
+RECIPES = ("qnn", "generic")
+MODEL_FILE = "model.onnx"
+WEIGHTS_FILE = "model.onnx.data"
+# 16-bit QuantizeLinear / DequantizeLinear exist in the ai.onnx domain from opset 21;
+# below it onnxruntime falls back to com.microsoft contrib ops, which an NPU stack
+# expecting standard ONNX does not take.
+SIXTEEN_BIT_OPSET = 21
+SIXTEEN_BIT_TYPES = frozenset({"uint16", "int16"})
+
+
+@dataclass(frozen=True)
+class QdqOptions:
+    """How to quantize: the recipe (``qnn``: onnxruntime's configuration for the QNN
+    execution provider; ``generic``: ``quantize_static`` in QDQ format), the activation
+    and weight types, per-channel weights, the calibration method."""
+
+    activation_type: str = "uint16"
+    weight_type: str = "uint8"
+    per_channel: bool = False
+    calibration_method: str = "minmax"
+    recipe: str = "qnn"
 
 # Calibration inputs per calibrator call (see the module docstring).
 CALIBRATION_CHUNK = 1
@@ -58,39 +86,56 @@ def calibration_methods() -> dict[str, Any]:
     return {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
 
 
-class PatchesReader:
-    """onnxruntime's ``CalibrationDataReader`` protocol over in-memory ``patches`` arrays."""
+class FeedsReader:
+    """onnxruntime's ``CalibrationDataReader`` protocol over in-memory inputs, one
+    ``{input name: array}`` per sample."""
 
-    def __init__(self, samples: list["numpy.ndarray"], input_name: str) -> None:
-        self._samples = samples
-        self._input_name = input_name
-        self._iterator: Iterator["numpy.ndarray"] = iter(samples)
+    def __init__(self, feeds: list[Feeds]) -> None:
+        self._feeds = feeds
+        self._iterator: Iterator[Feeds] = iter(feeds)
 
-    def get_next(self) -> dict[str, "numpy.ndarray"] | None:
-        sample = next(self._iterator, None)
-        return None if sample is None else {self._input_name: sample}
+    def get_next(self) -> Feeds | None:
+        return next(self._iterator, None)
 
     def __len__(self) -> int:
-        return len(self._samples)
+        return len(self._feeds)
 
 
-def qnn_config(model_path: Path, samples: list["numpy.ndarray"], input_name: str, activation_type: str,
-               weight_type: str, per_channel: bool, calibration_method: str) -> Any:
-    """onnxruntime's QDQ configuration for the QNN execution provider (reads the graph, not its weights)."""
+def quant_config(model_path: Path, feeds: list[Feeds], options: QdqOptions) -> Any:
+    """onnxruntime's static QDQ configuration for ``options.recipe`` (reads the graph,
+    not its weights)."""
+    from onnxruntime.quantization import QuantFormat, StaticQuantConfig
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+    from onnxruntime.quantization.registry import QDQRegistry
 
     types = quant_types()
-    return get_qnn_qdq_config(
-        str(model_path),
-        PatchesReader(samples, input_name),
-        calibrate_method=calibration_methods()[calibration_method],
-        activation_type=types[activation_type],
-        weight_type=types[weight_type],
-        per_channel=per_channel,
+    method = calibration_methods()[options.calibration_method]
+    if options.recipe == "qnn":
+        return get_qnn_qdq_config(
+            str(model_path),
+            FeedsReader(feeds),
+            calibrate_method=method,
+            activation_type=types[options.activation_type],
+            weight_type=types[options.weight_type],
+            per_channel=options.per_channel,
+        )
+    if options.recipe != "generic":
+        raise ValueError(f"recipe must be one of {RECIPES}, not {options.recipe!r}")
+    # Every op type onnxruntime can quantize in QDQ format, named: the summary and the
+    # checks compare the graph with exactly this list.
+    return StaticQuantConfig(
+        FeedsReader(feeds),
+        calibrate_method=method,
+        quant_format=QuantFormat.QDQ,
+        activation_type=types[options.activation_type],
+        weight_type=types[options.weight_type],
+        op_types_to_quantize=sorted(QDQRegistry),
+        per_channel=options.per_channel,
+        extra_options={},
     )
 
 
-def calibrate(model_path: Path, config: Any, samples: list["numpy.ndarray"], input_name: str, scratch: Path) -> Any:
+def calibrate(model_path: Path, config: Any, feeds: list[Feeds], scratch: Path) -> Any:
     """The calibration ranges ``quantize`` would compute for ``config``, in bounded memory."""
     import onnxruntime
 
@@ -105,8 +150,8 @@ def calibrate(model_path: Path, config: Any, samples: list["numpy.ndarray"], inp
     calibrator.infer_session = onnxruntime.InferenceSession(
         calibrator.augmented_model_path, sess_options=session_options, providers=["CPUExecutionProvider"]
     )
-    for start in range(0, len(samples), CALIBRATION_CHUNK):
-        calibrator.collect_data(PatchesReader(samples[start:start + CALIBRATION_CHUNK], input_name))
+    for start in range(0, len(feeds), CALIBRATION_CHUNK):
+        calibrator.collect_data(FeedsReader(feeds[start:start + CALIBRATION_CHUNK]))
     ranges = calibrator.compute_data()
     calibrator.infer_session = None
     del calibrator
@@ -186,3 +231,48 @@ def quantize_with_ranges(model_path: Path, output_path: Path, config: Any, range
         extra_options=config.extra_options,
         calibration_cache_path=str(cache),
     )
+
+
+def quantize_graph(source: Path, out_dir: Path, feeds: list[Feeds], options: QdqOptions, phases: Any,
+                   log: Callable[[str], None]) -> dict[str, Any]:
+    """Quantize ``source``'s ``model.onnx`` (with its external data) into ``out_dir``:
+    configuration, chunked calibration on ``feeds``, quantization; return what the
+    sidecar records (the options, the calibration, the graph's summary)."""
+    from edgebuild.ml.qdq_graph import qdq_summary
+
+    # onnxruntime writes a shape-inferred copy beside the model it is given: a copy of
+    # the source graph in a scratch directory keeps it out of the source's build
+    # directory (which another artifact may be reading, or quantizing, at the same time).
+    with tempfile.TemporaryDirectory(prefix="qdq-", dir=out_dir.parent) as scratch_name:
+        scratch = Path(scratch_name)
+        float_model = scratch / MODEL_FILE
+        with phases.time("copy"):
+            shutil.copyfile(source / MODEL_FILE, float_model)
+            shutil.copyfile(source / WEIGHTS_FILE, scratch / WEIGHTS_FILE)
+        config = quant_config(float_model, feeds, options)
+        with phases.time("calibrate"):
+            ranges = calibrate(float_model, config, feeds, scratch)
+        log(f"calibrated {len(ranges.data)} tensors ({options.calibration_method}) on {len(feeds)} inputs")
+        with phases.time("quantize"):
+            quantize_with_ranges(float_model, out_dir / MODEL_FILE, config, ranges, scratch)
+    # onnxruntime creates the weights file owner-only; an artifact is read by others.
+    (out_dir / WEIGHTS_FILE).chmod(0o644)
+    with phases.time("summarize"):
+        summary = qdq_summary(out_dir / MODEL_FILE, set(config.op_types_to_quantize))
+    log(
+        f"quantized: {summary['quantized_weights']['count']} weights, "
+        f"{summary['qdq_nodes']['QuantizeLinear']} QuantizeLinear, {summary['qdq_nodes']['DequantizeLinear']} DequantizeLinear; "
+        f"{len(summary['left_float'])} float tensor(s) read by computing nodes"
+    )
+    return {
+        "recipe": options.recipe,
+        "activation_type": options.activation_type,
+        "weight_type": options.weight_type,
+        "per_channel": options.per_channel,
+        "calibration_method": options.calibration_method,
+        "calibration_chunk": CALIBRATION_CHUNK,
+        "calibration_inputs": len(feeds),
+        "calibrated_tensors": len(ranges.data),
+        "op_types_to_quantize": sorted(config.op_types_to_quantize),
+        **summary,
+    }

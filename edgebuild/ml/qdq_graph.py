@@ -130,7 +130,7 @@ def _why_float(op_type: str, index: int, tensor: str, initializers: dict[str, An
             return f"graph input: the graph's interface is float; {op_type} only moves data, so the QuantizeLinear follows it"
         return f"graph input read by {op_type} before any QuantizeLinear"
     if op_type not in quantizable_ops:
-        return f"{op_type} is not among the op types the QNN configuration quantizes"
+        return f"{op_type} is not among the op types the configuration quantizes"
     if tensor in initializers:
         return f"constant input {index} of {op_type}, which the quantizer left float"
     return f"input {index} of {op_type}, not calibrated"

@@ -1,0 +1,80 @@
+"""The manifest parameters of ``onnx_qdq``: the graph to quantize, its calibration and
+held-out inputs, the recipe and types, and the thresholds against the float graph."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from edgebuild.ml.qdq import QdqOptions
+from edgebuild.plugin import ArtifactParams, InputFiles, Strict
+
+MODEL_FILE = "model.onnx"
+WEIGHTS_FILE = "model.onnx.data"
+INFO_FILE = "qdq.json"
+INFO_FORMAT = 1
+# What an hf_onnx source writes: its inputs' names, shapes and dtypes.
+SOURCE_INFO_FILE = "export.json"
+PIXEL_INPUT = "pixel_values"
+
+# Default cosine against the float graph on the held-out inputs, by activation type.
+# Measured on the tiny CLIP vision encoder (clip_vision_tiny) with the shipped images (4
+# calibration, 2 held out), minmax: QNN recipe A16W8 pooler_output 0.9956 /
+# last_hidden_state 0.9963, A8W8 0.9952 / 0.9964; generic recipe int8/int8 0.9914 /
+# 0.9959. Absolute errors depend on the model's scale: set verify.mean_abs / max_abs.
+DEFAULT_COSINE = {"uint16": 0.99, "int16": 0.99, "uint8": 0.98, "int8": 0.98}
+
+
+class GraphInputs(InputFiles):
+    """Inputs of the graph: images (paths or globs, relative to the manifest) run through
+    the source checkpoint's own image processor into its ``pixel_values`` (resized to
+    the graph's height and width), and/or SafeTensors files holding one tensor per graph
+    input, named as the input, of shape ``[n * batch, ...]`` or ``[n, batch, ...]``."""
+
+    images: list[str] = Field(default_factory=list)
+    tensors: list[str] = Field(default_factory=list)
+
+
+class OnnxQdqVerify(Strict):
+    """Thresholds against the float graph on the held-out inputs, for every output."""
+
+    cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0, description="Default: by activation type.")
+    mean_abs: float | None = Field(default=None, ge=0.0)
+    max_abs: float | None = Field(default=None, ge=0.0)
+
+
+class OnnxQdqParams(ArtifactParams):
+    kind: Literal["onnx_qdq"]
+    source: str = Field(description="The float ONNX artifact to quantize (an hf_onnx artifact).")
+    calibration: GraphInputs
+    held_out: GraphInputs = Field(default_factory=GraphInputs, description="Verification inputs; default: the calibration inputs.")
+    recipe: Literal["qnn", "generic"] = Field(
+        default="qnn", description="qnn: onnxruntime's configuration for the QNN execution provider; "
+                                   "generic: quantize_static in QDQ format, every op type onnxruntime quantizes.")
+    activation_type: Literal["uint16", "uint8", "int16", "int8"] = "uint16"
+    weight_type: Literal["uint8", "int8", "uint16", "int16"] = "uint8"
+    per_channel: bool = False
+    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    verify: OnnxQdqVerify = Field(default_factory=OnnxQdqVerify)
+
+    VERIFY_ONLY_INPUTS: ClassVar[frozenset[str]] = frozenset({"held_out"})
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "OnnxQdqParams":
+        if self.calibration.is_empty():
+            raise ValueError("calibration needs at least one image or tensors file")
+        if self.recipe == "qnn" and self.activation_type not in ("uint16", "uint8"):
+            raise ValueError(f"the qnn recipe quantizes activations to uint16 or uint8, not {self.activation_type}")
+        return self
+
+    def options(self) -> QdqOptions:
+        return QdqOptions(activation_type=self.activation_type, weight_type=self.weight_type,
+                          per_channel=self.per_channel, calibration_method=self.calibration_method, recipe=self.recipe)
+
+    def limits(self) -> dict[str, float | None]:
+        cosine = self.verify.cosine_min if self.verify.cosine_min is not None else DEFAULT_COSINE[self.activation_type]
+        return {"cosine_min": cosine, "mean_abs": self.verify.mean_abs, "max_abs": self.verify.max_abs}
+
+    def reads_images(self) -> bool:
+        return bool(self.calibration.images or self.held_out.images)

@@ -1,0 +1,133 @@
+"""Kind ``onnx_qdq`` (and ``qnn_context`` on it): any float graph statically quantized,
+calibrated on images through its checkpoint's own image processor; the CLIP graph
+A16W8 stays at cosine >= 0.99 against the float graph on held-out images."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgebuild.core.manifest import load_manifest
+from edgebuild.errors import ManifestError, ParameterError
+from edgebuild.run.builder import make_current, verify_artifact
+from edgebuild.run.workspace import Workspace
+
+from helpers import REPO, pretend_built
+
+QUIET = {"log": lambda message: None}
+CHAIN = """\
+checkpoints:
+  clip:
+    fixture: clip_vision_tiny
+artifacts:
+  clip:
+    kind: hf_onnx
+    checkpoint: clip
+    model_class: CLIPVisionModel
+    inputs: {pixel_values: [1, 3, 64, 64]}
+    outputs: [pooler_output, last_hidden_state]
+  qdq:
+    kind: onnx_qdq
+    source: clip
+    calibration:
+      images: [images/*.png]
+    held_out:
+      images: [held_out/*.png]
+  npu:
+    kind: qnn_context
+    source: qdq
+"""
+
+
+def _project(root: Path, manifest: str = CHAIN) -> Workspace:
+    shutil.copytree(REPO / "data" / "calibration", root / "images", dirs_exist_ok=True)
+    shutil.copytree(REPO / "data" / "held_out", root / "held_out", dirs_exist_ok=True)
+    (root / "artifacts.yaml").write_text(manifest)
+    return Workspace.open(root / "artifacts.yaml", root)
+
+
+def test_parameters_are_checked_before_anything_is_built(tmp_path: Path) -> None:
+    (tmp_path / "artifacts.yaml").write_text(CHAIN.replace("    source: clip\n", "    source: clip\n    activation_type: int8\n"))
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(tmp_path / "artifacts.yaml")
+    assert str(caught.value).endswith("artifacts -> qdq: the qnn recipe quantizes activations to uint16 or uint8, not int8")
+    workspace = _project(tmp_path, CHAIN.replace("    outputs: [pooler_output, last_hidden_state]\n",
+                                                 "    outputs: [pooler_output]\n    dtype: fp16\n"))
+    with pytest.raises(ParameterError, match="source 'clip' is a float16 graph; expected a float32 one"):
+        workspace.fingerprint("qdq")
+    workspace = _project(tmp_path, CHAIN.replace("{pixel_values: [1, 3, 64, 64]}", "{pixel_values: [1, 4096]}"))
+    with pytest.raises(ParameterError) as caught:
+        workspace.fingerprint("qdq")
+    assert str(caught.value).endswith(
+        "artifacts -> qdq -> calibration: images need a pixel_values input of shape [batch, channels, height, width], "
+        "and source 'clip' takes pixel_values")
+
+
+def test_the_fingerprint_holds_the_graphs_bytes_and_the_image_processor(tmp_path: Path) -> None:
+    workspace = _project(tmp_path)
+    graph = pretend_built(workspace, "clip")
+    record = workspace.record("qdq")
+    assert record.inputs["source"] == {"outputs": graph}
+    assert record.inputs["checkpoint"]["tensors"] == {}
+    assert set(record.inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
+    assert len(record.inputs["files:calibration.images"]) == 4
+    # Held-out images only decide the verdict.
+    assert "files:held_out.images" not in record.inputs
+
+
+@pytest.mark.slow
+def test_the_clip_graph_quantizes_and_compiles(tmp_path: Path) -> None:
+    from edgebuild.kinds.qnn_context.qnn import qnn_unavailable_reason
+
+    workspace = _project(tmp_path)
+    for name in ("clip", "qdq"):
+        make_current(workspace, name, **QUIET)
+    report = verify_artifact(workspace, "qdq", **QUIET)
+    assert report.passed, report.summary()
+    checks = {check.name: check for check in report.checks}
+    assert checks["pooler_output.cosine"].value >= 0.99 and checks["last_hidden_state.cosine"].value >= 0.99
+    assert checks["activation_types"].value == ["uint16"] and checks["weight_types"].value == ["uint8"]
+    assert checks["quantized_weights"].value == 19 and checks["unquantized_weights"].value == 0
+    assert report.metrics["reference"] == "onnxruntime CPU, QDQ graph vs the float graph, 2 held_out inputs"
+    if qnn_unavailable_reason() is not None:
+        pytest.skip(qnn_unavailable_reason())
+    make_current(workspace, "npu", **QUIET)
+    compiled = verify_artifact(workspace, "npu", **QUIET)
+    assert compiled.passed, compiled.summary()
+    assert {check.name: check.value for check in compiled.checks}["nodes_off_qnn"] == 0
+
+
+@pytest.mark.slow
+def test_the_generic_recipe_and_tensors_files(tmp_path: Path) -> None:
+    import numpy
+    from safetensors.numpy import save_file
+
+    pixels = numpy.random.default_rng(0).normal(0, 1, (3, 3, 64, 64)).astype(numpy.float32)
+    save_file({"pixel_values": pixels}, str(tmp_path / "pixels.safetensors"))
+    # Calibrated and judged on the same kind of inputs: normal noise, three samples.
+    workspace = _project(tmp_path, CHAIN.replace("      images: [images/*.png]\n", "      tensors: [pixels.safetensors]\n")
+                         .replace("      images: [held_out/*.png]\n", "      tensors: [pixels.safetensors]\n")
+                         .replace("    source: clip\n", "    source: clip\n    recipe: generic\n    activation_type: int8\n"
+                                  "    weight_type: int8\n"))
+    for name in ("clip", "qdq"):
+        make_current(workspace, name, **QUIET)
+    report = verify_artifact(workspace, "qdq", **QUIET)
+    assert report.passed, report.summary()
+    checks = {check.name: check.value for check in report.checks}
+    assert checks["activation_types"] == ["int8"] and checks["weight_types"] == ["int8"]
+
+
+def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
+    from helpers import assert_code_digests
+
+    common = ["edgebuild/kinds/onnx_qdq/inputs.py", "edgebuild/kinds/onnx_qdq/params.py", "edgebuild/core/inputs.py",
+              "edgebuild/ml/hf.py", "edgebuild/ml/images.py", "edgebuild/ml/qdq.py", "edgebuild/ml/qdq_graph.py"]
+    assert_code_digests(
+        "onnx_qdq",
+        build=[*common, "edgebuild/kinds/onnx_qdq/build.py"],
+        # The checks and the comparison only judge: in the verify digest alone.
+        verify=[*common, "edgebuild/kinds/onnx_qdq/verify.py", "edgebuild/ml/qdq_checks.py", "edgebuild/ml/compare.py",
+                "edgebuild/ml/onnx_tools.py"],
+    )

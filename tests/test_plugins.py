@@ -1,0 +1,186 @@
+"""Kinds from other packages: an entry point of the group ``edgebuild.kinds`` and the
+``edgebuild.plugin`` surface are all a plugin needs. It builds and verifies like a
+built-in kind, goes stale when its own code or version changes, shows in the schema;
+a broken one is one line, and only for a manifest that uses it.
+
+The plugins here are laid out as an installed distribution is (a package and its
+``*.dist-info`` on the path), in a directory of their own; the repository's example
+plugin (``examples/safetensors-subset``) is installed by the test set-up and has
+tests of its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgebuild.testing import TinyProject
+
+PLUGIN = {
+    "__init__.py": '''
+from typing import Literal
+
+from edgebuild.plugin import ArtifactKind, ArtifactParams, TensorSelection
+
+
+class VisionConfigParams(ArtifactParams):
+    kind: Literal["vision_config_plugin"]
+    checkpoint: str
+
+
+class VisionConfig(ArtifactKind):
+    name = "vision_config_plugin"
+    summary = "a checkpoint's vision_config as JSON, from a plugin"
+    Params = VisionConfigParams
+    outputs = ("vision_config.json",)
+    build_module = "vc_plugin.build"
+    verify_module = "vc_plugin.verify"
+
+    def tensor_selection(self, params, checkpoint):
+        return TensorSelection(prefixes=(), config_key="vision_config")
+''',
+    "build.py": '''
+import json
+
+from edgebuild.plugin import BuildContext
+
+from .render import render
+
+
+def build(context: BuildContext) -> dict:
+    (context.out_dir / "vision_config.json").write_text(render(context.checkpoint.config_section("vision_config")))
+    return {}
+''',
+    "render.py": '''
+import json
+
+
+def render(section):
+    return json.dumps(section, sort_keys=True)
+''',
+    "verify.py": '''
+import json
+
+from edgebuild.plugin import Check, Verification, VerifyContext
+
+
+def verify(context: VerifyContext) -> Verification:
+    written = json.loads((context.out_dir / "vision_config.json").read_text())
+    same = written == context.checkpoint.config_section("vision_config")
+    return Verification(checks=[Check.measure("matches_the_checkpoint", int(same), "==", 1)])
+''',
+}
+MANIFEST = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  vc:\n    kind: vision_config_plugin\n    checkpoint: qwen\n"
+TOWER_ONLY = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  t:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
+
+
+def lay_out_plugin(root: Path, package: str = "vc_plugin", version: str = "1.0", files: dict[str, str] = PLUGIN,
+                   entry: str = "vision_config_plugin = vc_plugin:VisionConfig") -> Path:
+    """A distribution ``vc-plugin`` at ``version`` as pip would install it: the package and
+    its ``.dist-info`` (metadata and entry points) in ``root``."""
+    (root / package).mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / package / name).write_text(text.lstrip())
+    info = root / f"vc_plugin-{version}.dist-info"
+    for stale in root.glob("vc_plugin-*.dist-info"):
+        for path in stale.iterdir():
+            path.unlink()
+        stale.rmdir()
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vc-plugin\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[edgebuild.kinds]\n{entry}\n")
+    (info / "RECORD").write_text("")
+    return root
+
+
+@pytest.fixture
+def plugin(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = lay_out_plugin(tmp_path / "site")
+    return root, {"PYTHONPATH": str(root)}
+
+
+def test_a_plugin_kind_is_listed_and_in_the_schema(plugin: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, env = plugin
+    project = TinyProject(tmp_path / "project")
+    project.manifest(MANIFEST)
+    listed = project.doit("list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("vc       [vision_config_plugin] a checkpoint's vision_config as JSON, from a plugin\n")
+    schema = subprocess.run([sys.executable, "-m", "edgebuild", "schema"], capture_output=True, text=True, timeout=120,
+                            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert schema.returncode == 0, schema.stderr
+    document = json.loads(schema.stdout)
+    assert "vision_config_plugin" in document["$defs"]["Artifact"]["properties"]["kind"]["enum"]
+    assert "VisionConfigParams" in document["$defs"]
+
+
+@pytest.mark.slow
+def test_a_plugin_kind_builds_verifies_and_goes_stale_on_its_own_code(plugin: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, env = plugin
+    project = TinyProject(tmp_path / "project")
+    project.manifest(MANIFEST)
+    verified = project.doit("verify", env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "verify: 1 passed, 0 failed, 0 not run" in verified.stdout
+    assert project.doit("status", env=env).stdout == "vc  up to date (verified)\n"
+    record = json.loads((project.root / "build" / "vc" / ".edgebuild.json").read_text())
+    # Its own package, by package-relative path, and edgebuild's kind interface.
+    assert {"vc_plugin/build.py", "vc_plugin/render.py", "edgebuild/core/kind.py"} <= set(record["code"])
+    assert "vc_plugin/verify.py" not in record["code"]
+    assert record["versions"]["vc-plugin"] == "1.0"
+
+    # A module its build imports changes: stale, and it says which.
+    (root / "vc_plugin" / "render.py").write_text(PLUGIN["render.py"].lstrip() + "\n\ndef _unused():\n    pass\n")
+    stale = project.doit("status", env=env)
+    assert stale.stdout == "vc  stale\n      - vc_plugin/render.py changed\n"
+    # Its version changes: stale too.
+    lay_out_plugin(root, version="1.1", files={"render.py": PLUGIN["render.py"]})
+    assert project.doit("status", env=env).stdout == "vc  stale\n      - vc-plugin 1.0 → 1.1\n"
+    rebuilt = project.doit("verify", env=env)
+    assert rebuilt.returncode == 0 and "[vc] built in" in rebuilt.stderr
+
+
+def test_a_broken_plugin_is_one_line_and_only_for_a_manifest_that_uses_it(tmp_path: Path) -> None:
+    broken = dict(PLUGIN, **{"__init__.py": "import a_module_that_is_not_installed\n"})
+    root = lay_out_plugin(tmp_path / "site", files=broken)
+    env = {"PYTHONPATH": str(root)}
+    project = TinyProject(tmp_path / "project")
+    project.manifest(TOWER_ONLY)
+    unaffected = project.doit("list", env=env)
+    assert (unaffected.returncode, unaffected.stderr) == (0, "")
+    path = project.manifest(MANIFEST)
+    used = project.doit("list", env=env)
+    assert used.returncode == 2
+    assert used.stderr == (
+        f"edgebuild: error: {path.name}:6:5: artifacts -> vc -> kind: entry point edgebuild.kinds: vision_config_plugin = "
+        "vc_plugin:VisionConfig (from vc-plugin 1.0) failed to import: ModuleNotFoundError: No module named "
+        "'a_module_that_is_not_installed'\n"
+    )
+    schema = subprocess.run([sys.executable, "-m", "edgebuild", "schema"], capture_output=True, text=True, timeout=120,
+                            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert schema.returncode == 0
+    assert schema.stderr.startswith("edgebuild: warning: entry point edgebuild.kinds: vision_config_plugin = ")
+    assert schema.stderr.count("\n") == 1
+
+
+def test_a_plugin_never_replaces_a_built_in_kind(tmp_path: Path) -> None:
+    root = lay_out_plugin(tmp_path / "site", entry="qwen3_5_vision_tower = vc_plugin:VisionConfig")
+    code = ("from edgebuild.core.registry import get_kind, shadowed_plugins; "
+            "print(type(get_kind('qwen3_5_vision_tower')).__module__); print(shadowed_plugins())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "edgebuild.kinds.qwen3_5_tower", "['edgebuild.kinds: qwen3_5_vision_tower = vc_plugin:VisionConfig']"]
+
+
+def test_the_example_plugin_is_installed() -> None:
+    """The test set-up (the README's command) installs examples/safetensors-subset."""
+    from importlib.metadata import entry_points
+
+    names = {point.name for point in entry_points(group="edgebuild.kinds")}
+    assert "safetensors_subset" in names, (
+        "the example plugin is not installed: pip install -e ./examples/safetensors-subset (the README's test command)")
