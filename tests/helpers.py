@@ -158,3 +158,59 @@ def pretend_built(workspace, name: str, outputs: dict[str, str] | None = None) -
     directory.mkdir(parents=True, exist_ok=True)
     record.completed(name, {}, 0.0, {path: OutputFile(size=1, digest=digest) for path, digest in outputs.items()}).write(directory)
     return outputs
+
+
+def vision_config_kind(package: str, kind: str, extra_build_module: bool = False) -> dict[str, str]:
+    """The files of a small real kind, ``kind`` in package ``package``: its build writes a
+    checkpoint's ``vision_config`` as JSON (reading that config section only), its
+    verification checks the file against the checkpoint. For tests that add a kind the
+    way a kind author does (a package of the copy, or a plugin)."""
+    build_helpers = ("\nfrom .render import render\n" if extra_build_module else "\n\ndef render(section):\n    return json.dumps(section, sort_keys=True)\n")
+    files = {
+        "__init__.py": f'''
+from typing import Literal
+
+from edgebuild.plugin import ArtifactKind, ArtifactParams, TensorSelection
+
+
+class VisionConfigParams(ArtifactParams):
+    kind: Literal["{kind}"]
+    checkpoint: str
+
+
+class VisionConfig(ArtifactKind):
+    name = "{kind}"
+    summary = "a checkpoint's vision_config as JSON"
+    Params = VisionConfigParams
+    outputs = ("vision_config.json",)
+    build_module = "{package}.build"
+    verify_module = "{package}.verify"
+
+    def tensor_selection(self, params, checkpoint):
+        return TensorSelection(prefixes=(), config_key="vision_config")
+''',
+        "build.py": f'''
+import json
+
+from edgebuild.plugin import BuildContext
+{build_helpers}
+
+def build(context: BuildContext) -> dict:
+    (context.out_dir / "vision_config.json").write_text(render(context.checkpoint.config_section("vision_config")))
+    return {{}}
+''',
+        "verify.py": '''
+import json
+
+from edgebuild.plugin import Check, Verification, VerifyContext
+
+
+def verify(context: VerifyContext) -> Verification:
+    written = json.loads((context.out_dir / "vision_config.json").read_text())
+    same = written == context.checkpoint.config_section("vision_config")
+    return Verification(checks=[Check.measure("matches_the_checkpoint", int(same), "==", 1)])
+''',
+    }
+    if extra_build_module:
+        files["render.py"] = "import json\n\n\ndef render(section):\n    return json.dumps(section, sort_keys=True)\n"
+    return files

@@ -126,6 +126,8 @@ def test_a_new_user_initialises_verifies_and_checks_from_a_subdirectory(user_ven
     status = run(user_venv, "doit", "-k", "status", "--check", cwd=subdirectory)
     assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout == (
+        "clip_64                up to date (verified)\n"
+        "clip_64_qdq            up to date (verified)\n"
         "tower_224_fp32         up to date (verified)\n"
         "tower_224_qdq          up to date (verified)\n"
         "siglip_f143_gptq       up to date (verified)\n"

@@ -19,60 +19,11 @@ import pytest
 
 from edgebuild.testing import TinyProject
 
-PLUGIN = {
-    "__init__.py": '''
-from typing import Literal
+from helpers import vision_config_kind
 
-from edgebuild.plugin import ArtifactKind, ArtifactParams, TensorSelection
-
-
-class VisionConfigParams(ArtifactParams):
-    kind: Literal["vision_config_plugin"]
-    checkpoint: str
-
-
-class VisionConfig(ArtifactKind):
-    name = "vision_config_plugin"
-    summary = "a checkpoint's vision_config as JSON, from a plugin"
-    Params = VisionConfigParams
-    outputs = ("vision_config.json",)
-    build_module = "vc_plugin.build"
-    verify_module = "vc_plugin.verify"
-
-    def tensor_selection(self, params, checkpoint):
-        return TensorSelection(prefixes=(), config_key="vision_config")
-''',
-    "build.py": '''
-import json
-
-from edgebuild.plugin import BuildContext
-
-from .render import render
-
-
-def build(context: BuildContext) -> dict:
-    (context.out_dir / "vision_config.json").write_text(render(context.checkpoint.config_section("vision_config")))
-    return {}
-''',
-    "render.py": '''
-import json
-
-
-def render(section):
-    return json.dumps(section, sort_keys=True)
-''',
-    "verify.py": '''
-import json
-
-from edgebuild.plugin import Check, Verification, VerifyContext
-
-
-def verify(context: VerifyContext) -> Verification:
-    written = json.loads((context.out_dir / "vision_config.json").read_text())
-    same = written == context.checkpoint.config_section("vision_config")
-    return Verification(checks=[Check.measure("matches_the_checkpoint", int(same), "==", 1)])
-''',
-}
+# A kind whose build imports a module of its own package (render.py): editing it must
+# make the artifact stale.
+PLUGIN = vision_config_kind("vc_plugin", "vision_config_plugin", extra_build_module=True)
 MANIFEST = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  vc:\n    kind: vision_config_plugin\n    checkpoint: qwen\n"
 TOWER_ONLY = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  t:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
 
@@ -108,7 +59,7 @@ def test_a_plugin_kind_is_listed_and_in_the_schema(plugin: tuple[Path, dict[str,
     project.manifest(MANIFEST)
     listed = project.doit("list", env=env)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.startswith("vc       [vision_config_plugin] a checkpoint's vision_config as JSON, from a plugin\n")
+    assert listed.stdout.startswith("vc       [vision_config_plugin] a checkpoint's vision_config as JSON\n")
     schema = subprocess.run([sys.executable, "-m", "edgebuild", "schema"], capture_output=True, text=True, timeout=120,
                             env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
     assert schema.returncode == 0, schema.stderr
@@ -133,7 +84,7 @@ def test_a_plugin_kind_builds_verifies_and_goes_stale_on_its_own_code(plugin: tu
     assert record["versions"]["vc-plugin"] == "1.0"
 
     # A module its build imports changes: stale, and it says which.
-    (root / "vc_plugin" / "render.py").write_text(PLUGIN["render.py"].lstrip() + "\n\ndef _unused():\n    pass\n")
+    (root / "vc_plugin" / "render.py").write_text(PLUGIN["render.py"] + "\n\ndef _unused():\n    pass\n")
     stale = project.doit("status", env=env)
     assert stale.stdout == "vc  stale\n      - vc_plugin/render.py changed\n"
     # Its version changes: stale too.

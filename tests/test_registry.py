@@ -13,55 +13,9 @@ import pytest
 
 from edgebuild.core import registry
 
-from helpers import REPO, ProjectDir
+from helpers import REPO, ProjectDir, vision_config_kind
 
-KIND_PACKAGE = {
-    "__init__.py": '''
-from typing import Literal
-
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Starter, TensorSelection
-
-
-class VisionConfigParams(ArtifactParams):
-    kind: Literal["vision_config"]
-    checkpoint: str
-
-
-class VisionConfig(ArtifactKind):
-    name = "vision_config"
-    summary = "a checkpoint's vision_config as JSON"
-    Params = VisionConfigParams
-    outputs = ("vision_config.json",)
-    build_module = "edgebuild.kinds.vision_config.build"
-    verify_module = "edgebuild.kinds.vision_config.verify"
-    starter = Starter(entry="  vc:\\n    kind: vision_config\\n    checkpoint: qwen3_5\\n", checkpoints={"qwen3_5": "qwen3_5_vl_tiny"})
-
-    def tensor_selection(self, params, checkpoint):
-        return TensorSelection(prefixes=(), config_key="vision_config")
-''',
-    "build.py": '''
-import json
-
-from edgebuild.plugin import BuildContext
-
-
-def build(context: BuildContext) -> dict:
-    section = context.checkpoint.config_section("vision_config")
-    (context.out_dir / "vision_config.json").write_text(json.dumps(section, sort_keys=True))
-    return {}
-''',
-    "verify.py": '''
-import json
-
-from edgebuild.plugin import Check, Verification, VerifyContext
-
-
-def verify(context: VerifyContext) -> Verification:
-    written = json.loads((context.out_dir / "vision_config.json").read_text())
-    same = written == context.checkpoint.config_section("vision_config")
-    return Verification(checks=[Check.measure("matches_the_checkpoint", int(same), "==", 1)])
-''',
-}
+KIND_PACKAGE = vision_config_kind("edgebuild.kinds.vision_config", "vision_config")
 MANIFEST = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  vc:\n    kind: vision_config\n    checkpoint: qwen\n"
 
 
@@ -96,8 +50,9 @@ def test_a_new_kind_is_one_package_and_one_line(tmp_path: Path) -> None:
     status = project.doit("status", env=env)
     assert status.stdout == "vc  up to date (verified)\n"
 
+    # From the project's directory: `python -m` puts the cwd first on the path.
     schema = subprocess.run([sys.executable, "-m", "edgebuild", "schema"], env={**env, "PATH": "/usr/bin:/bin"},
-                            capture_output=True, text=True, timeout=120)
+                            cwd=project.root, capture_output=True, text=True, timeout=120)
     assert schema.returncode == 0, schema.stderr
     assert "vision_config" in json.loads(schema.stdout)["$defs"]["Artifact"]["properties"]["kind"]["enum"]
 

@@ -480,8 +480,7 @@ def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str
     # the remote already has it, so nothing is left to do.
     checked = second.doit("verify", env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "-- verify:t" in checked.stdout
-    assert f"[t] remote cache: {fingerprint[:12]} already in {remote_url}" in checked.stderr
+    assert "-- verify:t" in checked.stdout and checked.stderr == ""
 
     # One remote file corrupted (same size): detected on pull, never used, rebuilt.
     entry = json.loads(cache.location.read(entry_key(fingerprint)))

@@ -131,7 +131,7 @@ def test_a_source_rebuilt_to_identical_bytes_rebuilds_nothing_after_it(tmp_path:
     build_module.write_text(build_module.read_text() + "\n\ndef _an_unused_function() -> None:\n    pass\n")
     env = {"EDGEBUILD_REMOTE_CACHE": "off", "PYTHONPATH": str(copy)}
     status = project.doit("status", env=env)
-    assert status.stdout.splitlines()[:2] == ["t  stale", "      - edgebuild/kinds/qwen3_5_tower/build.py changed"]
+    assert status.stdout.splitlines()[:2] == ["t  stale", "     - edgebuild/kinds/qwen3_5_tower/build.py changed"]
     second = project.doit("build", env=env)
     assert second.returncode == 0, second.stderr
     assert "[t] built in" in second.stderr
@@ -141,7 +141,7 @@ def test_a_source_rebuilt_to_identical_bytes_rebuilds_nothing_after_it(tmp_path:
     after = subprocess.run(
         [sys.executable, "-c", "import sys; from edgebuild.run.workspace import Workspace; "
          f"w = Workspace.open({str(project.root / 'artifacts.yaml')!r}); print(w.fingerprint('t'), w.fingerprint('q'))"],
-        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}, cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert after.returncode == 0, after.stderr
     tower, qdq = after.stdout.split()

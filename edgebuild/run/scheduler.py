@@ -168,7 +168,15 @@ def run(workspace: "Workspace", artifacts: list[Artifact], verify_them: bool, fa
     def step_log(artifact: Artifact) -> tuple[Log, Relay]:
         if log is None:
             return stderr_log(artifact.name), _stderr_relay
-        return (lambda message: log(artifact.name, message)), (lambda stream, line: log(artifact.name, line.rstrip("\n")))
+        prefix = f"[{artifact.name}] "
+
+        def relay(stream: str, line: str) -> None:
+            # A worker's own lines are "  [name] message", as doit shows them: the message.
+            text = line.strip()
+            if text:
+                log(artifact.name, text.removeprefix(prefix))
+
+        return (lambda message: log(artifact.name, message)), relay
 
     tasks: list[tuple[str, Artifact, list[str]]] = [
         (artifact.name, artifact, [source.name for source in artifact.sources]) for artifact in workspace.order(artifacts)
