@@ -209,31 +209,37 @@ def test_at_most_a_dozen_modules_at_the_top_of_the_package() -> None:
 
 # --- editing code in a copy of the package ------------------------------------------------
 
-_DIGESTS_SCRIPT = """
-import json
-from edgebuild.core.fingerprint import code_digests, kind_code_packages
+# One process edits the copy file by file, recomputing every kind's two digests after
+# each edit (the digests read the files afresh: no module of the copy is re-imported).
+_EDITS_SCRIPT = """
+import json, sys
+from pathlib import Path
+from edgebuild.core import fingerprint
 from edgebuild.core.hashing import digest_json
 from edgebuild.core.project import VERIFICATION_MODULE
-from edgebuild.core.registry import all_kinds
-print(json.dumps({kind.name: [digest_json(code_digests(kind.build_module, packages=kind_code_packages(kind))),
-                              digest_json(code_digests(kind.verify_module, VERIFICATION_MODULE,
-                                                       packages=kind_code_packages(kind)))]
-                  for kind in all_kinds()}))
+from edgebuild.core.registry import get_kind
+
+kinds = [get_kind(name) for name in json.loads(sys.argv[1])]
+def digests():
+    fingerprint._CODE_CACHE.clear()
+    packages = fingerprint.kind_code_packages
+    return {kind.name: [digest_json(fingerprint.code_digests(kind.build_module, packages=packages(kind))),
+                        digest_json(fingerprint.code_digests(kind.verify_module, VERIFICATION_MODULE, packages=packages(kind)))]
+            for kind in kinds}
+before = digests()
+changed = {}
+for edited in json.loads(sys.argv[2]):
+    path = Path("edgebuild") / edited
+    original = path.read_text()
+    try:
+        path.write_text(original + "\\n\\ndef _an_unused_function() -> None:\\n    pass\\n")
+        after = digests()
+    finally:
+        path.write_text(original)
+    changed[edited] = [sorted(name for name in before if before[name][0] != after[name][0]),
+                       sorted(name for name in before if before[name][1] != after[name][1])]
+print(json.dumps(changed))
 """
-
-
-def _digests_of_copy(root: Path) -> dict[str, list[str]]:
-    result = subprocess.run([sys.executable, "-c", _DIGESTS_SCRIPT], cwd=root, capture_output=True, text=True,
-                            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
-@pytest.fixture(scope="module")
-def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("copy")
-    shutil.copytree(PACKAGE_ROOT, root / "edgebuild", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
-    return root
 
 
 def _importers(module_path: str, which: str) -> set[str]:
@@ -263,31 +269,34 @@ KIND_EDITS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def changed_by_edit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[set[str], set[str]]]:
+    """Each edited file of a copy of the package -> the kinds whose build and verify
+    digests an unused function added to it changes."""
+    root = tmp_path_factory.mktemp("copy")
+    shutil.copytree(PACKAGE_ROOT, root / "edgebuild", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    edits = sorted({edited for edited, *_ in GENERIC_EDITS} | {edited for edited, _ in KIND_EDITS})
+    result = subprocess.run([sys.executable, "-c", _EDITS_SCRIPT, json.dumps(KINDS), json.dumps(edits)], cwd=root,
+                            capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    return {edited: (set(build), set(verify)) for edited, (build, verify) in json.loads(result.stdout).items()}
+
+
 @pytest.mark.parametrize(("edited", "build_changes", "verify_changes"), GENERIC_EDITS)
 def test_editing_shared_code_changes_exactly_the_digests_it_should(
-    package_copy: Path, edited: str, build_changes: set[str], verify_changes: set[str]
+    changed_by_edit: dict[str, tuple[set[str], set[str]]], edited: str, build_changes: set[str], verify_changes: set[str]
 ) -> None:
-    assert _changed_by_edit(package_copy, edited) == (build_changes, verify_changes)
+    assert changed_by_edit[edited] == (build_changes, verify_changes)
 
 
 @pytest.mark.parametrize(("edited", "which"), KIND_EDITS)
-def test_editing_a_kinds_module_changes_the_digests_that_hold_it(package_copy: Path, edited: str, which: str) -> None:
+def test_editing_a_kinds_module_changes_the_digests_that_hold_it(
+    changed_by_edit: dict[str, tuple[set[str], set[str]]], edited: str, which: str
+) -> None:
     expected = (_importers(f"edgebuild/{edited}", "build"), _importers(f"edgebuild/{edited}", "verify"))
     assert expected[0 if which == "build" else 1], edited
-    assert _changed_by_edit(package_copy, edited) == expected
-
-
-def _changed_by_edit(package_copy: Path, edited: str) -> tuple[set[str], set[str]]:
-    before = _digests_of_copy(package_copy)
-    path = package_copy / "edgebuild" / edited
-    original = path.read_text()
-    try:
-        path.write_text(original + "\n\ndef _an_unused_function() -> None:\n    pass\n")
-        after = _digests_of_copy(package_copy)
-    finally:
-        path.write_text(original)
-    return ({kind for kind in KINDS if before[kind][0] != after[kind][0]},
-            {kind for kind in KINDS if before[kind][1] != after[kind][1]})
+    assert changed_by_edit[edited] == expected
 
 
 def test_digests_are_keyed_by_package_relative_paths() -> None:
