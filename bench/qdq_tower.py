@@ -73,8 +73,8 @@ def side_plain(root: Path, images: list[str]) -> dict:
 
 
 def side_edgebuild(root: Path) -> dict:
-    from edgebuild.run.builder import build_artifact
-    from edgebuild.core.project import Project
+    from edgebuild.run.builder import make_current
+    from edgebuild.run.workspace import Workspace
 
     sampler = common.RssSampler()
     sampler.start()
@@ -88,12 +88,12 @@ def side_edgebuild(root: Path) -> dict:
         elif message.startswith("quantized:"):
             sampler.phase = "done"
 
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     project.fingerprint("qdq")
     baseline = common.rss()
     sampler.phase = "inputs"
     started = time.perf_counter()
-    record = build_artifact(project, "qdq", log=log)
+    record = make_current(project, "qdq", log=log)
     build_s = time.perf_counter() - started
     sampler.running = False
     sampler.join()
@@ -144,13 +144,13 @@ def main() -> None:
     common.project_dir(root, manifest)
     (root / "checkpoint.json").write_text(json.dumps({"path": str(checkpoint)}))
     sys.path.insert(0, str(common.REPO))
-    from edgebuild.run.builder import build_artifact
+    from edgebuild.run.builder import make_current
     from edgebuild.core.checkpoint import Checkpoint
-    from edgebuild.core.project import Project
+    from edgebuild.run.workspace import Workspace
 
     parameters = sum(entry.nbytes for entry in Checkpoint(checkpoint).select(("model.visual.",)).values()) // 2
     float32_bytes = parameters * 4
-    build_artifact(Project.load(root / "artifacts.yaml", root), "tower", log=lambda message: None)
+    make_current(Workspace.load(root / "artifacts.yaml", root), "tower", log=lambda message: None)
     for side, output in (("plain", root / "plain"), ("edgebuild", root / "build" / "qdq")):
         if side in args.sides:
             common.run(["rm", "-rf", str(output)], common.REPO)

@@ -43,14 +43,15 @@ def write_checkpoint(directory: Path, layers: int) -> Path:
     from safetensors.torch import save_file
     from transformers import SiglipConfig, SiglipImageProcessor, SiglipVisionModel
 
-    from edgebuild.core.fixtures import SIGLIP_TINY, _redraw
+    from edgebuild.core.fixtures import redraw_weights
+    from edgebuild.ml.siglip_fixtures import SIGLIP_TINY
 
     directory.mkdir(parents=True, exist_ok=True)
     config = SiglipConfig(text_config=SIGLIP_TINY["text_config"], vision_config=dict(SO400M_VISION, num_hidden_layers=layers))
     with torch.device("meta"):
         model = SiglipVisionModel(config.vision_config)
     state = {f"vision_model.{name}": torch.empty(tensor.shape) for name, tensor in model.state_dict().items()}
-    save_file({name: value.contiguous() for name, value in _redraw(state, seed=0).items()}, str(directory / "model.safetensors"))
+    save_file({name: value.contiguous() for name, value in redraw_weights(state, seed=0).items()}, str(directory / "model.safetensors"))
     payload = config.to_dict()
     payload.pop("transformers_version", None)
     (directory / "config.json").write_text(json.dumps(payload, indent=2))
@@ -66,19 +67,19 @@ def run_side(side: str, root: Path, layers: int, images: int) -> dict:
     import torch
     from safetensors.torch import save_file
 
-    from edgebuild.run.builder import build_artifact
-    from edgebuild.core.project import Project
+    from edgebuild.run.builder import make_current
+    from edgebuild.run.workspace import Workspace
 
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     started = time.perf_counter()
     if side == "edgebuild":
-        record = build_artifact(project, "so400m", log=lambda message: None)
+        record = make_current(project, "so400m", log=lambda message: None)
         timings = record.build_info["timings"]
         passes = record.build_info["forward_passes"]
     else:
         import seed_pipeline
 
-        from edgebuild.kinds.siglip_f143 import load_pixel_batches, load_vision_model
+        from edgebuild.ml.siglip import load_pixel_batches, load_vision_model
 
         checkpoint = project.checkpoint("siglip")
         model, _ = load_vision_model(checkpoint, writable=True)

@@ -27,8 +27,8 @@ PHASES = ("load", "wrapper check", "export", "sanitize", "verify")
 
 def run_side(root: Path, name: str) -> dict:
     sys.path.insert(0, str(common.REPO))
-    from edgebuild.run.builder import build_artifact, verify_artifact
-    from edgebuild.core.project import Project
+    from edgebuild.run.builder import make_current, verify_artifact
+    from edgebuild.run.workspace import Workspace
 
     sampler = common.RssSampler()
     sampler.start()
@@ -42,12 +42,12 @@ def run_side(root: Path, name: str) -> dict:
         elif message.startswith("exported"):
             sampler.phase = "done"
 
-    project = Project.load(root / "artifacts.yaml", root)
+    project = Workspace.load(root / "artifacts.yaml", root)
     baseline = common.rss()
     read_before = _read_bytes()
     sampler.phase = "load"
     started = time.perf_counter()
-    record = build_artifact(project, name, log=log)
+    record = make_current(project, name, log=log)
     build_s = time.perf_counter() - started
     read_by_build = _read_bytes() - read_before
     sampler.phase = "verify"

@@ -40,23 +40,23 @@ SIDE = textwrap.dedent('''
                 return int(line.split()[1]) * 1024
 
     mode, manifest, root = sys.argv[1:4]
-    from edgebuild.core.project import Project
-    project = Project.load(manifest, Path(root))
+    from edgebuild.run.workspace import Workspace
+    project = Workspace.load(manifest, Path(root))
     project.fingerprint("t")
     out = {"loaded": rss(), "torch_imported": "torch" in sys.modules}
     if mode == "in_process":
-        from edgebuild.run.builder import build_artifact, verify_artifact
-        build_artifact(project, "t", log=lambda m: None)
+        from edgebuild.run.builder import make_current, verify_artifact
+        make_current(project, "t", log=lambda m: None)
         out["after_build"] = rss()
         out["peak_after_build"] = hwm()
         verify_artifact(project, "t", log=lambda m: None)
     else:
-        from edgebuild.run.workers import build_in_worker, verify_in_worker
-        build_in_worker(project, "t")
+        from edgebuild.run.workers import run_worker
+        run_worker("build", project, project.artifact("t"))
         out["after_build"] = rss()
         out["peak_after_build"] = hwm()
         out["build_worker_peak"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-        verify_in_worker(project, "t")
+        run_worker("verify", project, project.artifact("t"))
         out["workers_peak"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     out["after_verify"] = rss()
     out["peak"] = hwm()
@@ -91,7 +91,7 @@ def measure(label: str, checkpoint: str) -> dict:
         # The fixture (and the stat cache) beforehand, in another process: generating it
         # imports torch, which a project on a real checkpoint never does in the parent.
         subprocess.run([sys.executable, "-c", f"from edgebuild.core.project import Project; from pathlib import Path; "
-                        f"p = Project.load({str(root / 'artifacts.yaml')!r}, Path({str(root)!r})); p.fingerprint('t'); p.save_caches()"],
+                        f"p = Workspace.load({str(root / 'artifacts.yaml')!r}, Path({str(root)!r})); p.fingerprint('t'); p.save_caches()"],
                        check=True, env=NO_REMOTE)
         done = subprocess.run([sys.executable, "-c", SIDE, mode, str(root / "artifacts.yaml"), str(root)],
                               capture_output=True, text=True, check=False, env=NO_REMOTE)
