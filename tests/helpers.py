@@ -146,7 +146,8 @@ def assert_code_digests(kind_name: str, build: list[str], verify: list[str]) -> 
 def pretend_built(workspace, name: str, outputs: dict[str, str] | None = None) -> dict[str, str]:
     """Write ``build/<name>/.edgebuild.json`` as a build of ``name`` at its current
     fingerprint would, listing ``outputs`` (relative path -> digest; default: one file
-    whose digest is derived from the fingerprint) without writing them: enough for an
+    whose digest is derived from the fingerprint) without writing them (an output that
+    is there is recorded at its size): enough for an
     artifact made from ``name`` to have a fingerprint (it is keyed by its source's
     bytes), for tests of fingerprints that build nothing. Returns the outputs."""
     from edgebuild.core.hashing import digest_bytes
@@ -156,7 +157,11 @@ def pretend_built(workspace, name: str, outputs: dict[str, str] | None = None) -
     outputs = outputs if outputs is not None else {"model.onnx": digest_bytes(record.fingerprint.encode())}
     directory = workspace.artifact(name).directory
     directory.mkdir(parents=True, exist_ok=True)
-    record.completed(name, {}, 0.0, {path: OutputFile(size=1, digest=digest) for path, digest in outputs.items()}).write(directory)
+    def size(path: str) -> int:
+        return (directory / path).stat().st_size if (directory / path).is_file() else 1
+
+    record.completed(name, {}, 0.0, {path: OutputFile(size=size(path), digest=digest)
+                                     for path, digest in outputs.items()}).write(directory)
     return outputs
 
 

@@ -96,6 +96,36 @@ def test_status_exit_codes(project_dir) -> None:
     assert [state["state"] for state in json.loads(as_json.stdout)] == ["missing"]
 
 
+def test_status_sees_an_output_edited_in_place_and_check_wants_verified(project_dir) -> None:
+    """An output edited in place, same size, its mtime put back: status says stale, as the
+    build would (the stat key holds ctime and the inode too). And ``--check`` fails on
+    "up to date (not verified)": a CI gate passes only what is verified now."""
+    import os
+
+    from edgebuild.core.hashing import file_digest
+    from helpers import pretend_built
+
+    project_dir.manifest(TOWER_MANIFEST)
+    output = project_dir.root / "build" / "t" / "model.onnx"
+    output.parent.mkdir(parents=True)
+    output.write_bytes(b"an onnx graph")
+    pretend_built(project_dir.project(), "t", {"model.onnx": file_digest(output)})
+    fresh = project_dir.doit("status", "t")
+    assert (fresh.returncode, fresh.stdout) == (0, "t  up to date (not verified)\n"), fresh.stderr
+    checked = project_dir.doit("status", "--check", "t")
+    assert (checked.returncode, checked.stdout, checked.stderr) == (
+        1, "t  up to date (not verified)\n", "edgebuild: status: 1 up to date (not verified) (of 1)\n")
+
+    stamp = output.stat()
+    with open(output, "r+b") as handle:
+        handle.write(b"AN")
+    os.utime(output, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert output.stat().st_size == stamp.st_size and output.stat().st_mtime_ns == stamp.st_mtime_ns
+    edited = project_dir.doit("status", "t")
+    assert edited.returncode == 0
+    assert edited.stdout == "t  stale\n     - model.onnx changed or missing since the build\n"
+
+
 # --- from a subdirectory -------------------------------------------------------------
 
 

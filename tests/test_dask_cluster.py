@@ -188,14 +188,36 @@ def test_without_a_remote_cache_nothing_is_submitted(project_dir: ProjectDir) ->
     assert not (project_dir.root / "build").exists()
 
 
-def test_a_malformed_local_address_is_one_line_even_with_nothing_to_build(project_dir: ProjectDir) -> None:
+EXPECTED_ADDRESS = ("expected 'local', 'local:N' (N worker processes) or a scheduler's address "
+                    "such as tcp://host:8786 (tcp, tls, ws, wss or ucx)")
+
+
+@pytest.mark.parametrize("address, message", [
+    ("local:x", f"--dask 'local:x': {EXPECTED_ADDRESS}"),
+    ("local: 2", f"--dask 'local: 2': {EXPECTED_ADDRESS}"),
+    ("local:", f"--dask 'local:': {EXPECTED_ADDRESS}"),
+    ("local:0", "--dask local:0: expected 1 to 256 local workers, found 0"),
+    ("udp://127.0.0.1:8786", f"--dask udp://127.0.0.1:8786: udp:// is not a Dask transport; {EXPECTED_ADDRESS}"),
+    ("tcp://[::1", f"--dask 'tcp://[::1': {EXPECTED_ADDRESS}"),
+    ("file:///etc/passwd", f"--dask 'file:///etc/passwd': {EXPECTED_ADDRESS}"),
+    ("tcp://127.0.0.1:70000", f"--dask tcp://127.0.0.1:70000: port 70000 is not 1 to 65535; {EXPECTED_ADDRESS}"),
+])
+def test_a_malformed_address_is_one_line_even_with_nothing_to_build(project_dir: ProjectDir, address: str,
+                                                                     message: str) -> None:
     project_dir.manifest(TOWER_MANIFEST)
-    result = project_dir.doit("build", "--dask", "local:x", env={"EDGEBUILD_REMOTE_CACHE": "off"})
+    # An empty shard: nothing needs the cluster, and the address is still checked.
+    result = project_dir.doit("build", "--shard", "2/2", "--dask", address, env={"EDGEBUILD_REMOTE_CACHE": "off"})
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        "edgebuild: error: --dask local:x: expected 'local' or 'local:N' (N worker processes)"
-    )
+    assert result.stderr.strip().splitlines()[-1] == f"edgebuild: error: {message}"
     assert not (project_dir.root / "build").exists()
+
+
+def test_a_well_formed_address_is_taken() -> None:
+    from edgebuild.run.executors.dask import local_worker_count
+
+    assert local_worker_count("local:3") == 3
+    for address in ("tcp://127.0.0.1:8786", "127.0.0.1:8786", "tcp://[::1]:8786", "tls://scheduler.example.com:8786"):
+        assert local_worker_count(address) is None
 
 
 def test_a_read_only_or_missing_remote_cache_is_refused(project_dir: ProjectDir, tmp_path: Path) -> None:

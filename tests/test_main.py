@@ -49,3 +49,35 @@ def test_check_deep_names_a_missing_input(tmp_path: Path) -> None:
     assert deep.stderr == (
         f"edgebuild: error: artifacts.yaml:9:7: artifacts -> q -> calibration -> images: 'missing/*.png' matches no file (relative to {tmp_path})\n"
     )
+
+
+def test_a_matched_input_that_is_not_a_readable_file_is_named(tmp_path: Path) -> None:
+    """A glob match replaced by a dangling symlink (or a FIFO) is an error naming it: the
+    build must not calibrate on three of four images. A directory a wildcard matches is
+    passed over."""
+    import os
+    import shutil
+
+    from helpers import REPO
+
+    images = tmp_path / "imgs"
+    images.mkdir()
+    for source in sorted((REPO / "data" / "calibration").glob("*.png"))[:3]:
+        shutil.copy(source, images / source.name)
+    (images / "nested").mkdir()
+    (tmp_path / "artifacts.yaml").write_text(
+        "checkpoints:\n  siglip:\n    fixture: siglip_tiny\nartifacts:\n"
+        "  q:\n    kind: siglip_f143\n    checkpoint: siglip\n    calibration:\n      images: [imgs/*]\n"
+    )
+    assert check("--deep", cwd=tmp_path).returncode == 0
+    os.symlink(tmp_path / "gone.png", images / "d.png")
+    dangling = check("--deep", cwd=tmp_path)
+    assert dangling.returncode == 2
+    assert dangling.stderr == (
+        f"edgebuild: error: artifacts.yaml:9:7: artifacts -> q -> calibration -> images: 'imgs/*' matches "
+        f"{images / 'd.png'}, a symlink to nothing; expected a readable file\n"
+    )
+    (images / "d.png").unlink()
+    os.mkfifo(images / "e.png")
+    fifo = check("--deep", cwd=tmp_path)
+    assert fifo.returncode == 2 and f"matches {images / 'e.png'}, not a regular file; expected a readable file" in fifo.stderr

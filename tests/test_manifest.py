@@ -356,6 +356,46 @@ def test_name_template_placeholders_are_plain_keys(tmp_path: Path, placeholder: 
     )
 
 
+def test_a_name_too_long_for_a_directory_is_refused_at_load(tmp_path: Path) -> None:
+    """Refused by the loader (and so by ``check``), not by the build's "File name too long"
+    or a traceback in ``status``."""
+    name = "t" * 300
+    path = write(tmp_path, HEAD + TOWER.replace("  t:", f"  {name}:"))
+    assert error_of(path) == (
+        f"{path}:6:3: artifacts -> {name}: artifact name {'t' * 20!r}... is 300 characters long; expected at most 100"
+    )
+
+
+def test_names_that_differ_only_in_case_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + TOWER.replace("  t:", "  T64:") + TOWER.replace("  t:", "  t64:"))
+    assert error_of(path) == (
+        f"{path}:10:3: artifacts -> t64: artifact name 't64' differs from 'T64' (line 6) only in case; expected names "
+        "that differ otherwise (build/ would hold both in one directory on macOS and Windows)"
+    )
+
+
+@pytest.mark.parametrize("character, code", [("\\e[31m", "001B"), ("\\a", "0007"), ("\\u202e", "202E"),
+                                             ("\\x9b", "009B"), ("\\u2066", "2066")])
+def test_descriptions_that_would_drive_the_terminal_are_refused(tmp_path: Path, character: str, code: str) -> None:
+    """ANSI escapes, BEL, C1 controls and bidi overrides would reach the terminal raw
+    through ``doit list``; tabs and newlines (a folded description) are text."""
+    path = write(tmp_path, HEAD + TOWER + f'    description: "a {character}b"\n')
+    message = error_of(path)
+    assert message.startswith(
+        f"{path}:10:5: artifacts -> t -> description: expected text a terminal shows as written, found the control "
+        f"character U+{code} at offset 2"
+    ), message
+    assert "\n" not in message and "\x1b" not in message and "\u202e" not in message
+    fine = write(tmp_path, HEAD + TOWER + '    description: "two\\tcolumns\\nand lines, in \u00e9t\u00e9"\n')
+    assert load_manifest(fine, environ={}).artifacts["t"].description == "two\tcolumns\nand lines, in \u00e9t\u00e9"
+    # A checkpoint's description and name alike.
+    aliased = write(tmp_path, HEAD.replace("  qwen:\n", '  "q\\e[2J":\n    fixture: qwen3_5_vl_tiny\n  qwen:\n') + TOWER)
+    assert error_of(aliased) == (
+        f"{aliased}:3:3: checkpoints -> 'q\\x1b[2J': expected a checkpoint name a terminal shows as written, found the "
+        "control character U+001B at offset 1"
+    )
+
+
 def test_reserved_name(tmp_path: Path) -> None:
     path = write(tmp_path, HEAD + TOWER.replace("  t:", "  list:"))
     assert error_of(path) == f"{path}:6:3: artifacts -> list: artifact name 'list' is reserved (it is a doit command)"

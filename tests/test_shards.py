@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from edgebuild.core.manifest import load_manifest
 from edgebuild.cache.remote import RemoteCache
 from edgebuild.run.shards import groups, parse_shard, partition, select_shard
 
-from helpers import TOWER_MANIFEST, ProjectDir, clone_project
+from helpers import TOWER_MANIFEST, ProjectDir, clone_project, pretend_built
 
 # Twelve artifacts: six towers, a QDQ tower and its QNN context on one of them, two
 # SigLIP encoders and an ONNX graph of one; two chains and eight loners.
@@ -81,7 +82,13 @@ def test_parse_shard() -> None:
     for text, message in [
         ("3/2", "--shard: expected 1 <= I <= N, found 3/2"),
         ("0/2", "--shard: expected 1 <= I <= N, found 0/2"),
-        ("1-2", "--shard: expected I/N such as 1/2 (shard I of N), found '1-2'"),
+        ("1-2", "--shard: expected I/N such as 1/2 (shard I of N, ASCII digits), found '1-2'"),
+        # Fullwidth (and other Unicode) digits are not a shard.
+        ("\uff11/\uff12", "--shard: expected I/N such as 1/2 (shard I of N, ASCII digits), found '\uff11/\uff12'"),
+        ("1/2\n", "--shard: expected I/N such as 1/2 (shard I of N, ASCII digits), found '1/2\\n'"),
+        # N is bounded before anything is allocated (one list per shard).
+        ("1/100000000000", "--shard: expected N at most 1024, found 1/100000000000"),
+        ("1/" + "9" * 30, f"--shard: expected I/N such as 1/2 (shard I of N, ASCII digits), found '1/{'9' * 30}'"),
     ]:
         with pytest.raises(ValueError) as caught:
             parse_shard(text)
@@ -146,14 +153,32 @@ def test_an_artifact_without_history_counts_as_the_mean(manifest) -> None:
     assert shards == [["tower_224"], ["tower_96_fp16", "tower_96_fp32"]]
 
 
-def test_select_shard_reads_costs_from_the_lock_file(tmp_path: Path) -> None:
+def commit(root: Path, *paths: str) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+    if not (root / ".git").exists():
+        git("init", "-q")
+    git("add", *paths)
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "lock")
+
+
+def costly_lock(project, **seconds: float) -> str:
+    lock = {name: {"cost": {"build_seconds": seconds.get(name, 5.0), "verify_seconds": seconds.get(name, 5.0) / 5,
+                            "peak_rss_bytes": 1 << 30}}
+            for name in project.manifest.artifacts}
+    return render_lock(lock)
+
+
+def test_select_shard_reads_costs_from_the_committed_lock_file(tmp_path: Path) -> None:
     project_dir = ProjectDir(tmp_path)
     project_dir.manifest(MANIFEST)
     project = project_dir.project()
-    lock = {name: {"cost": {"build_seconds": 5.0, "verify_seconds": 1.0, "peak_rss_bytes": 1 << 30}}
-            for name in project.manifest.artifacts}
-    lock["tower_224"] = {"cost": {"build_seconds": 500.0, "verify_seconds": 100.0, "peak_rss_bytes": 8 << 30}}
-    (tmp_path / "artifacts.lock").write_text(render_lock(lock))
+    (tmp_path / "artifacts.lock").write_text(costly_lock(project, tower_224=500.0))
+    # Not committed (not even in a git work tree): no costs, balanced by count.
+    _, basis = select_shard(project, list(project.manifest.artifacts), 1, 2, verify=True)
+    assert basis.startswith("artifacts.lock is not committed: no recorded costs: balanced by artifact count")
+    commit(tmp_path, "artifacts.lock")
     shard, basis = select_shard(project, list(project.manifest.artifacts), 1, 2, verify=True)
     assert shard.artifacts == ("tower_224",)
     assert basis == "balanced by recorded seconds (12 of 12 artifacts have history); this shard 600s of 666s"
@@ -164,6 +189,26 @@ def test_select_shard_reads_costs_from_the_lock_file(tmp_path: Path) -> None:
     assert len(other.artifacts) == 11 and "tower_qnn" in other.artifacts
     # The order within a shard puts sources first.
     assert other.artifacts.index("tower_64_fp32") < other.artifacts.index("tower_qdq") < other.artifacts.index("tower_qnn")
+
+
+def test_the_partition_ignores_what_a_run_in_this_checkout_wrote(tmp_path: Path) -> None:
+    """A first shard run rewrites the lock file (and leaves build records): a second
+    shard run in the same checkout must still deal the same partition, or one artifact
+    lands in both shards and another in neither."""
+    project_dir = ProjectDir(tmp_path)
+    project_dir.manifest(MANIFEST)
+    project = project_dir.project()
+    (tmp_path / "artifacts.lock").write_text(costly_lock(project, tower_224=500.0))
+    commit(tmp_path, "artifacts.yaml", "artifacts.lock")
+    everyone = list(project.manifest.artifacts)
+    before = [select_shard(project, everyone, index, 2, verify=False)[0].artifacts for index in (1, 2)]
+    # The first shard's run: another cost in the lock file, and a local build record.
+    (tmp_path / "artifacts.lock").write_text(costly_lock(project, tower_224=1.0, siglip_a=900.0))
+    pretend_built(project, "tower_96_fp32")
+    first = select_shard(project_dir.project(), everyone, 1, 2, verify=False)[0].artifacts
+    second = select_shard(project_dir.project(), everyone, 2, 2, verify=False)[0].artifacts
+    assert [first, second] == before
+    assert sorted(first + second) == sorted(everyone)
 
 
 def test_bad_shard_on_the_command_line_is_one_line(project_dir: ProjectDir) -> None:
@@ -178,7 +223,7 @@ def test_an_empty_shard_runs_nothing(project_dir: ProjectDir) -> None:
     project_dir.manifest(TOWER_MANIFEST)
     result = project_dir.doit("build", "--shard", "2/2")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "shard 2/2: 0 artifacts (none); no recorded costs" in result.stderr
+    assert "shard 2/2: 0 artifacts (none); artifacts.lock is not committed: no recorded costs" in result.stderr
     assert not (project_dir.root / "build").exists()
 
 
@@ -209,7 +254,7 @@ def test_two_shards_then_a_gather_that_exports_nothing(verified_seed: Path, tmp_
         runner.manifest(TWO_TOWERS)
         result = runner.doit("verify", "--shard", f"{index}/2", env=env)
         assert result.returncode == 0, result.stdout + result.stderr
-        (name,) = re.search(rf"shard {index}/2: 1 artifacts \((\w+)\); balanced by ", result.stderr).groups()
+        (name,) = re.search(rf"shard {index}/2: 1 artifacts \((\w+)\); ", result.stderr).groups()
         shard_of[name] = result.stderr
     assert sorted(shard_of) == ["t", "u"]
     assert "[u] built in" in shard_of["u"] and "[t] built in" not in shard_of["t"]

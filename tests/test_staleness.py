@@ -207,6 +207,20 @@ def test_explain_names_code_and_tool_versions() -> None:
     assert explain(built, current) == [
         "checkpoint 'q' (/models/q): config.json (vision_config) changed",
         "checkpoint 'q' (/models/q): p.json changed",
+        # A record that does not name its files: compared by position.
+        "calibration.images: b.png changed",
+        "calibration.images: d.png added",
+        "held_out.images: the same files in another order",
+        "source artifact src: geometry.json added",
+        "source artifact src: model.onnx.data changed",
+        "edgebuild/kinds/qwen3_5_tower/build.py changed",
+        "edgebuild/new.py added",
+        "transformers 5.24.0 → 5.25.0",
+    ]
+    built["inputs_named"] = {"files:calibration.images": ["a.png", "b.png", "c.png"]}
+    assert explain(built, current) == [
+        "checkpoint 'q' (/models/q): config.json (vision_config) changed",
+        "checkpoint 'q' (/models/q): p.json changed",
         "calibration.images: b.png changed",
         "calibration.images: d.png added",
         "held_out.images: the same files in another order",
@@ -217,6 +231,25 @@ def test_explain_names_code_and_tool_versions() -> None:
         "edgebuild/new.py added",
         "transformers 5.24.0 → 5.25.0",
     ]
+
+
+def test_explain_compares_globbed_inputs_by_name_and_content() -> None:
+    """Adding one image names that image, not every image sorted after it."""
+    def record(named: list[str], digests: list[str]) -> dict:
+        return {"kind": "k", "params": {}, "inputs": {"files:calibration.images": digests},
+                "inputs_named": {"files:calibration.images": named}, "fingerprint": "-".join(digests)}
+
+    before = record(["b.png", "c.png", "d.png", "e.png"], ["B", "C", "D", "E"])
+    assert explain(before, record(["a.png", "b.png", "c.png", "d.png", "e.png"], ["A", "B", "C", "D", "E"])) == [
+        "calibration.images: a.png added"]
+    assert explain(before, record(["b.png", "d.png", "e.png"], ["B", "D", "E"])) == ["calibration.images: c.png removed"]
+    assert explain(before, record(["b.png", "c.png", "d.png", "e.png"], ["B", "C2", "D", "E"])) == [
+        "calibration.images: c.png changed"]
+    # A rename alone changes no content (and no fingerprint); beside another change, it is named.
+    assert explain(before, record(["b.png", "c.png", "d.png", "z.png"], ["B", "C2", "D", "E"])) == [
+        "calibration.images: c.png changed", "calibration.images: e.png renamed z.png"]
+    assert explain(before, record(["b.png", "c.png", "d.png", "e.png"], ["C", "B", "D", "E"])) == [
+        "calibration.images: b.png changed", "calibration.images: c.png changed"]
 
 
 @pytest.mark.slow

@@ -36,6 +36,59 @@ def test_an_edgebuild_error_comes_back_as_the_same_class_and_line(project_dir: P
     assert not (project_dir.root / "build" / "odd").exists()
 
 
+ADDRESS_SPACE_LIMIT = 600 << 20
+
+
+def test_a_worker_out_of_memory_says_so_in_one_line(project_dir: ProjectDir, qwen_checkpoint: Path) -> None:
+    """Under an address-space limit too small to map torch, ``import torch`` fails with an
+    ImportError ("failed to map segment from shared object"): the line says memory, and
+    the limit, not the ImportError's traceback."""
+    import resource
+    import subprocess
+    import sys
+
+    project_dir.manifest(
+        f"checkpoints:\n  qwen:\n    path: {qwen_checkpoint}\n"
+        "artifacts:\n  t:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
+    )
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")} | NO_REMOTE
+    result = subprocess.run([str(Path(sys.executable).with_name("doit")), "build", "t"], cwd=project_dir.root,
+                            env=environment, capture_output=True, text=True, timeout=300, preexec_fn=limited)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert re.search(r"t: the build process ran out of memory at a peak of [0-9.]+ GiB resident "
+                     r"\(an address-space limit of 0\.59 GiB, ulimit -v\); raise the limit, or build it on a machine "
+                     r"with more memory", output), output
+    assert "Traceback" not in output and "ImportError" not in output
+    assert not (project_dir.root / "build" / "t").exists()
+
+
+def test_a_manifest_edited_after_planning_builds_nothing(project_dir: ProjectDir, qwen_checkpoint: Path) -> None:
+    """The local path, as ``doit build`` runs it: the driver planned ``t`` at one
+    fingerprint; the manifest is edited before its worker starts; the worker, which
+    reads the manifest again, refuses rather than build other parameters under the
+    planned name (the cluster path refuses the same way)."""
+    from edgebuild.errors import PlanChanged
+    from edgebuild.run.workers import run_worker
+
+    text = (f"checkpoints:\n  qwen:\n    path: {qwen_checkpoint}\n"
+            "artifacts:\n  t:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n")
+    path = project_dir.manifest(text)
+    workspace = project_dir.project()
+    planned = workspace.artifact("t")
+    planned_fingerprint = planned.fingerprint
+    path.write_text(text.replace("image_size: 64", "image_size: 96"))
+    with pytest.raises(PlanChanged) as caught:
+        run_worker("build", workspace, planned, relay=lambda stream, line: None, env=dict(os.environ) | NO_REMOTE)
+    assert str(caught.value).startswith(f"t: its fingerprint changed since this run planned it ({planned_fingerprint[:12]} -> ")
+    assert str(caught.value).endswith("nothing was built, run the command again")
+    assert not (project_dir.root / "build" / "t").exists()
+
+
 def test_worker_runs_this_checkouts_edgebuild_first() -> None:
     environment = _process_environment({"PYTHONPATH": os.pathsep.join(["/elsewhere", str(REPO)])})
     assert environment["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]

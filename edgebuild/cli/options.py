@@ -67,6 +67,11 @@ def prepare(workspace: Any, params: Any, selected: list[str], verify: bool) -> P
             raise InvalidCommand("--pull-only takes every artifact from the remote cache, and none is set (EDGEBUILD_REMOTE_CACHE)")
         workspace.configure(pull_only=True)
     try:
+        if params.get("dask"):
+            from edgebuild.run.executors import check_address
+
+            # A malformed address is refused even when there is nothing for the cluster to do.
+            check_address(params["dask"])
         if params.get("shard"):
             selected = _shard(workspace, params["shard"], selected, verify)
         if params.get("dask") and selected:

@@ -15,12 +15,13 @@ class Status(NamesAnywhere, WorkspaceCommand):
     doc_usage = "[ARTIFACT ...] [--check] [--json]"
     doc_description = (
         "Reads fingerprints only (through the stat cache); builds nothing. Exits 1 when an artifact is "
-        "in error (its parameters or inputs cannot be read); with --check, also when one is stale or missing."
+        "in error (its parameters or inputs cannot be read); with --check, also when one is stale, missing, "
+        "or up to date but not verified at its current verification fingerprint (a CI gate)."
     )
     cmd_options = (
         JSON_OPTION,
         {"name": "check", "short": "", "long": "check", "type": bool, "default": False,
-         "help": "exit 1 unless every artifact is up to date (for CI)"},
+         "help": "exit 1 unless every artifact is up to date and verified (for CI)"},
     )
 
     def run(self, workspace, params, args):  # noqa: D102
@@ -43,7 +44,10 @@ class Status(NamesAnywhere, WorkspaceCommand):
         sys.stdout.flush()
         counts: dict[str, int] = {}
         for state in states:
-            counts[state.state] = counts.get(state.state, 0) + 1
+            # A gate passes only what is verified now: "up to date (not verified)" after a
+            # threshold change is not done.
+            key = state.state if state.state != "up to date" or state.verified else f"up to date ({state.note})"
+            counts[key] = counts.get(key, 0) + 1
         not_current = {key: count for key, count in counts.items() if key != "up to date"}
         if counts.get("error") or (params["check"] and not_current):
             summary = ", ".join(f"{count} {key}" for key, count in sorted(not_current.items()))

@@ -103,3 +103,22 @@ def format_age(seconds: float) -> str:
         if seconds >= length:
             return f"{seconds / length:.1f} {unit}"
     return f"{seconds:.0f} s"
+
+
+# What must not reach a terminal from a manifest: C0 and C1 control characters (ANSI
+# escapes start with ESC, BEL rings) except tab and newline, DEL, and the bidirectional
+# controls that make text read otherwise than it is stored. One pattern, for the loader
+# and the manifest's JSON Schema alike.
+TERMINAL_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+TERMINAL_SAFE_PATTERN = f"^[^{TERMINAL_UNSAFE}]*$"
+_UNSAFE = re.compile(f"[{TERMINAL_UNSAFE}]")
+
+
+def terminal_unsafe(text: str) -> str | None:
+    """What in ``text`` a terminal would act on instead of showing (an escape, a bell, a
+    bidi override), in words; ``None`` when there is nothing."""
+    found = _UNSAFE.search(text)
+    if found is None:
+        return None
+    character = found.group()
+    return f"the control character U+{ord(character):04X} at offset {found.start()}"

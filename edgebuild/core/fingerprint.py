@@ -26,6 +26,7 @@ from typing import Any, Iterable, Iterator
 import blake3
 
 from edgebuild.core.atomic import write_text
+from edgebuild.core.files import CACHE_BYTES, UnreadableFile, read_json
 from edgebuild.errors import FilesystemError
 from edgebuild.core.hashing import HASH_NAME, digest_bytes, is_digest
 
@@ -81,8 +82,8 @@ class StatCache:
         # A cache: anything unreadable or of another shape is dropped, entry by entry,
         # and the files it described are hashed again.
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = read_json(self.path, CACHE_BYTES)
+        except (OSError, UnreadableFile):
             return {}
         if not isinstance(data, dict) or data.get("format") != STAT_CACHE_FORMAT or data.get("hash") != HASH_NAME:
             return {}

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from edgebuild.core.checkpoint import Checkpoint
+from edgebuild.core.console import TERMINAL_SAFE_PATTERN
 
 if TYPE_CHECKING:
     from edgebuild.core.figures import Plots
@@ -59,11 +60,24 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _terminal_safe(text: str) -> str:
+    from edgebuild.core.console import terminal_unsafe
+
+    problem = terminal_unsafe(text)
+    if problem:
+        raise ValueError(f"expected text a terminal shows as written, found {problem}")
+    return text
+
+
+# Text that ``doit list`` and messages print: no escapes, bells or bidi overrides.
+PrintableText = Annotated[str, AfterValidator(_terminal_safe), Field(json_schema_extra={"pattern": TERMINAL_SAFE_PATTERN})]
+
+
 class ArtifactParams(Strict):
     """Fields every artifact has. Kinds subclass it with ``kind: Literal[...]``."""
 
     kind: str
-    description: str = ""
+    description: PrintableText = ""
 
     # Fields that never change an artifact's bytes: left out of its build fingerprint.
     # ``verify`` thresholds are part of the verification fingerprint instead.

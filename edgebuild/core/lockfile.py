@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.core.console import shown_path
+from edgebuild.core.files import LOCK_BYTES, UnreadableFile, parse_json, read_text
 from edgebuild.errors import LockfileError
 
 LOCK_FORMAT = 1
@@ -21,11 +22,22 @@ def read_lock(path: Path) -> dict[str, Any]:
     """The artifacts of the lock file at ``path`` (empty when there is none)."""
     shown = shown_path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = read_text(path, LOCK_BYTES)
     except FileNotFoundError:
         return {}
-    except (ValueError, UnicodeDecodeError) as error:
-        raise LockfileError(f"{shown}: not valid JSON ({error}); delete it and run `doit build` to write it afresh") from None
+    except UnreadableFile as error:
+        raise LockfileError(f"{shown}: {error}; expected a JSON lock file (delete it and run `doit build` to write it afresh)") from None
+    except OSError as error:
+        raise LockfileError(f"{shown}: cannot read the lock file: {error.strerror}") from None
+    return parse_lock(text, shown)
+
+
+def parse_lock(text: str | bytes, shown: str) -> dict[str, Any]:
+    """The artifacts of a lock file's text; :class:`LockfileError` naming ``shown``."""
+    try:
+        data = parse_json(text)
+    except UnreadableFile as error:
+        raise LockfileError(f"{shown}: {error}; expected a JSON lock file (delete it and run `doit build` to write it afresh)") from None
     if not isinstance(data, dict) or data.get("format") != LOCK_FORMAT or not isinstance(data.get("artifacts"), dict):
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise LockfileError(

@@ -19,7 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from edgebuild.core.config import Settings
-from edgebuild.core.kind import ArtifactParams, Strict
+from edgebuild.core.console import terminal_unsafe
+from edgebuild.core.kind import ArtifactParams, PrintableText, Strict
 from edgebuild.core.registry import all_kinds, get_kind, kind_names
 from edgebuild.core.yamlsource import KeyPath, SourceMap, format_key_path, load_yaml
 from edgebuild.errors import ManifestError, PluginError
@@ -29,6 +30,9 @@ MANIFEST_VERSION = 1
 # Artifact names become doit task names and directory names under build/.
 # Always fullmatch: ``$`` would also match before a final newline.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# A name is a directory under build/ and in the store's scratch names (a prefix and a
+# suffix around it), inside file systems' 255-byte limit with room to spare.
+MAX_NAME_LENGTH = 100
 # A ``{placeholder}`` of a matrix name template: a matrix key, with no index,
 # attribute, conversion or format spec for str.format to trip over.
 _PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -82,7 +86,7 @@ class CheckpointSpec(Strict):
         default_factory=dict,
         description="Overrides of the fixture's config (e.g. ``vision_config: {depth: 3}``).",
     )
-    description: str = ""
+    description: PrintableText = ""
 
     @field_validator("hf")
     @classmethod
@@ -208,6 +212,12 @@ def load_manifest(
     artifacts: dict[str, ArtifactParams] = {}
     origin: dict[str, str] = {}
     errors: list[str] = []
+    for alias in document.checkpoints:
+        problem = terminal_unsafe(alias)
+        if problem:
+            errors.append(f"{source.where(('checkpoints', alias))}: checkpoints -> {alias!r}: expected a checkpoint name "
+                          f"a terminal shows as written, found {problem}")
+    folded: dict[str, str] = {}
     for template, entry in document.artifacts.items():
         try:
             expanded = expand_matrix(template, entry, source)
@@ -226,6 +236,15 @@ def load_manifest(
             problem = _name_problem(name)
             if problem:
                 errors.append(f"{where}: {format_key_path(('artifacts', template))}: {problem}")
+                continue
+            twin = folded.setdefault(name.casefold(), name)
+            if twin != name:
+                first_line, _ = source.positions[("artifacts", origin[twin])]
+                errors.append(
+                    f"{where}: artifacts -> {template}: artifact name {name!r} differs from {twin!r} (line {first_line}) "
+                    "only in case; expected names that differ otherwise (build/ would hold both in one directory "
+                    "on macOS and Windows)"
+                )
                 continue
             try:
                 artifacts[name] = _validate_artifact(name, template, values, source)
@@ -648,6 +667,8 @@ def _name_part(value: Any) -> str:
 
 
 def _name_problem(name: str) -> str | None:
+    if len(name) > MAX_NAME_LENGTH:
+        return f"artifact name {name[:20]!r}... is {len(name)} characters long; expected at most {MAX_NAME_LENGTH}"
     if not _NAME.fullmatch(name):
         return (
             f"artifact name {name!r} must start with a letter or digit and contain only "

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from edgebuild.core.atomic import write_text
+from edgebuild.core.files import RECORD_BYTES, UnreadableFile, parse_json, read_bytes
 from edgebuild.errors import RecordError
 from edgebuild.core.hashing import digest_json, file_digest, is_digest
 
@@ -124,10 +125,12 @@ class BuildRecord(BaseModel):
 
 def parse_record(text: str | bytes, where: str) -> BuildRecord:
     """A record from its JSON; :class:`RecordError` naming ``where`` if it is not one."""
+    if len(text) > RECORD_BYTES:
+        raise RecordError(f"{where}: not a build record ({len(text)} bytes, more than the {RECORD_BYTES} a record may hold)")
     try:
-        data = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise RecordError(f"{where}: not a build record (invalid JSON: {error})") from None
+        data = parse_json(text)
+    except UnreadableFile as error:
+        raise RecordError(f"{where}: not a build record ({error})") from None
     if not isinstance(data, dict):
         raise RecordError(f"{where}: not a build record (expected a JSON object, found {type(data).__name__})")
     if data.get("format") != RECORD_FORMAT:
@@ -145,9 +148,13 @@ def read_record(directory: Path) -> BuildRecord | None:
     when there is one of the wrong shape or an older format."""
     path = directory / RECORD_FILE
     try:
-        text = path.read_bytes()
+        text = read_bytes(path, RECORD_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except UnreadableFile as error:
+        raise RecordError(f"{path}: not a build record ({error})") from None
+    except OSError as error:
+        raise RecordError(f"{path}: cannot read the build record: {error.strerror}") from None
     return parse_record(text, str(path))
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from edgebuild.core.atomic import write_text
+from edgebuild.core.files import REPORT_BYTES, UnreadableFile, read_json
 
 REPORT_FORMAT = 1
 REPORT_JSON = "report.json"
@@ -105,11 +106,14 @@ class Report:
 
 
 def read_report(directory: Path) -> dict[str, Any] | None:
+    """The report in ``directory``; ``None`` when there is none, or none this edgebuild
+    can read (not a regular file, too large, not JSON of bounded depth, another format):
+    an artifact whose report cannot be read counts as not verified."""
     try:
-        data = json.loads((directory / REPORT_JSON).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = read_json(directory / REPORT_JSON, REPORT_BYTES)
+    except (OSError, UnreadableFile):
         return None
-    return data if data.get("format") == REPORT_FORMAT else None
+    return data if isinstance(data, dict) and data.get("format") == REPORT_FORMAT else None
 
 
 def _jsonable(value: Any) -> Any:

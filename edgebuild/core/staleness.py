@@ -13,7 +13,8 @@ def explain(built: dict[str, Any], current: dict[str, Any]) -> list[str]:
     if built.get("kind") != current.get("kind"):
         reasons.append(f"kind {built.get('kind')} → {current.get('kind')}")
     reasons += _parameter_changes(built.get("params", {}), current.get("params", {}))
-    reasons += _input_changes(built.get("inputs", {}), current.get("inputs", {}), current.get("inputs_named", {}))
+    reasons += _input_changes(built.get("inputs", {}), current.get("inputs", {}),
+                              built.get("inputs_named", {}), current.get("inputs_named", {}))
     reasons += _mapping_changes(built.get("code", {}), current.get("code", {}), "{} changed", "{} added", "{} removed")
     for package in sorted(set(built.get("versions", {})) | set(current.get("versions", {}))):
         before, after = built.get("versions", {}).get(package), current.get("versions", {}).get(package)
@@ -45,9 +46,10 @@ def _parameter_changes(before: dict[str, Any], after: dict[str, Any], prefix: st
     return reasons
 
 
-def _input_changes(before: dict[str, Any], after: dict[str, Any], named: dict[str, Any]) -> list[str]:
+def _input_changes(before: dict[str, Any], after: dict[str, Any],
+                   named_before: dict[str, Any], named: dict[str, Any]) -> list[str]:
     """Changes of inputs, keyed by role (``checkpoint``, ``source``, ``files:<role>``);
-    ``named`` says what the manifest calls each now."""
+    ``named_before`` and ``named`` say what the manifest called each then and now."""
     reasons = []
     for key in sorted(set(before) | set(after)):
         if key not in before:
@@ -88,14 +90,38 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any], named: dict[st
         elif key.startswith("source"):
             reasons.append(f"source artifact {named.get(key, key)} changed")
         elif key.startswith("files:") and isinstance(old, list) and isinstance(new, list):
-            reasons += _file_list_changes(key.split(":", 1)[1], old, new, named.get(key, []))
+            reasons += _file_list_changes(key.split(":", 1)[1], old, new, named_before.get(key, []), named.get(key, []))
         else:
             reasons.append(f"input {key} changed")
     return reasons
 
 
-def _file_list_changes(role: str, before: list[str], after: list[str], paths: list[str]) -> list[str]:
-    """Input files of one role, compared by content and position."""
+def _file_list_changes(role: str, before: list[str], after: list[str],
+                       paths_before: list[str], paths: list[str]) -> list[str]:
+    """Input files of one role, compared by name and content: adding one image names that
+    image, not every image after it. (The order is content too -- calibration batches are
+    summed in order -- so the same files in another order is a change of its own.)"""
+    if len(paths_before) != len(before) or len(paths) != len(after):
+        return _file_list_changes_by_position(role, before, after, paths)
+    old, new = dict(zip(paths_before, before)), dict(zip(paths, after))
+    reasons = []
+    removed = {path: digest for path, digest in old.items() if path not in new}
+    for path, digest in new.items():
+        if path not in old:
+            renamed = next((was for was, content in removed.items() if content == digest), None)
+            if renamed is not None:
+                del removed[renamed]
+                reasons.append(f"{role}: {renamed} renamed {path}")
+            else:
+                reasons.append(f"{role}: {path} added")
+        elif old[path] != digest:
+            reasons.append(f"{role}: {path} changed")
+    reasons += [f"{role}: {path} removed" for path in removed]
+    return reasons or [f"{role}: the same files in another order"]
+
+
+def _file_list_changes_by_position(role: str, before: list[str], after: list[str], paths: list[str]) -> list[str]:
+    """For a record that does not name its files: compared by content and position."""
     if sorted(before) == sorted(after):
         return [f"{role}: the same files in another order"]
     reasons = []

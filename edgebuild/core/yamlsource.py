@@ -55,6 +55,7 @@ from typing import Any
 import yaml
 
 from edgebuild.errors import ManifestError
+from edgebuild.core.files import MANIFEST_BYTES, UnreadableFile, read_bytes
 
 KeyPath = tuple[Any, ...]
 
@@ -160,9 +161,11 @@ def load_yaml(path: Path, environ: dict[str, str] | None = None) -> tuple[Any, S
 
 def _read_text(path: Path) -> str:
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, MANIFEST_BYTES)
     except FileNotFoundError:
         raise ManifestError(f"{path}: manifest not found") from None
+    except UnreadableFile as error:
+        raise ManifestError(f"{path}: cannot read manifest: {error}; expected a YAML file") from None
     except OSError as error:
         raise ManifestError(f"{path}: cannot read manifest: {error.strerror}") from None
     try:

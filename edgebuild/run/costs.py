@@ -6,7 +6,9 @@ Two places keep it:
   ``peak_rss_bytes``), rounded to two significant figures so that a rebuild's
   jitter rarely shows in its diff. Committed with the manifest, it is the same in
   every checkout of a commit, which is what shards need: every CI shard job must
-  compute the same partition, or an artifact falls between two shards;
+  compute the same partition, or an artifact falls between two shards. So shards read
+  the lock file as committed at ``HEAD`` (:func:`committed_costs`), never the copy a
+  run in this checkout rewrote;
 - the build record (``build_seconds``, ``build_info.peak_rss_bytes``: the peak of
   the worker process that built it) and the report (``metrics.verify_seconds``)
   beside a local build, for an artifact the lock file does not list.
@@ -56,6 +58,26 @@ def recorded_costs(workspace: "Workspace", names: list[str]) -> dict[str, Cost |
     for name in names:
         costs[name] = _from_lock(locked.get(name)) or _from_build(workspace, name)
     return costs
+
+
+def committed_costs(workspace: "Workspace", names: list[str]) -> tuple[dict[str, Cost | None], str | None]:
+    """The cost of each of ``names`` in the lock file as committed at ``HEAD`` -- what every
+    checkout of the commit sees alike, whatever was built or recorded in it since -- and,
+    when there is none to read, why (outside a git work tree, the lock file not committed,
+    or unreadable as committed: then no artifact has a cost)."""
+    from edgebuild.core.files import LOCK_BYTES
+    from edgebuild.core.lockfile import parse_lock
+    from edgebuild.errors import LockfileError
+    from edgebuild.run.vcs import committed_bytes
+
+    committed = committed_bytes(workspace.lock_path, LOCK_BYTES)
+    if committed is None:
+        return {name: None for name in names}, f"{workspace.lock_path.name} is not committed"
+    try:
+        locked = parse_lock(committed, f"{workspace.lock_path.name} at HEAD")
+    except LockfileError:
+        return {name: None for name in names}, f"{workspace.lock_path.name} at HEAD is not a lock file"
+    return {name: _from_lock(locked.get(name)) for name in names}, None
 
 
 def _number(value: Any) -> float | None:

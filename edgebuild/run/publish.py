@@ -55,7 +55,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -74,6 +73,7 @@ from edgebuild.core.record import read_record
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report
 from edgebuild.errors import PublishError, RemoteError
 from edgebuild.run.state import VerificationState, verification_state
+from edgebuild.run.vcs import git_state
 
 if TYPE_CHECKING:
     from edgebuild.run.workspace import Workspace
@@ -468,48 +468,3 @@ def check_work_tree(workspace: "Workspace", allow_dirty: bool = False) -> dict[s
     return record
 
 
-def git_state(directory: Path, ignore: tuple[Path, ...] = (), tracked: tuple[Path, ...] = ()) -> dict[str, Any] | None:
-    """``{"top", "commit", "changes"}`` of the git work tree holding ``directory``:
-    its top directory, the commit checked out (``None`` before the first one), and
-    the files that differ from it -- tracked files changed (except ``ignore``) and
-    the files of ``tracked`` that git does not track -- as paths from the top.
-    ``None`` outside a git work tree, or without git."""
-
-    def git(*args: str) -> subprocess.CompletedProcess[str] | None:
-        try:
-            return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-
-    top = git("rev-parse", "--show-toplevel")
-    if top is None or top.returncode != 0:
-        return None
-    root = Path(top.stdout.strip())
-    head = git("rev-parse", "--verify", "--quiet", "HEAD")
-    commit = head.stdout.strip() if head is not None and head.returncode == 0 else None
-    status = git("status", "--porcelain=v1", "-z", "--untracked-files=no")
-    if status is None or status.returncode != 0:
-        return None
-    ignored = {_from_top(path, root) for path in ignore}
-    changes = []
-    records = iter(status.stdout.split("\0"))
-    for record in records:
-        if len(record) < 4:
-            continue
-        if record[0] in "RC":
-            next(records, None)  # the name it was renamed or copied from
-        path = record[3:]
-        if path not in ignored:
-            changes.append(path)
-    for path in tracked:
-        listed = git("ls-files", "--error-unmatch", "--", str(path))
-        if listed is not None and listed.returncode != 0:
-            changes.append(f"{_from_top(path, root)} (untracked)")
-    return {"top": str(root), "commit": commit, "changes": changes}
-
-
-def _from_top(path: Path, top: Path) -> str:
-    try:
-        return Path(path).resolve().relative_to(top.resolve()).as_posix()
-    except ValueError:
-        return str(path)

@@ -6,22 +6,23 @@ every other artifact built from the same sources, since a build reads its
 sources' directories -- and the groups are dealt to N shards so that every
 artifact is in exactly one.
 
-The partition is a function of the manifest and the recorded costs alone, so
-every shard job of a CI run computes the same one without talking to the others:
+The partition is a function of committed state alone -- the manifest and the lock
+file as committed at ``HEAD`` -- so every shard job of a CI run computes the same one
+without talking to the others, and a second shard run in the checkout where the first
+rewrote the lock file computes the same one too:
 
 - cost: recorded wall time (build, plus verification for ``verify``) from the
-  lock file, else from the local build records (``edgebuild/costs.py``); an
+  committed lock file (``run/costs.py``), never from local build records; an
   artifact without history counts as the mean of those with some, and with no
-  history at all every artifact counts as 1 (balanced by count);
+  history at all (or no committed lock file) every artifact counts as 1 (balanced by count);
 - order: the costliest group first (the longest-processing-time rule: no shard
   ends more than one group's cost above the best split), ties broken by a blake3
   hash of the group's names -- stable across machines, Python versions and
   manifest order, unlike ``hash()`` or dict order;
 - each group goes to the shard with the least cost so far (the lowest index on a tie).
 
-A shard job that sees other history than its siblings (a self-hosted runner with
-an old ``build/``) could compute another partition; the gather step catches
-what no shard pushed (``--pull-only`` names it) rather than rebuilding it.
+The gather step still checks that every artifact arrived (``--pull-only`` names what
+no shard pushed) rather than rebuilding it.
 """
 
 from __future__ import annotations
@@ -51,12 +52,20 @@ class Shard:
         return f"shard {self.index}/{self.count}: {len(self.artifacts)} artifacts ({names}); {basis}"
 
 
+# More shards than any CI matrix runs (GitHub's caps a matrix at 256 jobs); the
+# partition holds one list per shard, so N is bounded before anything is allocated.
+MAX_SHARDS = 1024
+
+
 def parse_shard(text: str) -> tuple[int, int]:
-    """``"2/4"`` -> ``(2, 4)``; ``ValueError`` saying what was expected."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    """``"2/4"`` -> ``(2, 4)``; ``ValueError`` saying what was expected. ASCII digits
+    only (``\\d`` would take ``１/２``), N at most :data:`MAX_SHARDS`."""
+    match = re.fullmatch(r"[ \t]*([0-9]{1,20})[ \t]*/[ \t]*([0-9]{1,20})[ \t]*", text)
     if not match:
-        raise ValueError(f"--shard: expected I/N such as 1/2 (shard I of N), found {text!r}")
+        raise ValueError(f"--shard: expected I/N such as 1/2 (shard I of N, ASCII digits), found {text!r}")
     index, count = int(match.group(1)), int(match.group(2))
+    if count > MAX_SHARDS:
+        raise ValueError(f"--shard: expected N at most {MAX_SHARDS}, found {index}/{count}")
     if count < 1 or not 1 <= index <= count:
         raise ValueError(f"--shard: expected 1 <= I <= N, found {index}/{count}")
     return index, count
@@ -117,15 +126,18 @@ def _stable_key(group: list[str]) -> str:
 def select_shard(workspace: "Workspace", names: list[str], index: int, count: int, verify: bool) -> tuple[Shard, str]:
     """Shard ``index`` of ``count`` of ``names`` (and what they consume), and a line saying
     how the partition was balanced."""
-    from edgebuild.run.costs import recorded_costs
+    from edgebuild.run.costs import committed_costs
 
     group_list = groups(workspace.manifest, names)
     everyone = [name for group in group_list for name in group]
-    dealt, basis = _dealt(group_list, recorded_costs(workspace, everyone), count, verify)
+    costs, missing = committed_costs(workspace, everyone)
+    dealt, basis = _dealt(group_list, costs, count, verify)
+    unit = "s" if basis.startswith("balanced by recorded") else " artifacts"
+    if missing is not None:
+        basis = f"{missing}: {basis}"
     artifacts, load = dealt[index - 1]
     total = sum(share for _, share in dealt)
     # Dependency order within the shard, as the manifest gives it.
     ordered = tuple(workspace.manifest.order(artifacts))
-    unit = "s" if basis.startswith("balanced by recorded") else " artifacts"
     shard = Shard(index, count, ordered, load, total)
     return shard, f"{basis}; this shard {load:.4g}{unit} of {total:.4g}{unit}"

@@ -35,6 +35,7 @@ reported with the worker's own traceback above it.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -244,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         # The cleanup (``finally`` blocks, context managers) has run on the way here.
         result = {"interrupted": True}
         status = INTERRUPTED_STATUS
+    except Exception as error:
+        # Out of memory is the environment, not a bug: one line, however deep in torch or
+        # an import it struck. Anything else is a bug, and its traceback is the report.
+        if not _out_of_memory(error):
+            raise
+        result = {"error": _out_of_memory_message(args.mode, args.name), "type": "WorkerError"}
+        status = 1
     from edgebuild.core.timing import peak_rss_bytes
 
     result["peak_rss_bytes"] = peak_rss_bytes()
@@ -328,6 +336,54 @@ def _exit_with_parent() -> None:
                 os._exit(INTERRUPTED_STATUS)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+# How the C library says an allocation or a mapping failed (an ``import torch`` under
+# ``ulimit -v`` is an ImportError "failed to map segment from shared object").
+_NO_MEMORY_TEXT = ("Cannot allocate memory", "failed to map segment", "std::bad_alloc", "out of memory")
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether ``error``, or any error it was raised from or during, is running out of memory."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MemoryError) or (isinstance(current, OSError) and current.errno == errno.ENOMEM):
+            return True
+        if isinstance(current, (ImportError, OSError, RuntimeError)) and any(text in str(current) for text in _NO_MEMORY_TEXT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _out_of_memory_message(mode: str, name: str) -> str:
+    from edgebuild.core.timing import peak_rss_bytes
+
+    limit = memory_limit()
+    peak = peak_rss_bytes()
+    peak_text = f" at a peak of {peak / 2**30:.2f} GiB resident" if peak else ""
+    return (f"{name}: the {mode} process ran out of memory{peak_text} ({limit or 'no limit of its own: the machine'}); "
+            f"raise the limit, or {mode} it on a machine with more memory")
+
+
+def memory_limit() -> str | None:
+    """The memory limit this process runs under, in words: an address-space rlimit
+    (``ulimit -v``) or a cgroup's ``memory.max``; ``None`` when there is neither."""
+    import resource
+
+    from edgebuild.core.files import SMALL_BYTES, UnreadableFile, read_text
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        return f"an address-space limit of {soft / 2**30:.2f} GiB, ulimit -v"
+    try:
+        text = read_text(Path("/sys/fs/cgroup/memory.max"), SMALL_BYTES).strip()
+    except (OSError, UnreadableFile):
+        return None
+    if text.isdigit():
+        return f"a cgroup memory limit of {int(text) / 2**30:.2f} GiB"
+    return None
 
 
 def _write_result(descriptor: int | None, result: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -212,19 +213,45 @@ class DaskExecutor(Executor):
             self._cluster = None
 
 
+# Dask's network transports a scheduler listens on (``inproc://`` is one process's only).
+SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+MAX_LOCAL_WORKERS = 256
+_LOCAL_RE = re.compile(r"local(?::([0-9]{1,6}))?")
+# scheme://host:port: a DNS name, dotted IPv4, or a bracketed IPv6 address; a port of
+# ASCII digits. Dask itself takes a bare host:port as tcp.
+_ADDRESS_RE = re.compile(
+    r"(?:(?P<scheme>[a-z][a-z0-9+.-]*)://)?"
+    r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)"
+    r"(?::(?P<port>[0-9]{1,5}))?"
+)
+EXPECTED = ("expected 'local', 'local:N' (N worker processes) or a scheduler's address "
+            "such as tcp://host:8786 (tcp, tls, ws, wss or ucx)")
+
+
 def local_worker_count(address: str) -> int | None:
-    """How many workers ``local`` / ``local:N`` asks for; ``None`` for a scheduler's address.
-    A malformed ``local:...`` is a :class:`ClusterError`."""
-    if address != LOCAL and not address.startswith(LOCAL + ":"):
-        return None
-    count_text = address.partition(":")[2]
-    try:
-        count = int(count_text) if count_text else min(os.cpu_count() or 1, 4)
-    except ValueError:
-        raise ClusterError(f"--dask {address}: expected 'local' or 'local:N' (N worker processes)") from None
-    if count < 1:
-        raise ClusterError(f"--dask {address}: expected at least one worker")
-    return count
+    """How many workers ``local`` / ``local:N`` asks for; ``None`` for a scheduler's
+    address. Anything else -- ``local:``, ``local: 2``, ``udp://...``, ``tcp://[::1``,
+    ``file:///etc/passwd`` -- is a :class:`ClusterError`, whether or not anything
+    needs the cluster."""
+    if address == LOCAL or address.startswith(LOCAL + ":"):
+        match = _LOCAL_RE.fullmatch(address)
+        if match is None:
+            raise ClusterError(f"--dask {address!r}: {EXPECTED}")
+        if match.group(1) is None:
+            return min(os.cpu_count() or 1, 4)
+        count = int(match.group(1))
+        if not 1 <= count <= MAX_LOCAL_WORKERS:
+            raise ClusterError(f"--dask {address}: expected 1 to {MAX_LOCAL_WORKERS} local workers, found {count}")
+        return count
+    match = _ADDRESS_RE.fullmatch(address)
+    if match is None:
+        raise ClusterError(f"--dask {address!r}: {EXPECTED}")
+    scheme, port = match.group("scheme"), match.group("port")
+    if scheme is not None and scheme not in SCHEMES:
+        raise ClusterError(f"--dask {address}: {scheme}:// is not a Dask transport; {EXPECTED}")
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise ClusterError(f"--dask {address}: port {port} is not 1 to 65535; {EXPECTED}")
+    return None
 
 
 def _local_cluster(address: str) -> Any:

@@ -1,0 +1,79 @@
+"""What git says of the work tree holding the project: the commit checked out, what
+differs from it (provenance and ``publish``'s clean-tree rule), and the committed bytes of
+a file (the shard partition reads the committed lock file, not the one a run rewrote)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+GIT_TIMEOUT_SECONDS = 60
+
+
+def _git(directory: Path, *args: str, text: bool = True) -> subprocess.CompletedProcess | None:
+    """``git args`` run in ``directory``; ``None`` without git (or when it hangs)."""
+    try:
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=text, timeout=GIT_TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def committed_bytes(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` as committed at ``HEAD`` of the git work tree holding it;
+    ``None`` outside a git work tree, before the first commit, when git does not track
+    ``path`` at ``HEAD``, or when the committed file holds more than ``limit`` bytes."""
+    directory = path.parent
+    listed = _git(directory, "ls-files", "--full-name", "--error-unmatch", "--", path.name)
+    if listed is None or listed.returncode != 0 or not listed.stdout.strip():
+        return None
+    spec = f"HEAD:{listed.stdout.splitlines()[0]}"
+    size = _git(directory, "cat-file", "-s", spec)
+    if size is None or size.returncode != 0 or not size.stdout.strip().isdigit() or int(size.stdout) > limit:
+        return None
+    shown = _git(directory, "cat-file", "blob", spec, text=False)
+    return shown.stdout if shown is not None and shown.returncode == 0 else None
+
+
+def git_state(directory: Path, ignore: tuple[Path, ...] = (), tracked: tuple[Path, ...] = ()) -> dict[str, Any] | None:
+    """``{"top", "commit", "changes"}`` of the git work tree holding ``directory``:
+    its top directory, the commit checked out (``None`` before the first one), and
+    the files that differ from it -- tracked files changed (except ``ignore``) and
+    the files of ``tracked`` that git does not track -- as paths from the top.
+    ``None`` outside a git work tree, or without git."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str] | None:
+        return _git(directory, *args)
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
+        return None
+    root = Path(top.stdout.strip())
+    head = git("rev-parse", "--verify", "--quiet", "HEAD")
+    commit = head.stdout.strip() if head is not None and head.returncode == 0 else None
+    status = git("status", "--porcelain=v1", "-z", "--untracked-files=no")
+    if status is None or status.returncode != 0:
+        return None
+    ignored = {_from_top(path, root) for path in ignore}
+    changes = []
+    records = iter(status.stdout.split("\0"))
+    for record in records:
+        if len(record) < 4:
+            continue
+        if record[0] in "RC":
+            next(records, None)  # the name it was renamed or copied from
+        path = record[3:]
+        if path not in ignored:
+            changes.append(path)
+    for path in tracked:
+        listed = git("ls-files", "--error-unmatch", "--", str(path))
+        if listed is not None and listed.returncode != 0:
+            changes.append(f"{_from_top(path, root)} (untracked)")
+    return {"top": str(root), "commit": commit, "changes": changes}
+
+
+def _from_top(path: Path, top: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(top.resolve()).as_posix()
+    except ValueError:
+        return str(path)
