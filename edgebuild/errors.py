@@ -51,6 +51,11 @@ class FilesystemError(EdgebuildError):
         return cls(f"{where}: {doing}: {error.strerror or error}")
 
 
+class InitError(EdgebuildError):
+    """``python -m edgebuild init`` cannot lay out the project where it was asked to;
+    raised before anything is written."""
+
+
 class RecordError(StoreError):
     """A build record (beside a build, in the store or from a remote) is not one this
     version can read."""

@@ -267,3 +267,70 @@ def test_doit_reports_a_missing_revision_in_one_line(tmp_path: Path, hub_cache: 
     ) in output
     assert "Traceback" not in output
     assert not (tmp_path / "build").exists()
+
+
+# --- a cache that is not what it must be ------------------------------------------------------
+
+def test_a_ref_with_a_trailing_newline_is_the_commit(tmp_path: Path, hub_cache: Path, qwen_checkpoint: Path) -> None:
+    cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
+    (hub_cache / "models--org--tiny-qwen" / "refs" / "main").write_text(COMMIT + "\n")
+    origin = write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t").checkpoint_origins["checkpoint"]
+    assert origin.commit == COMMIT
+
+
+@pytest.mark.parametrize("content, found", [
+    ("../../../../elsewhere\n", "expected a 40-hex commit (what the Hub writes there), found '../../../../elsewhere\\n'"),
+    (COMMIT.upper(), f"expected a 40-hex commit (what the Hub writes there), found {COMMIT.upper()!r}"),
+    (f"{COMMIT}\n{OTHER_COMMIT}\n", "expected a 40-hex commit (what the Hub writes there), found "
+     f"{(COMMIT + chr(10) + OTHER_COMMIT + chr(10))[:80]!r}"),
+    ("x" * 5000, "4.9 KiB, more than the 4.0 KiB a file of this kind may hold; expected a ref file holding a 40-hex commit"),
+    (None, "a FIFO (named pipe), not a regular file; expected a ref file holding a 40-hex commit"),
+])
+def test_a_ref_that_is_not_a_commit_is_one_error(tmp_path: Path, hub_cache: Path, qwen_checkpoint: Path,
+                                                 content: str | None, found: str) -> None:
+    """A ref is a 40-hex commit: never a path into (or out of) the cache, never read past a few bytes."""
+    cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
+    ref = hub_cache / "models--org--tiny-qwen" / "refs" / "main"
+    ref.unlink()
+    if content is None:
+        os.mkfifo(ref)
+    else:
+        ref.write_text(content)
+    with pytest.raises(CheckpointError) as caught:
+        write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
+    assert str(caught.value) == f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: {ref}: {found}"
+
+
+def test_a_snapshot_that_leads_out_of_the_cache_is_refused(tmp_path: Path, hub_cache: Path, qwen_checkpoint: Path) -> None:
+    snapshots = hub_cache / "models--org--tiny-qwen" / "snapshots"
+    snapshots.mkdir(parents=True)
+    (snapshots / COMMIT).symlink_to(qwen_checkpoint)
+    with pytest.raises(CheckpointError) as caught:
+        write_manifest(tmp_path, f"hf: org/tiny-qwen\nrevision: {COMMIT}\n").record("t")
+    assert str(caught.value) == (
+        f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: {snapshots / COMMIT} leads to {qwen_checkpoint}, "
+        f"outside the cache's folder of org/tiny-qwen ({hub_cache / 'models--org--tiny-qwen'}); expected the snapshot "
+        "the Hub wrote there"
+    )
+
+
+def test_a_blob_whose_bytes_do_not_match_its_name_is_not_recorded(tmp_path: Path, hub_cache: Path,
+                                                                  qwen_checkpoint: Path) -> None:
+    """Recorded etags are checked ones: a blob edited (or bit-rotted) in the cache is an
+    error naming it, not provenance that claims bytes the build did not read."""
+    snapshot = cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
+    project = write_manifest(tmp_path, "hf: org/tiny-qwen\n")
+    assert project.record("t").checkpoint_origins["checkpoint"].files == etags(snapshot, QWEN_FILES)
+    shard = snapshot / "model-00001-of-00002.safetensors"
+    blob = shard.resolve()
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF  # inside the last tensor's bytes
+    blob.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError) as caught:
+        write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
+    assert str(caught.value) == (
+        f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: org/tiny-qwen at {COMMIT[:12]}: "
+        f"model-00001-of-00002.safetensors links to the blob {blob.name} in the Hugging Face cache, whose bytes do not "
+        f"match its name (found sha256 {hashlib.sha256(bytes(data)).hexdigest()}); delete {blob} and download it again "
+        f"with: hf download org/tiny-qwen model-00001-of-00002.safetensors --revision {COMMIT}"
+    )

@@ -469,9 +469,10 @@ def test_killed_publish_leaves_no_entry_and_a_retry_publishes(remote_url: str, t
     location = Location(remote_url)
     assert location.read(f"art/{FINGERPRINT}/SHA256SUMS") is None
     if location.is_local:
-        # Its files are in a staging directory beside the entry, never at the entry's path.
-        (staging,) = os.listdir(location.local_path("art"))
-        assert staging.startswith(f".{FINGERPRINT}.") and staging.endswith(".partial")
+        # Its files are in a staging directory beside the entry, never at the entry's path
+        # (and the lock its publisher held while it lived).
+        staging, lock = sorted(os.listdir(location.local_path("art")))
+        assert staging.startswith(f".{FINGERPRINT}.") and staging.endswith(".partial") and lock == f"{staging}.lock"
         assert sorted(os.listdir(location.local_path(f"art/{staging}"))) == sorted(ENTRY_FILES)
     else:
         assert published_files(location) == ENTRY_FILES - {"SHA256SUMS"}
@@ -479,6 +480,27 @@ def test_killed_publish_leaves_no_entry_and_a_retry_publishes(remote_url: str, t
     assert put_entry(location, item, lambda message: None).written is True
     assert published_files(location) == ENTRY_FILES
     assert assert_consistent(location) == item.checksums
+    if location.is_local:
+        # The abandoned staging directory went with the retry: only the entry is left.
+        assert os.listdir(location.local_path("art")) == [FINGERPRINT]
+
+
+def test_a_live_publishers_staging_is_left_alone(tmp_path: Path) -> None:
+    """Cleaning up after killed publishes must not pull the files from under one at work."""
+    import fcntl
+
+    from edgebuild.run.publish import _remove_abandoned_staging
+
+    art = tmp_path / "art"
+    live, dead = art / f".{FINGERPRINT}.aaaa.partial", art / f".{FINGERPRINT}.bbbb.partial"
+    for staging in (live, dead):
+        staging.mkdir(parents=True)
+        (staging / "model.bin").write_bytes(b"x")
+        Path(f"{staging}.lock").touch()
+    with open(f"{live}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        _remove_abandoned_staging(art)
+    assert sorted(os.listdir(art)) == [live.name, f"{live.name}.lock"]
 
 
 def test_killed_s3_publish_then_other_bytes_is_an_error(s3_bucket: str, tmp_path: Path) -> None:
@@ -509,6 +531,41 @@ def test_publish_that_fails_after_its_files_cleans_up(tmp_path: Path, monkeypatc
         put_entry(location, entry_files(tmp_path / "build"), lambda message: None)
     assert str(error.value) == f"{FAULT_ENV}=publish.after_files=raise"
     assert os.listdir(tmp_path / "dest" / "art") == []
+
+
+def test_a_destination_is_checked_before_anything_is_built(project_dir, tmp_path: Path) -> None:
+    """No bucket, inside the git work tree, an index this version cannot merge into: each
+    one line before the build, and nothing written anywhere."""
+    import subprocess as run
+
+    project_dir.manifest(TOWER_MANIFEST)
+    no_bucket = project_dir.doit("publish", "t", "--to", "s3://", "--allow-dirty")
+    assert no_bucket.returncode == 3
+    assert no_bucket.stderr.strip().splitlines()[-1] == (
+        "edgebuild: error: s3://: names no bucket; expected s3://BUCKET or s3://BUCKET/PREFIX")
+
+    index = tmp_path / "dest" / "index.json"
+    index.parent.mkdir()
+    index.write_text("[" * 100_000)
+    malformed = project_dir.doit("publish", "t", "--to", str(index.parent), "--allow-dirty")
+    assert malformed.returncode == 3
+    assert malformed.stderr.strip().splitlines()[-1] == (
+        f"edgebuild: error: {index}: not valid JSON (nested too deeply); not overwritten")
+
+    run.run(["git", "init", "-q"], cwd=project_dir.root, check=True)
+    (project_dir.root / ".gitignore").write_text("/dist/\n")
+    here = project_dir.doit("publish", "t", "--to", ".", "--allow-dirty")
+    assert here.returncode == 3
+    assert here.stderr.strip().splitlines()[-1] == (
+        f"edgebuild: error: .: inside the git work tree {project_dir.root}, where published files would be untracked "
+        "files of the repository; publish outside it, or into a folder its .gitignore ignores")
+    assert not (project_dir.root / "build").exists() and index.read_text() == "[" * 100_000
+    # A folder git ignores is a destination (dist/ for a local try).
+    from edgebuild.run.publish import check_destination
+
+    assert check_destination(project_dir.project(), str(project_dir.root / "dist")).is_local
+    with pytest.raises(PublishError):
+        check_destination(project_dir.project(), str(project_dir.root / "published"))
 
 
 @pytest.mark.parametrize("inside", ["build", "build/published", "cache", "cache/store/x"])

@@ -79,6 +79,72 @@ def test_init_never_overwrites(tmp_path: Path) -> None:
     assert (tmp_path / ".gitignore").read_text() == "node_modules\n/build/\n/cache/\n"
 
 
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every path under ``root`` (not following links) and what it holds."""
+    import os
+
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        relative = str(path.relative_to(root))
+        if path.is_symlink():
+            found[relative] = f"-> {os.readlink(path)}"
+        elif path.is_file():
+            found[relative] = path.read_bytes()
+        else:
+            found[relative] = "dir" if path.is_dir() else "other"
+    return found
+
+
+@pytest.mark.parametrize("arrange, message", [
+    (lambda root: (root / "proj" / "data").mkdir(parents=True) or (root / "proj" / "data" / "calibration").write_text("x"),
+     "proj/data/calibration: a file; expected a directory to hold data/calibration/scene_000.png"),
+    (lambda root: (root / "proj").write_text("x"),
+     "proj: a file; expected a directory to lay the project out in (or nothing)"),
+    (lambda root: (root / "proj").symlink_to(root / "nowhere"),
+     "proj: a symlink to nothing; expected a directory to lay the project out in (or nothing)"),
+    (lambda root: (root / "proj").mkdir() or (root / "proj" / ".gitignore").write_bytes(b"build/\n\xff\xfe\n"),
+     "proj/.gitignore: not UTF-8 text (byte 7); expected a text .gitignore (init appends /build/, /cache/ to it)"),
+    (lambda root: ((root / "proj").mkdir(), (root / "outside").write_text("# theirs\n"),
+                   (root / "proj" / ".gitignore").symlink_to(root / "outside")),
+     "proj/.gitignore: a symlink to {root}/outside, outside the project; expected the project's own .gitignore "
+     "(init appends /build/, /cache/ to it)"),
+    (lambda root: (root / "proj" / "artifacts.yaml").mkdir(parents=True),
+     "proj/artifacts.yaml: a directory; expected a file to keep, or nothing (init writes artifacts.yaml)"),
+    (lambda root: (root / "proj").mkdir() or (root / "proj" / "dodo.py").symlink_to(root / "gone.py"),
+     "proj/dodo.py: a symlink to nothing; expected a file to keep, or nothing (init writes dodo.py)"),
+])
+def test_init_checks_everything_first_and_writes_nothing_on_failure(tmp_path: Path, arrange, message: str) -> None:
+    arrange(tmp_path)
+    before = snapshot(tmp_path)
+    result = init("proj", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    expected = message.format(root=tmp_path)
+    assert result.stderr == f"edgebuild: error: {expected}\n"
+    assert snapshot(tmp_path) == before
+
+
+def test_a_write_that_fails_midway_leaves_nothing_of_the_run(tmp_path: Path) -> None:
+    """A full disk, as a file-size limit stands in for it: the schema (the third file)
+    cannot be written; what this run wrote before it is removed again."""
+    import resource
+    import signal
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "notes.txt").write_text("mine\n")
+    before = snapshot(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "edgebuild", "init", "proj"], cwd=tmp_path, capture_output=True,
+                            text=True, preexec_fn=small_files)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("edgebuild: error: proj/edgebuild.schema.json: cannot write the project's files: File too large")
+    assert result.stderr.endswith("; nothing was kept of this run\n")
+    assert snapshot(tmp_path) == before
+
+
 def test_every_kind_has_a_starter_on_its_fixture() -> None:
     manifest = starter_manifest()
     assert manifest.startswith("# yaml-language-server: $schema=./edgebuild.schema.json\n")

@@ -51,6 +51,11 @@ BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "
 _BACKEND_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
 
+class UnfitObject(RemoteError):
+    """What is at a key is not a file of the size a reader allows (a directory, a FIFO,
+    something too large): a remote's content, not its reachability, is wrong."""
+
+
 def is_url(spec: str) -> bool:
     return "://" in spec
 
@@ -111,6 +116,9 @@ class Location:
         self.is_object_store = bool(OBJECT_STORE_PROTOCOLS.intersection(protocols))
         self.has_buckets = bool(BUCKET_PROTOCOLS.intersection(protocols))
         self.is_local = "file" in protocols
+        if self.has_buckets and not self.root.strip("/").split("/", 1)[0]:
+            # Else the first key's first part would become the bucket (s3://t/<fp>/...).
+            raise RemoteError(f"{spec}: names no bucket; expected {protocol}://BUCKET or {protocol}://BUCKET/PREFIX")
 
     @property
     def url(self) -> str:
@@ -179,15 +187,30 @@ class Location:
 
     # --- reads ------------------------------------------------------------------
 
-    def read(self, key: str) -> bytes | None:
-        """The bytes at ``key``; ``None`` when there is nothing there."""
+    def read(self, key: str, limit: int | None = None) -> bytes | None:
+        """The bytes at ``key``; ``None`` when there is nothing there. With ``limit``, a
+        :class:`RemoteError` for anything but a file of at most ``limit`` bytes (what a
+        remote holds is not trusted to be small, or a file: a FIFO would hang the read)."""
         path = self.path(key)
         try:
-            return self.fs.cat_file(path)
+            if limit is None:
+                return self.fs.cat_file(path)
+            info = self.fs.info(path)
+            if info.get("type") != "file":
+                raise UnfitObject(f"{self.where(key)}: a {info.get('type') or 'thing'} that is not a file; not read")
+            size = int(info.get("size") or 0)
+            if size > limit:
+                raise UnfitObject(f"{self.where(key)}: {size} bytes, more than the {limit} it may hold; not read")
+            data = self.fs.cat_file(path, start=0, end=limit + 1)
         except FileNotFoundError:
             return None
+        except RemoteError:
+            raise
         except _BACKEND_ERRORS as error:
             raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
+        if len(data) > limit:
+            raise UnfitObject(f"{self.where(key)}: more than the {limit} bytes it may hold; not read")
+        return data
 
     def size(self, key: str) -> int | None:
         """The size of the object at ``key``; ``None`` when there is none."""

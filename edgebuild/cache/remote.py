@@ -45,7 +45,6 @@ code nobody has reviewed can never put bytes where everyone else pulls from.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -56,10 +55,13 @@ from edgebuild.core.atomic import scratch_prefix
 from edgebuild.errors import RecordError, RemoteError, StoreError
 from edgebuild.core.hashing import canonical_json, file_digest, is_digest
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
-from edgebuild.cache.location import FROM_SETTINGS, Location, plain_path_problem, quoted
+from edgebuild.cache.location import FROM_SETTINGS, Location, UnfitObject, plain_path_problem, quoted
+from edgebuild.core.files import RECORD_BYTES, UnreadableFile, parse_json
 from edgebuild.cache.store import Store
 
 REMOTE_FORMAT = 1
+# An entry lists an artifact's files and their digests: kilobytes. Read no more than this.
+ENTRY_BYTES = 16 << 20
 PREFIX = f"v{REMOTE_FORMAT}"
 
 Log = Callable[[str], None]
@@ -124,12 +126,15 @@ class RemoteCache:
         if not self._root_checked:
             self.location.check_root()
             self._root_checked = True
-        raw = self.location.read(entry_key(fingerprint))
+        try:
+            raw = self.location.read(entry_key(fingerprint), limit=ENTRY_BYTES)
+        except UnfitObject as error:
+            raise CorruptEntry(f"{entry_key(fingerprint)} is not an entry of format {REMOTE_FORMAT} ({error})") from None
         if raw is None:
             return None
         try:
-            entry = json.loads(raw)
-        except (ValueError, RecursionError):
+            entry = parse_json(raw)
+        except UnreadableFile:
             entry = None
         if (
             not isinstance(entry, dict)
@@ -162,7 +167,10 @@ class RemoteCache:
             if entry is None:
                 continue
             artifact = None
-            raw = self.location.read(blob_key(entry["files"][RECORD_FILE]["digest"]))
+            try:
+                raw = self.location.read(blob_key(entry["files"][RECORD_FILE]["digest"]), limit=RECORD_BYTES)
+            except UnfitObject:
+                raw = None
             if raw is not None:
                 try:
                     artifact = parse_record(raw, RECORD_FILE).artifact

@@ -31,15 +31,18 @@ class Publish(NamesAnywhere, Run):
     ) + PUBLISH_OPTIONS
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
-        from edgebuild.run.publish import check_publishable, check_work_tree, publish
+        from edgebuild.run.publish import check_destination, check_publishable, check_work_tree, publish
 
         if not params["to"]:
             raise InvalidCommand("give --to DEST: a directory or an fsspec URL such as s3://bucket/artifacts")
         workspace = open_workspace(self, params)
         names = selected(args, workspace)
         try:
-            # Before anything is built: what would be published must be what is committed.
+            # Before anything is built: what would be published must be what is committed,
+            # and the destination one that takes it (a bucket, outside the work tree, an
+            # index this version merges into).
             check_work_tree(workspace, allow_dirty=params["allow_dirty"])
+            check_destination(workspace, params["to"])
         except EdgebuildError as error:
             fail(str(error))
             return 3

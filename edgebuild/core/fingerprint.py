@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import blake3
 
@@ -58,6 +58,8 @@ def _valid_entry(entry: Any) -> bool:
         and isinstance(entry.get("stat"), list)
         and isinstance(entry.get("ranges"), dict)
         and all(isinstance(span, str) and is_digest(digest) for span, digest in entry["ranges"].items())
+        and isinstance(entry.get("named", {}), dict)
+        and all(isinstance(name, str) and isinstance(digest, str) for name, digest in entry.get("named", {}).items())
     )
 
 
@@ -123,6 +125,27 @@ class StatCache:
         stat = os.stat(path)
         self.entries[str(path)] = {"stat": _stat_key(stat), "ranges": {f"0-{stat.st_size}": digest}}
         self.dirty.add(str(path))
+
+    def named_digest(self, path: Path, algorithm: str, compute: Callable[[], str]) -> str:
+        """Another digest of the whole of ``path`` (a Hub blob's sha256, ...), computed by
+        ``compute`` once and kept while the file's stat is unchanged."""
+        path = Path(path).resolve()
+        key = str(path)
+        stat = os.stat(path)
+        entry = self.entries.get(key)
+        if entry is None or entry.get("stat") != _stat_key(stat):
+            entry = {"stat": _stat_key(stat), "ranges": {}}
+            self.entries[key] = entry
+        named = entry.setdefault("named", {})
+        if algorithm not in named:
+            digest = compute()
+            self.bytes_hashed += stat.st_size
+            if _stat_key(os.stat(path)) != entry["stat"]:
+                del self.entries[key]
+                return self.named_digest(path, algorithm, compute)
+            named[algorithm] = digest
+            self.dirty.add(key)
+        return named[algorithm]
 
     def file_digest(self, path: Path) -> str:
         size = os.stat(path).st_size

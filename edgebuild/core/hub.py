@@ -2,17 +2,26 @@
 
 A manifest checkpoint ``{hf: org/name, revision: <commit or ref>}`` is a snapshot
 of the Hugging Face cache: ``models--org--name/snapshots/<commit>/``, whose files
-are links to ``blobs/<etag>``. ``huggingface_hub.snapshot_download`` with
-``local_files_only=True`` resolves it -- a ref such as ``main`` through
-``refs/<ref>`` -- without touching a network. It returns the snapshot folder
-even when files are missing (a download limited with ``--include``) and does not
-check blobs, so the files a kind reads are checked by name
-(``Checkpoint.check_complete``), and every missing one is named in one error with
-the command that downloads it.
+are links to ``blobs/<etag>``. It is resolved here, offline, by the cache's
+documented layout -- a ref such as ``main`` through the file ``refs/<ref>`` -- and
+trusted no further than it is checked:
+
+- a ref file is a regular file of at most a few bytes holding a 40-hex commit (a
+  trailing newline, as an editor or ``echo`` leaves it, is fine; ``../`` is not);
+- the snapshot folder lies inside the repo's folder of the cache (a link out of it
+  is refused, not followed);
+- a file's etag is recorded only once its bytes were hashed and match it: the sha256
+  of a large (LFS) file, the git blob id of a small one. A blob whose bytes no longer
+  match its name is an error naming it, with the command that downloads it again.
+  The check is remembered in the stat cache, so it costs one read per blob.
+
+Files may be missing from a snapshot (a download limited with ``--include``), so
+the files a kind reads are checked by name (``Checkpoint.check_complete``), and
+every missing one is named in one error with the command that downloads it.
 
 The fingerprint never sees any of this: it covers the snapshot's content exactly
 as it covers a directory given by path. The repo, the commit the revision
-resolved to and the files' etags go in the build record's
+resolved to and the files' checked etags go in the build record's
 ``checkpoint_origins``, the lock file and the provenance, for people tracing an
 artifact back.
 """
@@ -22,8 +31,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from edgebuild.core.files import SMALL_BYTES, UnreadableFile, read_text
 from edgebuild.errors import CheckpointError
 
 # huggingface_hub's own CLI (it replaced ``huggingface-cli`` in huggingface_hub 1.0).
@@ -92,16 +105,42 @@ class HubSnapshot:
         """The command that puts ``files`` (all of the revision when empty) into the cache."""
         return download_command(self.repo_id, self.commit, files)
 
-    def etags(self, names: list[str]) -> dict[str, str | None]:
+    def etags(self, names: list[str], digest: "Callable[[Path, str], str] | None" = None) -> dict[str, str | None]:
         """Each file's blob name in the cache (the sha256 of a large file, the git blob id of
-        a small one); ``None`` for a file that is not a link into ``blobs/`` (a cache on a
-        filesystem without symlinks keeps copies)."""
+        a small one), checked against the file's bytes; ``None`` for a file that is not a
+        link into ``blobs/`` (a cache on a filesystem without symlinks keeps copies).
+        ``digest(path, algorithm)`` hashes a blob ("sha256" or "git-blob"; default: read it
+        now); :class:`CheckpointError` for a blob whose bytes do not match its name."""
+        digest = digest or blob_digest
         found: dict[str, str | None] = {}
         for name in names:
             path = self.directory / name
             target = Path(os.readlink(path)) if path.is_symlink() else None
-            found[name] = target.name if target is not None and target.parent.name == "blobs" else None
+            etag = target.name if target is not None and target.parent.name == "blobs" else None
+            if etag is not None:
+                algorithm = "sha256" if len(etag) == 64 else "git-blob" if len(etag) == 40 else None
+                actual = digest(path.resolve(), algorithm) if algorithm else None
+                if actual != etag:
+                    shown = f"found {algorithm} {actual}" if actual else "a name that is neither a sha256 nor a git blob id"
+                    raise CheckpointError(
+                        f"{self.repo_id} at {self.commit[:12]}: {name} links to the blob {etag} in the Hugging Face "
+                        f"cache, whose bytes do not match its name ({shown}); delete {path.resolve()} and download it "
+                        f"again with: {self.download_command([name])}"
+                    )
+            found[name] = etag
         return found
+
+
+def blob_digest(path: Path, algorithm: str) -> str:
+    """The name the Hub gives ``path``'s bytes: ``sha256`` (large files, stored with
+    LFS) or ``git-blob`` (sha1 of ``blob <size>\\0`` and the bytes: small files)."""
+    hasher = hashlib.sha256() if algorithm == "sha256" else hashlib.sha1()
+    with open(path, "rb") as handle:
+        if algorithm == "git-blob":
+            hasher.update(b"blob %d\0" % os.fstat(handle.fileno()).st_size)
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
 
 
 def download_command(repo_id: str, revision: str, files: tuple[str, ...] | list[str] = ()) -> str:
@@ -111,24 +150,37 @@ def download_command(repo_id: str, revision: str, files: tuple[str, ...] | list[
 def resolve_snapshot(repo_id: str, revision: str, where: str) -> HubSnapshot:
     """The cached snapshot of ``repo_id`` at ``revision``, offline; one
     :class:`CheckpointError` that names the repo, the revision and the download
-    command when the cache does not hold it. ``where`` prefixes messages."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
+    command when the cache does not hold it, or naming the file of the cache that is
+    not what it must be. ``where`` prefixes messages."""
     cache = cache_directory()
-    try:
-        folder = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=True))
-    except LocalEntryNotFoundError:
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    missing = CheckpointError(
+        f"{where}: {repo_id} at revision {revision} is not in the Hugging Face cache ({cache}); "
+        f"download it with: {download_command(repo_id, revision)}"
+    )
+    if COMMIT.fullmatch(revision):
+        commit = revision
+    else:
+        ref = repo / "refs" / revision
+        try:
+            text = read_text(ref, SMALL_BYTES)
+        except (FileNotFoundError, NotADirectoryError):
+            raise missing from None
+        except UnreadableFile as error:
+            raise CheckpointError(f"{where}: {ref}: {error}; expected a ref file holding a 40-hex commit") from None
+        except OSError as error:
+            raise CheckpointError(f"{where}: {ref}: cannot read it: {error.strerror or error}") from None
+        commit = text.rstrip("\r\n")
+        if not COMMIT.fullmatch(commit):
+            raise CheckpointError(
+                f"{where}: {ref}: expected a 40-hex commit (what the Hub writes there), found {text[:80]!r}"
+            )
+    folder = repo / "snapshots" / commit
+    if not folder.is_dir():
+        raise missing
+    if not folder.resolve().is_relative_to(repo.resolve()):
         raise CheckpointError(
-            f"{where}: {repo_id} at revision {revision} is not in the Hugging Face cache ({cache}); "
-            f"download it with: {download_command(repo_id, revision)}"
-        ) from None
-    except HFValidationError as error:
-        raise CheckpointError(f"{where}: {error}") from None
-    commit = folder.name
-    if not COMMIT.fullmatch(commit):
-        raise CheckpointError(
-            f"{where}: {repo_id} at revision {revision} resolved to {folder}, which is not a snapshot "
-            f"named by its commit; expected a 40-hex folder name, found {commit!r}"
+            f"{where}: {folder} leads to {folder.resolve()}, outside the cache's folder of {repo_id} ({repo}); "
+            "expected the snapshot the Hub wrote there"
         )
     return HubSnapshot(repo_id=repo_id, revision=revision, commit=commit, directory=folder)

@@ -236,13 +236,20 @@ class Project:
         beyond config and weights (``extra_files``) are known to be in the snapshot."""
         snapshot = checkpoint.origin
         assert snapshot is not None
-        checkpoint.check_complete(self._hub_where(name), extra_files)
-        return CheckpointOrigin(
-            hf=snapshot.repo_id,
-            revision=snapshot.revision,
-            commit=snapshot.commit,
-            files=snapshot.etags(checkpoint.file_names_read(extra_files)),
-        )
+        where = self._hub_where(name)
+        checkpoint.check_complete(where, extra_files)
+        try:
+            # Only what was read, and only once its bytes matched the name it is recorded by.
+            files = snapshot.etags(checkpoint.file_names_read(extra_files), digest=self._blob_digest)
+        except CheckpointError as error:
+            raise CheckpointError(f"{where}: {error}") from None
+        return CheckpointOrigin(hf=snapshot.repo_id, revision=snapshot.revision, commit=snapshot.commit, files=files)
+
+    def _blob_digest(self, path: Path, algorithm: str) -> str:
+        """A Hub blob's own digest, remembered in the stat cache (one read per blob)."""
+        from edgebuild.core.hub import blob_digest
+
+        return self.stat_cache.named_digest(path, algorithm, lambda: blob_digest(path, algorithm))
 
     def checkpoints_for(self, params: ArtifactParams) -> dict[str, Checkpoint]:
         """The checkpoints an artifact's build and verification may read: its own and,

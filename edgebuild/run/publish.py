@@ -50,11 +50,13 @@ artifact again, a no-op for its files, puts the row back.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import time
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -65,7 +67,8 @@ from typing import Any, Callable
 
 from typing import TYPE_CHECKING
 
-from edgebuild.cache.location import Location, plain_path_problem, quoted
+from edgebuild.cache.location import Location, UnfitObject, plain_path_problem, quoted
+from edgebuild.core.files import UnreadableFile, parse_json
 from edgebuild.core.faults import fault_point
 from edgebuild.core.fingerprint import locked
 from edgebuild.core.project import Artifact
@@ -73,13 +76,20 @@ from edgebuild.core.record import read_record
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report
 from edgebuild.errors import PublishError, RemoteError
 from edgebuild.run.state import VerificationState, verification_state
-from edgebuild.run.vcs import git_state
+from edgebuild.run.vcs import git_state, is_ignored, work_tree_top
 
 if TYPE_CHECKING:
     from edgebuild.run.workspace import Workspace
 
 PUBLISH_FORMAT = 1
 INDEX_KEY = "index.json"
+# An index row is ~200 bytes: this is hundreds of thousands of published entries.
+INDEX_BYTES = 64 << 20
+# A staging directory whose publisher died (a killed publish) is removed by the next
+# publish of the same artifact; a live publisher holds an exclusive lock on its
+# ``<staging>.lock`` for as long as it writes.
+STAGING_SUFFIX = ".partial"
+UNLOCKED_STAGING_SECONDS = 24 * 3600
 PROVENANCE_FILE = "provenance.json"
 CHECKSUMS_FILE = "SHA256SUMS"
 METADATA_FILES = (REPORT_JSON, REPORT_MD, PROVENANCE_FILE, CHECKSUMS_FILE)
@@ -129,8 +139,7 @@ def publish(workspace: "Workspace", names: list[str], destination: str, log: Log
     """Publish ``names`` to ``destination``; all of them or, if any is not verified, none.
     Refused from a work tree with uncommitted changes, or outside git, unless
     ``allow_dirty`` (which provenance.json then records)."""
-    location = Location(destination, s3_endpoint=workspace.settings.s3_endpoint)
-    _refuse_project_directories(workspace, location)
+    location = check_destination(workspace, destination)
     git = check_work_tree(workspace, allow_dirty)
     check_publishable(workspace, names)
     prepared = [_prepare(workspace, workspace.artifact(name), git) for name in names]
@@ -139,9 +148,21 @@ def publish(workspace: "Workspace", names: list[str], destination: str, log: Log
     return results
 
 
+def check_destination(workspace: "Workspace", destination: str) -> Location:
+    """The destination, checked before anything is built or written: a location that
+    opens (an object store with a bucket), outside the project's ``build/`` and
+    ``cache/`` and outside its git work tree (unless git ignores it there), with an
+    index this version can merge into (or none yet)."""
+    location = Location(destination, s3_endpoint=workspace.settings.s3_endpoint)
+    _refuse_project_directories(workspace, location)
+    read_index(location)
+    return location
+
+
 def _refuse_project_directories(workspace: "Workspace", location: Location) -> None:
     """A destination inside ``build/`` or ``cache/`` would be replaced, cleaned or
-    pruned by edgebuild itself: published files must outlive those."""
+    pruned by edgebuild itself: published files must outlive those. One inside the git
+    work tree would add untracked files to the repository (``--to .``)."""
     if not location.is_local:
         return
     root = Path(location.root).resolve()
@@ -151,6 +172,12 @@ def _refuse_project_directories(workspace: "Workspace", location: Location) -> N
                 f"{location.label}: inside the project's {directory.name}/ directory, which edgebuild "
                 "replaces and prunes; publish somewhere else"
             )
+    top = work_tree_top(workspace.manifest.root)
+    if top is not None and root.is_relative_to(top.resolve()) and not is_ignored(top, root):
+        raise PublishError(
+            f"{location.label}: inside the git work tree {top}, where published files would be untracked "
+            "files of the repository; publish outside it, or into a folder its .gitignore ignores"
+        )
 
 
 def check_publishable(workspace: "Workspace", names: list[str]) -> None:
@@ -260,7 +287,11 @@ def _write_entry_by_rename(location: Location, item: EntryFiles) -> bool:
     where = location.where(item.prefix)
     final = location.local_path(item.prefix)
     # Outside the final path, so that a killed publish leaves nothing inside an entry.
-    staging = location.local_path(f"{item.name}/.{item.fingerprint}.{uuid.uuid4().hex}.partial")
+    staging = location.local_path(f"{item.name}/.{item.fingerprint}.{uuid.uuid4().hex}{STAGING_SUFFIX}")
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_staging(staging.parent)
+    ownership = open(f"{staging}.lock", "w")
+    fcntl.flock(ownership, fcntl.LOCK_EX)
     try:
         try:
             staging.mkdir(parents=True)
@@ -284,7 +315,32 @@ def _write_entry_by_rename(location: Location, item: EntryFiles) -> bool:
             raise RemoteError(f"{where}: cannot write: {error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        Path(f"{staging}.lock").unlink(missing_ok=True)
+        ownership.close()
     return True
+
+
+def _remove_abandoned_staging(folder: Path) -> None:
+    """Remove the staging directories under ``folder`` that no publisher holds: left by
+    a publish that was killed. One whose lock is held is another publisher's, at work."""
+    for lock in folder.glob(f".*{STAGING_SUFFIX}.lock"):
+        staging = Path(str(lock)[: -len(".lock")])
+        with open(lock, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: a publish running now
+            shutil.rmtree(staging, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+    # Without a lock file: left by an edgebuild that took no locks, or (for an instant)
+    # a publisher whose lock another cleaner just removed. Only an old one is abandoned.
+    for staging in folder.glob(f".*{STAGING_SUFFIX}"):
+        try:
+            age = time.time() - staging.stat().st_mtime
+        except OSError:
+            continue
+        if staging.is_dir() and not Path(f"{staging}.lock").exists() and age > UNLOCKED_STAGING_SECONDS:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _write_entry_create_only(location: Location, item: EntryFiles) -> bool:
@@ -367,14 +423,17 @@ def _update_index(location: Location, workspace: "Workspace", results: list[Publ
 
 
 def read_index(location: Location) -> dict[str, Any]:
-    raw = location.read(INDEX_KEY)
-    if raw is None:
-        return {"format": PUBLISH_FORMAT, "artifacts": {}}
     where = location.where(INDEX_KEY)
     try:
-        index = json.loads(raw)
-    except (ValueError, RecursionError) as error:
-        raise PublishError(f"{where}: not valid JSON ({error}); not overwritten") from None
+        raw = location.read(INDEX_KEY, limit=INDEX_BYTES)
+    except UnfitObject as error:
+        raise PublishError(f"{error}; expected the destination's {INDEX_KEY}, not overwritten") from None
+    if raw is None:
+        return {"format": PUBLISH_FORMAT, "artifacts": {}}
+    try:
+        index = parse_json(raw)
+    except UnreadableFile as error:
+        raise PublishError(f"{where}: {error}; not overwritten") from None
     problem = _index_problem(index)
     if problem:
         raise PublishError(f"{where}: {problem}; not overwritten")

@@ -19,6 +19,23 @@ def _git(directory: Path, *args: str, text: bool = True) -> subprocess.Completed
         return None
 
 
+def work_tree_top(directory: Path) -> Path | None:
+    """The top of the git work tree holding ``directory``; ``None`` outside one (or without git)."""
+    top = _git(directory, "rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0 or not top.stdout.strip():
+        return None
+    return Path(top.stdout.strip())
+
+
+def is_ignored(top: Path, path: Path) -> bool:
+    """Whether git ignores ``path`` (a directory that may not exist yet) in the work tree at ``top``."""
+    relative = path.resolve().relative_to(top.resolve()).as_posix()
+    if relative == ".":
+        return False
+    checked = _git(top, "check-ignore", "-q", "--no-index", "--", relative + "/")
+    return checked is not None and checked.returncode == 0
+
+
 def committed_bytes(path: Path, limit: int) -> bytes | None:
     """The bytes of ``path`` as committed at ``HEAD`` of the git work tree holding it;
     ``None`` outside a git work tree, before the first commit, when git does not track
