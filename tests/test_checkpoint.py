@@ -348,7 +348,7 @@ def test_config_is_unreadable(tmp_path: Path) -> None:
     (checkpoint / "config.json").unlink()
     (checkpoint / "config.json").mkdir()
     assert _error(lambda: Checkpoint(checkpoint).config) == (
-        f"{checkpoint / 'config.json'}: cannot read (Is a directory)"
+        f"{checkpoint / 'config.json'}: a directory, not a regular file; expected a JSON file"
     )
 
 

@@ -402,3 +402,46 @@ def test_a_local_cluster(verified_seed: Path, tmp_path: Path) -> None:
     # the driver (with the worker's address), and the report's table not at all.
     assert len(re.findall(r"\] built in ", result.stderr)) == 1, result.stderr
     assert "| check |" not in result.stderr
+
+
+@pytest.mark.slow
+def test_the_scheduler_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path: Path) -> None:
+    """The scheduler dies while its worker builds: one line naming what was not built, in
+    bounded time, no traceback; nothing of it counts as built here."""
+    cluster = Cluster(tmp_path / "cluster")
+    (tmp_path / "cluster").mkdir()
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    driver = clone_project(verified_seed, tmp_path / "driver")
+    shutil.rmtree(driver.root / "build")
+    shutil.rmtree(driver.root / "cache" / "store")
+    try:
+        cluster.start_scheduler()
+        cluster.start_worker("w1", "4e9", {"EDGEBUILD_FAULT": "build.before_record=stall"})
+        environment = {key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"}
+        environment["EDGEBUILD_REMOTE_CACHE"] = str(remote)
+        process = subprocess.Popen(
+            [str(Path(sys.executable).with_name("doit")), "verify", "--dask", cluster.address],
+            cwd=driver.root, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        seen: list[str] = []
+        try:
+            reader = _read_until(process.stderr, r"\[t @ \S+\] fault: stalling at build\.before_record", seen, timeout=300)
+            started = time.monotonic()
+            cluster.kill("scheduler")
+            process.wait(timeout=120)
+            assert time.monotonic() - started < 120
+            reader.join(timeout=30)
+            stdout = process.stdout.read()
+        finally:
+            if process.poll() is None:
+                process.kill()
+        output = "".join(seen)
+    finally:
+        cluster.stop()
+    assert process.returncode == 2, stdout + output
+    assert "Traceback" not in output and "FuturesCancelledError" not in output, output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith(f"edgebuild: error: --dask {cluster.address}: lost the connection to the scheduler"), output
+    assert last.endswith("; not built: t (nothing of it counts as built; run the command again)"), output
+    assert not (driver.root / "build" / "t").exists()

@@ -60,6 +60,23 @@ def test_build_killed_or_interrupted_leaves_nothing_built(verified_seed: Path, t
 
 
 @pytest.mark.slow
+def test_an_interrupt_fires_whatever_sigint_the_command_inherited(verified_seed: Path, tmp_path: Path) -> None:
+    """``cmd &`` and ``nohup`` start a process with SIGINT ignored: the interrupt fault
+    point, and Ctrl-C in a worker, must mean the same as in a terminal."""
+    import signal
+
+    project = unbuilt_clone(verified_seed, tmp_path / "p")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+    environment |= NO_REMOTE | {"EDGEBUILD_FAULT": "build.before_rename=interrupt"}
+    result = subprocess.run([str(Path(sys.executable).with_name("doit")), "build"], cwd=project.root, env=environment,
+                            capture_output=True, text=True, timeout=600,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert result.returncode != 0
+    assert "was interrupted (SIGINT)" in result.stdout + result.stderr
+    assert not (project.root / "build" / "t").exists() and leftovers(project.root) == []
+
+
+@pytest.mark.slow
 def test_store_write_killed_leaves_the_build_and_a_leftover_that_gc_removes(verified_seed: Path, tmp_path: Path) -> None:
     project = unbuilt_clone(verified_seed, tmp_path / "p")
     killed = project.doit("build", env=NO_REMOTE | {"EDGEBUILD_FAULT": "store.before_rename=kill"})

@@ -79,7 +79,7 @@ def test_json_nesting_is_bounded(tmp_path: Path) -> None:
     path.write_text("[" * 200_000)
     with pytest.raises(UnreadableFile) as caught:
         read_json(path, 1 << 20)
-    assert str(caught.value) == "not valid JSON (nested too deeply)"
+    assert str(caught.value) == "not valid JSON: nested too deeply"
     with pytest.raises(UnreadableFile) as caught:
         parse_json(b"\xff")
     assert str(caught.value).startswith("not valid JSON")

@@ -130,7 +130,7 @@ def test_unreadable_lock_stops_before_building(tmp_path: Path, project_dir) -> N
     lock.write_text('{"format": 1, "artifacts": {<<<<<<< HEAD\n')
     result = project_dir.doit("build")
     assert result.returncode == 3
-    assert "ERROR: artifacts.lock: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 29 (char 28)); expected a JSON lock file (delete it and run `doit build` to write it afresh)" in result.stderr
+    assert "ERROR: artifacts.lock: not valid JSON: Expecting property name enclosed in double quotes: line 1 column 29 (char 28); expected a JSON lock file (delete it and run `doit build` to write it afresh)" in result.stderr
     assert not (project_dir.root / "build").exists()
 
 

@@ -239,7 +239,7 @@ def test_publish_needs_a_destination(project_dir) -> None:
     ("text", "problem"),
     [
         ('{"format": 7}', "expected an index of format 1, found format 7"),
-        ("{not json", "not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+        ("{not json", "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
         ("[]", "expected an index of format 1 (an object), found an array"),
         ('{"format": 1, "artifacts": []}', "'artifacts' is an array, expected an object"),
         ('{"format": 1, "artifacts": {"t": "x"}}', "artifacts['t'] is a string, expected an object of fingerprints"),
@@ -550,7 +550,7 @@ def test_a_destination_is_checked_before_anything_is_built(project_dir, tmp_path
     malformed = project_dir.doit("publish", "t", "--to", str(index.parent), "--allow-dirty")
     assert malformed.returncode == 3
     assert malformed.stderr.strip().splitlines()[-1] == (
-        f"edgebuild: error: {index}: not valid JSON (nested too deeply); not overwritten")
+        f"edgebuild: error: {index}: not valid JSON: nested too deeply; not overwritten")
 
     run.run(["git", "init", "-q"], cwd=project_dir.root, check=True)
     (project_dir.root / ".gitignore").write_text("/dist/\n")

@@ -48,7 +48,7 @@ def test_missing_record_is_none(tmp_path: Path) -> None:
     ("content", "expected"),
     [
         ("[1, 2]", "not a build record (expected a JSON object, found list)"),
-        ("{", "not a build record (invalid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+        ("{", "not a build record (not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
         ('{"format": 1}', "a build record of format 1; this edgebuild reads format 3"),
         (json.dumps({"format": RECORD_FORMAT, "kind": "k"}), "not a build record (params: Field required)"),
     ],

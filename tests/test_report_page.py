@@ -182,7 +182,7 @@ def test_artifacts_not_built_or_with_unreadable_files_still_have_their_section(
     (project.layout.artifact_dir("q") / "quantization.json").write_text("{not json")
     (project.layout.artifact_dir("q_onnx") / "export.json").write_text('{"weights": "fp8", "rewritten": {"w": {}}}')
     sections = _sections(render_report_page(project, GENERATED_AT))
-    assert "quantization.json: not valid JSON (Expecting property name" in sections["q"]
+    assert "quantization.json: not valid JSON: Expecting property name" in sections["q"]
     # The edits changed outputs: the page says what doit status says.
     assert '<span class="state warn">stale</span>' in sections["q"]
     assert "could not draw this artifact&#x27;s plots: KeyError: &#x27;shape&#x27;</p>" in sections["q_onnx"]

@@ -84,13 +84,14 @@ def _set_aside_unreadable_state(dep_file: Path) -> None:
     """doit stops with a traceback on a state file that is not JSON (a killed write, a
     full disk). Its state only remembers what edgebuild's fingerprints decide anyway,
     so an unreadable one is moved aside, said in one line, and started afresh."""
-    import json
+    from edgebuild.core.files import LOCK_BYTES, UnreadableFile, read_json
 
     try:
-        json.loads(dep_file.read_text(encoding="utf-8"))
+        # doit's own JSON: as large as a lock file, nested a few levels (doit reads it unbounded).
+        read_json(dep_file, LOCK_BYTES)
     except FileNotFoundError:
         return
-    except (OSError, ValueError) as error:
+    except (OSError, UnreadableFile) as error:
         aside = dep_file.with_name(dep_file.name + ".unreadable")
         try:
             os.replace(dep_file, aside)

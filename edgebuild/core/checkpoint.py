@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from edgebuild.core.files import UnreadableFile, parse_json, read_bytes
 from edgebuild.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 # A header larger than this is not a SafeTensors header but a corrupt or foreign file.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+# config.json, an index of shards, a preprocessor config: kilobytes to a few megabytes.
+CONFIG_BYTES = 64 << 20
 METADATA_KEY = "__metadata__"
 TENSOR_KEYS = ("dtype", "shape", "data_offsets")
 
@@ -112,15 +115,18 @@ def _is_count(value: Any) -> bool:
 def _read_json_object(path: Path) -> dict[str, Any]:
     """A JSON file that must hold an object."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_bytes(path, CONFIG_BYTES)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CheckpointError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except UnreadableFile as error:
+        raise CheckpointError(f"{path}: {error}; expected a JSON file") from None
     except OSError as error:
         raise CheckpointError(f"{path}: cannot read ({error.strerror})") from None
     try:
-        content = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path}: invalid JSON: {error}") from None
+        content = parse_json(text)
+    except UnreadableFile as error:
+        raise CheckpointError(f"{path}: invalid JSON: {str(error).removeprefix('not valid JSON: ')}") from None
     if not isinstance(content, dict):
         raise CheckpointError(f"{path}: expected a JSON object, found {_json_kind(content)}")
     return content
@@ -227,9 +233,9 @@ def read_header(path: Path) -> tuple[dict[str, Any], int]:
             f"{path}: truncated: its header is {length} bytes, but the file holds {file_size} bytes in all"
         )
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path}: not a SafeTensors file (header is not JSON: {error})") from None
+        header = parse_json(raw)
+    except UnreadableFile as error:
+        raise CheckpointError(f"{path}: not a SafeTensors file (header is not JSON of a few levels: {error})") from None
     if not isinstance(header, dict):
         raise CheckpointError(
             f"{path}: not a SafeTensors file (header is {_json_kind(header)}, expected a JSON object)"

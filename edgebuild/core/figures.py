@@ -9,12 +9,13 @@ and metrics to show (``edgebuild/kinds/*/figures.py``).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
+
+from edgebuild.core.files import REPORT_BYTES, UnreadableFile, read_json
 
 # A perceptually even ramp (viridis' anchors) from small to large.
 RAMP = ["#440154", "#3b528b", "#21918c", "#5ec962", "#fde725"]
@@ -50,13 +51,13 @@ def check_of(report: dict[str, Any], name: str) -> dict[str, Any] | None:
 def read_json_file(path: Path, notes: list[str]) -> Any:
     """The JSON in ``path``, or ``None`` with a one-line note on why not."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path, REPORT_BYTES)
     except FileNotFoundError:
         notes.append(f"{path.name}: missing")
-    except (ValueError, UnicodeDecodeError) as error:
-        notes.append(f"{path.name}: not valid JSON ({error})")
-    except RecursionError:
-        notes.append(f"{path.name}: not valid JSON (nested too deeply)")
+    except UnreadableFile as error:
+        notes.append(f"{path.name}: {error}")
+    except OSError as error:
+        notes.append(f"{path.name}: cannot read ({error.strerror or error})")
     return None
 
 

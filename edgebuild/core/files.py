@@ -89,9 +89,9 @@ def parse_json(data: str | bytes, max_depth: int | None = MAX_JSON_DEPTH) -> Any
     try:
         value = json.loads(data)
     except RecursionError:
-        raise UnreadableFile("not valid JSON (nested too deeply)") from None
+        raise UnreadableFile("not valid JSON: nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as error:
-        raise UnreadableFile(f"not valid JSON ({error})") from None
+        raise UnreadableFile(f"not valid JSON: {error}") from None
     if max_depth is not None and _depth(value) > max_depth:
         raise UnreadableFile(f"JSON nested more than {max_depth} levels deep")
     return value

@@ -34,20 +34,25 @@ PROGRESS_TOPIC = "edgebuild-progress"
 LOCAL = "local"
 CONNECT_TIMEOUT_SECONDS = 15
 POLL_SECONDS = 0.5
+CLOSE_TIMEOUT_SECONDS = 5
 
 
 class DaskExecutor(Executor):
     def __init__(self, address: str, settings: Settings | None = None) -> None:
-        self.wait_seconds = (settings or Settings.from_environ()).cluster_wait_seconds
+        settings = settings or Settings.from_environ()
+        self.wait_seconds = settings.cluster_wait_seconds
         try:
             import distributed
         except ImportError:
             raise ClusterError(
                 "--dask needs dask's distributed scheduler, which is not installed: pip install -e '.[dask]'"
             ) from None
+        if not settings.verbose:
+            _quiet_distributed()
         self._cluster = None
         # (artifact, worker) pairs already said to be lost.
         self._lost: set[tuple[str, str]] = set()
+        self._lost_scheduler = False
         if local_worker_count(address) is not None:
             self._cluster = _local_cluster(address)
             target: Any = self._cluster
@@ -103,6 +108,8 @@ class DaskExecutor(Executor):
         unplaceable_since: dict[str, float] = {}
         try:
             while pending:
+                if self.client.status not in ("running", "connecting", "newly-created"):
+                    raise _SchedulerLost(f"the client is {self.client.status}")
                 try:
                     done, pending = wait(pending, timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
                 except TimeoutError:
@@ -117,6 +124,18 @@ class DaskExecutor(Executor):
         except KeyboardInterrupt:
             self.client.cancel(list(futures.values()))
             raise
+        except EdgebuildError:
+            raise
+        except Exception as error:
+            # Whatever distributed raises once the scheduler is gone (FuturesCancelledError
+            # "scheduler-connection-lost", CommClosedError, ...): the run is over. What
+            # finished is in the remote cache; the rest is named, in one line.
+            lost = [job.name for job in jobs if job.name not in outcomes or not outcomes[job.name].ok]
+            self._lost_scheduler = True
+            raise ClusterError(
+                f"--dask {self.label}: lost the connection to the scheduler ({_first_line(error)}); not built: "
+                f"{', '.join(lost)} (nothing of it counts as built; run the command again)"
+            ) from None
         return outcomes
 
     def _progress(self, message: Any, running: dict[str, str], say: Say) -> None:
@@ -207,7 +226,11 @@ class DaskExecutor(Executor):
     def close(self) -> None:
         client = getattr(self, "client", None)
         if client is not None:
-            client.close()
+            try:
+                # After a lost scheduler, closing only waits for it: a short wait.
+                client.close(timeout=CLOSE_TIMEOUT_SECONDS if self._lost_scheduler else None)
+            except Exception:  # noqa: BLE001 - a client of a dead scheduler fails to close in many ways
+                pass
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
@@ -226,6 +249,30 @@ _ADDRESS_RE = re.compile(
 )
 EXPECTED = ("expected 'local', 'local:N' (N worker processes) or a scheduler's address "
             "such as tcp://host:8786 (tcp, tls, ws, wss or ucx)")
+
+
+def _quiet_distributed() -> None:
+    """distributed logs a lost scheduler (and each attempt to reconnect) as tracebacks on
+    the driver's terminal; the driver says it in one line instead. Its loggers have levels
+    of their own (set from dask's config at import), so each is set, not just the parent."""
+    names = [name for name in logging.root.manager.loggerDict if name == "distributed" or name.startswith("distributed.")]
+    for name in ["distributed", *names]:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+class _SchedulerLost(Exception):
+    """The client stopped being connected (the scheduler died, or the network went)."""
+
+
+def _first_line(error: BaseException) -> str:
+    """An exception of distributed's in a few words: why its futures were cancelled
+    (``scheduler-connection-lost``), else the first line of its message."""
+    reasons = sorted({str(group.reason) for group in getattr(error, "error_groups", ()) if getattr(group, "reason", None)})
+    if reasons:
+        return ", ".join(reasons)
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def local_worker_count(address: str) -> int | None:
