@@ -320,6 +320,25 @@ def _read_until(stream, pattern: str, seen: list[str], timeout: float) -> thread
     return reader
 
 
+def _stalled_driver(cluster: Cluster, driver: ProjectDir, remote: Path) -> tuple[subprocess.Popen, list[str], threading.Thread]:
+    """``doit verify --dask`` at ``cluster``, once its build of ``t`` stalls (the worker
+    runs with the fault ``build.before_record=stall``): its process, the stderr lines
+    read so far, and the thread reading the rest."""
+    environment = {key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"}
+    environment["EDGEBUILD_REMOTE_CACHE"] = str(remote)
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("doit")), "verify", "--dask", cluster.address],
+        cwd=driver.root, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    seen: list[str] = []
+    try:
+        reader = _read_until(process.stderr, r"\[t @ \S+\] fault: stalling at build\.before_record", seen, timeout=300)
+    except BaseException:
+        process.kill()
+        raise
+    return process, seen, reader
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("retry", [True, False], ids=["retried-elsewhere", "given-up"])
 def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path: Path, retry: bool) -> None:
@@ -336,15 +355,8 @@ def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path:
     try:
         cluster.start_scheduler({} if retry else {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"})
         cluster.start_worker("w1", "4e9", {"EDGEBUILD_FAULT": "build.before_record=stall"})
-        environment = {key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"}
-        environment["EDGEBUILD_REMOTE_CACHE"] = str(remote)
-        process = subprocess.Popen(
-            [str(Path(sys.executable).with_name("doit")), "verify", "--dask", cluster.address],
-            cwd=driver.root, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        seen: list[str] = []
+        process, seen, reader = _stalled_driver(cluster, driver, remote)
         try:
-            reader = _read_until(process.stderr, r"\[t @ \S+\] fault: stalling at build\.before_record", seen, timeout=300)
             # Built but not recorded, not verified, not pushed: nothing anyone could count as built.
             assert not (remote / "v1" / "entries").exists()
             if retry:
@@ -418,15 +430,8 @@ def test_the_scheduler_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_
     try:
         cluster.start_scheduler()
         cluster.start_worker("w1", "4e9", {"EDGEBUILD_FAULT": "build.before_record=stall"})
-        environment = {key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"}
-        environment["EDGEBUILD_REMOTE_CACHE"] = str(remote)
-        process = subprocess.Popen(
-            [str(Path(sys.executable).with_name("doit")), "verify", "--dask", cluster.address],
-            cwd=driver.root, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        seen: list[str] = []
+        process, seen, reader = _stalled_driver(cluster, driver, remote)
         try:
-            reader = _read_until(process.stderr, r"\[t @ \S+\] fault: stalling at build\.before_record", seen, timeout=300)
             started = time.monotonic()
             cluster.kill("scheduler")
             process.wait(timeout=120)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from edgebuild.core.files import UnreadableFile, parse_json, read_bytes
+from edgebuild.core.files import UnreadableFile, json_kind, parse_json, read_bytes
 from edgebuild.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -86,21 +86,6 @@ class TensorEntry:
         return self.end - self.start
 
 
-def _json_kind(value: Any) -> str:
-    """What a JSON value is, for messages about a value of the wrong kind."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a JSON array"
-    return "a JSON object"
-
-
 def _found(value: Any) -> str:
     """A value as its file spells it, shortened: a corrupt header can hold megabytes."""
     text = json.dumps(value)
@@ -128,7 +113,7 @@ def _read_json_object(path: Path) -> dict[str, Any]:
     except UnreadableFile as error:
         raise CheckpointError(f"{path}: invalid JSON: {str(error).removeprefix('not valid JSON: ')}") from None
     if not isinstance(content, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {_json_kind(content)}")
+        raise CheckpointError(f"{path}: expected a JSON object, found {json_kind(content, qualified=True)}")
     return content
 
 
@@ -137,7 +122,7 @@ def _check_metadata(path: Path, metadata: Any) -> None:
     if metadata is None:
         return
     if not isinstance(metadata, dict):
-        raise CheckpointError(f"{path}: {METADATA_KEY}: expected an object of strings, found {_json_kind(metadata)}")
+        raise CheckpointError(f"{path}: {METADATA_KEY}: expected an object of strings, found {json_kind(metadata, qualified=True)}")
     for key, value in metadata.items():
         if not isinstance(value, str):
             raise CheckpointError(f"{path}: {METADATA_KEY} -> {key}: expected a string, found {_found(value)}")
@@ -148,7 +133,7 @@ def _tensor_span(path: Path, name: str, meta: Any) -> tuple[int, int]:
     where = f"{path}: tensor '{name}'"
     if not isinstance(meta, dict):
         raise CheckpointError(
-            f"{where}: expected an object with {', '.join(TENSOR_KEYS)}, found {_json_kind(meta)}"
+            f"{where}: expected an object with {', '.join(TENSOR_KEYS)}, found {json_kind(meta, qualified=True)}"
         )
     missing = [key for key in TENSOR_KEYS if key not in meta]
     if missing:
@@ -238,7 +223,7 @@ def read_header(path: Path) -> tuple[dict[str, Any], int]:
         raise CheckpointError(f"{path}: not a SafeTensors file (header is not JSON of a few levels: {error})") from None
     if not isinstance(header, dict):
         raise CheckpointError(
-            f"{path}: not a SafeTensors file (header is {_json_kind(header)}, expected a JSON object)"
+            f"{path}: not a SafeTensors file (header is {json_kind(header, qualified=True)}, expected a JSON object)"
         )
     _check_metadata(path, header.get(METADATA_KEY))
     spans = {name: _tensor_span(path, name, meta) for name, meta in header.items() if name != METADATA_KEY}
@@ -420,7 +405,7 @@ class Checkpoint:
         index = _read_json_object(self.index_path)
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict):
-            found = "nothing" if "weight_map" not in index else _json_kind(weight_map)
+            found = "nothing" if "weight_map" not in index else json_kind(weight_map, qualified=True)
             raise CheckpointError(
                 f"{self.index_path}: weight_map: expected an object of tensor names to shard files, found {found}"
             )

@@ -101,6 +101,21 @@ def read_json(path: Path, limit: int, max_depth: int | None = MAX_JSON_DEPTH) ->
     return parse_json(read_text(path, limit), max_depth)
 
 
+def json_kind(value: Any, qualified: bool = False) -> str:
+    """What a JSON value is, for messages about a value of the wrong kind: ``null``, ``a
+    number``, ``an array`` (``a JSON array`` when ``qualified``, beside other formats)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    container = "array" if isinstance(value, list) else "object"
+    return f"a JSON {container}" if qualified else f"an {container}"
+
+
 def _depth(value: Any) -> int:
     """How deeply ``value``'s lists and dicts nest (iteratively: no recursion)."""
     deepest = 0

@@ -96,13 +96,7 @@ class StatCache:
 
     def range_digests(self, path: Path, ranges: Iterable[tuple[int, int]], label: str | None = None) -> dict[tuple[int, int], str]:
         """Digest of each ``[start, end)`` range of ``path``, reading only the ranges not cached."""
-        path = Path(path).resolve()
-        key = str(path)
-        stat = os.stat(path)
-        entry = self.entries.get(key)
-        if entry is None or entry.get("stat") != _stat_key(stat):
-            entry = {"stat": _stat_key(stat), "ranges": {}}
-            self.entries[key] = entry
+        path, key, entry = self._entry(path)
         wanted = sorted(set(ranges))
         cached = entry["ranges"]
         missing = [span for span in wanted if f"{span[0]}-{span[1]}" not in cached]
@@ -117,6 +111,18 @@ class StatCache:
             self.dirty.add(key)
         return {span: cached[f"{span[0]}-{span[1]}"] for span in wanted}
 
+    def _entry(self, path: Path) -> tuple[Path, str, dict[str, Any]]:
+        """``path`` resolved, its key, and its entry: the cached one while the file's stat
+        is unchanged, else a fresh, empty one."""
+        path = Path(path).resolve()
+        key = str(path)
+        stat = os.stat(path)
+        entry = self.entries.get(key)
+        if entry is None or entry.get("stat") != _stat_key(stat):
+            entry = {"stat": _stat_key(stat), "ranges": {}}
+            self.entries[key] = entry
+        return path, key, entry
+
     def remember(self, path: Path, digest: str) -> None:
         """Take ``digest`` as the digest of the whole of ``path`` as it is now: for a
         file just written from, or checked against, bytes of that digest (an output
@@ -129,17 +135,11 @@ class StatCache:
     def named_digest(self, path: Path, algorithm: str, compute: Callable[[], str]) -> str:
         """Another digest of the whole of ``path`` (a Hub blob's sha256, ...), computed by
         ``compute`` once and kept while the file's stat is unchanged."""
-        path = Path(path).resolve()
-        key = str(path)
-        stat = os.stat(path)
-        entry = self.entries.get(key)
-        if entry is None or entry.get("stat") != _stat_key(stat):
-            entry = {"stat": _stat_key(stat), "ranges": {}}
-            self.entries[key] = entry
+        path, key, entry = self._entry(path)
         named = entry.setdefault("named", {})
         if algorithm not in named:
             digest = compute()
-            self.bytes_hashed += stat.st_size
+            self.bytes_hashed += path.stat().st_size
             if _stat_key(os.stat(path)) != entry["stat"]:
                 del self.entries[key]
                 return self.named_digest(path, algorithm, compute)

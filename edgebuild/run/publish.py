@@ -68,7 +68,7 @@ from typing import Any, Callable
 from typing import TYPE_CHECKING
 
 from edgebuild.cache.location import Location, UnfitObject, plain_path_problem, quoted
-from edgebuild.core.files import UnreadableFile, parse_json
+from edgebuild.core.files import UnreadableFile, json_kind, parse_json
 from edgebuild.core.faults import fault_point
 from edgebuild.core.fingerprint import locked
 from edgebuild.core.project import Artifact
@@ -443,29 +443,19 @@ def read_index(location: Location) -> dict[str, Any]:
 def _index_problem(index: Any) -> str | None:
     """What keeps ``index`` from being an index this version reads and merges into."""
     if not isinstance(index, dict):
-        return f"expected an index of format {PUBLISH_FORMAT} (an object), found {_json_kind(index)}"
+        return f"expected an index of format {PUBLISH_FORMAT} (an object), found {json_kind(index)}"
     if index.get("format") != PUBLISH_FORMAT:
         return f"expected an index of format {PUBLISH_FORMAT}, found format {quoted(index.get('format'))}"
     artifacts = index.get("artifacts")
     if not isinstance(artifacts, dict):
-        return f"'artifacts' is {_json_kind(artifacts)}, expected an object"
+        return f"'artifacts' is {json_kind(artifacts)}, expected an object"
     for name, rows in artifacts.items():
         if not isinstance(rows, dict):
-            return f"artifacts[{quoted(name)}] is {_json_kind(rows)}, expected an object of fingerprints"
+            return f"artifacts[{quoted(name)}] is {json_kind(rows)}, expected an object of fingerprints"
         for fingerprint, row in rows.items():
             if not isinstance(row, dict):
-                return f"artifacts[{quoted(name)}][{quoted(fingerprint)}] is {_json_kind(row)}, expected an object"
+                return f"artifacts[{quoted(name)}][{quoted(fingerprint)}] is {json_kind(row)}, expected an object"
     return None
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {str: "a string", list: "an array", dict: "an object"}[type(value)]
 
 
 def _parse_checksums(data: bytes, where: str) -> dict[str, str]:
