@@ -1,5 +1,6 @@
 """edgebuild from Python, without a doit process: open a project from its manifest,
-build, verify and ask the status of its artifacts, read their reports as typed data.
+build, verify and ask the status of its artifacts, read their reports as typed data,
+and ask what changed since a commit or a publish (``project.diff(against="main")``).
 
     import edgebuild
 
@@ -26,11 +27,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgebuild.core.report import Check
 from edgebuild.errors import EdgebuildError, VerificationFailed
 from edgebuild.run.state import ArtifactState
+
+if TYPE_CHECKING:
+    from edgebuild.run.diff import Diff
 
 Log = Callable[[str], None]
 # What ``doit status`` says about one artifact (``edgebuild/run/state.py``).
@@ -179,6 +183,18 @@ class Project:
 
         data = read_report(self.artifact_dir(name))
         return VerificationReport.from_json(data) if data is not None else None
+
+    def diff(self, names: list[str] | None = None, against: str = "HEAD") -> "Diff":
+        """What changed in each artifact since ``against`` -- a git revision whose committed
+        lock file names the old fingerprints, or a published destination -- as typed data
+        (:class:`~edgebuild.run.diff.Diff`: per artifact the fingerprint's changes in words,
+        the outputs, each check old -> new); builds nothing. ``DiffError`` when ``against``
+        cannot be read."""
+        from edgebuild.run.diff import diff
+
+        result = diff(self._workspace, [artifact.name for artifact in self._handles(names)] if names else None, against)
+        self._workspace.save_caches()
+        return result
 
     def _lock(self, chosen: list[Any]) -> None:
         from edgebuild.run.lockfile import update_lock

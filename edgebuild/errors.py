@@ -74,6 +74,11 @@ class LockfileError(EdgebuildError):
     """The lock file (``<manifest stem>.lock``) exists but is not one this version can read."""
 
 
+class DiffError(EdgebuildError):
+    """`doit diff --against REF` cannot read REF: not a commit, outside git, a lock file
+    at REF that is not one, or a destination that cannot be read."""
+
+
 class WorkerError(EdgebuildError):
     """A worker process building or verifying one artifact crashed (a signal, the
     kernel's OOM killer) or was interrupted; the message names the artifact."""

@@ -51,7 +51,7 @@ class ProjectDir:
         return Workspace.open(self.root / "artifacts.yaml", self.root)
 
 
-EDGEBUILD_COMMANDS = ("build", "cache", "clean", "gc", "publish", "report", "status", "verify")
+EDGEBUILD_COMMANDS = ("build", "cache", "clean", "diff", "gc", "publish", "report", "status", "verify")
 
 
 def require_installed_commands() -> None:
@@ -81,6 +81,21 @@ artifacts:
     checkpoint: qwen
     image_size: 64
 """
+
+
+def git(root: Path, *args: str) -> str:
+    """``git args`` in ``root`` with an author set (a fresh machine has none); its stdout."""
+    command = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.invalid", *args]
+    return subprocess.run(command, cwd=root, check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def commit(root: Path, *paths: str, message: str = "commit") -> str:
+    """Commit ``paths`` in the repository at ``root`` (made on first use); the commit."""
+    if not (root / ".git").exists():
+        git(root, "init", "-q")
+    git(root, "add", *paths)
+    git(root, "commit", "-q", "-m", message)
+    return git(root, "rev-parse", "HEAD")
 
 
 def clone_project(seed: Path, target: Path) -> ProjectDir:

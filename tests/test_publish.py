@@ -23,7 +23,7 @@ from edgebuild.core.faults import FAULT_ENV, InjectedFault
 from edgebuild.run.publish import EntryFiles, publish, put_entry, read_index
 from edgebuild.cache.location import Location
 
-from helpers import REPO, TOWER_MANIFEST, clone_project
+from helpers import REPO, TOWER_MANIFEST, clone_project, git
 
 STRICT = (
     "  strict:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
@@ -33,11 +33,6 @@ STRICT = (
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def git(root: Path, *args: str) -> str:
-    command = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.invalid", *args]
-    return subprocess.run(command, cwd=root, check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.mark.slow

@@ -193,6 +193,28 @@ def test_artifacts_not_built_or_with_unreadable_files_still_have_their_section(
     assert "no verification report yet: <code>doit verify q_onnx</code>" in sections["q_onnx"]
 
 
+def test_a_stale_artifact_shows_its_builds_checks_as_that_builds(handmade: Project) -> None:
+    built = handmade.fingerprint("q")
+    images = handmade.layout.root / "images"
+    shutil.copy(sorted(images.iterdir())[0], images / "zz_more.png")  # one more calibration image
+    project = Workspace.load(handmade.manifest.path, handmade.layout.root)
+    assert project.fingerprint("q") != built
+    page = render_report_page(project, GENERATED_AT)
+    section = _sections(page)["q"]
+    assert '<span class="state warn">stale</span>' in section
+    # The checks shown are the build's in build/, labelled with that build's fingerprint.
+    assert f'build/ holds an earlier build (<code title="{built}">{built[:12]}</code>), not the current fingerprint' in section
+    assert "held_out.cosine" in section
+    # The summary pairs no fingerprint with another build's checks: none counted for q.
+    overview = page.split('<section class="overview">')[1].split("</section>")[0]
+    row = re.search(r'<tr><td><a href="#artifact-0">q</a></td>(.*?)</tr>', overview).group(1)
+    assert row.endswith("<td>&ndash;</td><td>&ndash;</td><td>&ndash;</td>") and "stale" in row
+    verified = re.search(r'<tr><td><a href="#artifact-1">q_onnx</a></td>(.*?)</tr>', overview).group(1)
+    assert "stale" in verified or "missing" in verified
+    failed = re.search(r'<tr><td><a href="#artifact-2">t</a></td>(.*?)</tr>', overview).group(1)
+    assert '<span class="state bad">verification failed</span>' in failed and "<td>1 / 2</td>" in failed
+
+
 def test_fp8_size_breakdown_adds_up() -> None:
     rewritten = {f"w{index}": {"shape": [96, 96]} for index in range(2)}
     codes, scales = 2 * 96 * 96, 2 * 96 * 2 * 4
@@ -252,8 +274,9 @@ def test_the_siglip_verifications_record_what_the_page_draws(tmp_path: Path, sig
 
 
 # Run by the browser test in a copy of the page (the page itself has no script): the
-# rendered size of every SVG of every artifact section, written into the DOM.
+# rendered size of every SVG of every artifact section, details unfolded, written into the DOM.
 LAYOUT_PROBE = """<script>
+document.querySelectorAll("details").forEach(element => { element.open = true; });
 const sections = [...document.querySelectorAll("section.artifact")].map(section => ({
   name: section.dataset.artifact,
   svgs: [...section.querySelectorAll("svg")].map(svg => { const box = svg.getBoundingClientRect(); return [box.width, box.height]; }),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from edgebuild.core.manifest import load_manifest
 from edgebuild.cache.remote import RemoteCache
 from edgebuild.run.shards import groups, parse_shard, partition, select_shard
 
-from helpers import TOWER_MANIFEST, ProjectDir, clone_project, pretend_built
+from helpers import TOWER_MANIFEST, ProjectDir, clone_project, commit, pretend_built
 
 # Twelve artifacts: six towers, a QDQ tower and its QNN context on one of them, two
 # SigLIP encoders and an ONNX graph of one; two chains and eight loners.
@@ -151,16 +150,6 @@ def test_an_artifact_without_history_counts_as_the_mean(manifest) -> None:
     costs = seconds(tower_224=100, tower_96_fp32=10)  # mean 55 for the ten others
     shards = partition(groups(manifest, ["tower_224", "tower_96_fp32", "tower_96_fp16"]), costs, 2, verify=False)
     assert shards == [["tower_224"], ["tower_96_fp16", "tower_96_fp32"]]
-
-
-def commit(root: Path, *paths: str) -> None:
-    def git(*args: str) -> None:
-        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
-
-    if not (root / ".git").exists():
-        git("init", "-q")
-    git("add", *paths)
-    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "lock")
 
 
 def costly_lock(project, **seconds: float) -> str:

@@ -53,10 +53,11 @@ from typing import Any, Callable
 
 from edgebuild.core.atomic import scratch_prefix
 from edgebuild.errors import RecordError, RemoteError, StoreError
-from edgebuild.core.hashing import canonical_json, file_digest, is_digest
+from edgebuild.core.hashing import canonical_json, digest_bytes, file_digest, is_digest
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
 from edgebuild.cache.location import FROM_SETTINGS, Location, UnfitObject, plain_path_problem, quoted
-from edgebuild.core.files import RECORD_BYTES, UnreadableFile, parse_json
+from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, parse_json
+from edgebuild.core.report import REPORT_FORMAT, REPORT_JSON
 from edgebuild.cache.store import Store
 
 REMOTE_FORMAT = 1
@@ -179,6 +180,45 @@ class RemoteCache:
             size = sum(meta["size"] for meta in entry["files"].values())
             found.append(RemoteEntry(fingerprint, artifact, size, pushed))
         return found
+
+    def described(self, fingerprint: str) -> tuple[BuildRecord | None, dict[str, Any] | None]:
+        """The build record and the verification report of the remote build of
+        ``fingerprint``, without its outputs: ``(None, None)`` when there is none. Each
+        file is checked against the digest the entry gives it, and the record against the
+        fingerprint (a corrupt entry is treated as absent here; a pull drops it). For
+        reading only -- `doit diff` shows what a build was; nothing trusts it as verified."""
+        try:
+            entry = self.entry(fingerprint)
+        except CorruptEntry:
+            return None, None
+        if entry is None:
+            return None, None
+
+        def blob(relative: str, limit: int) -> bytes | None:
+            meta = entry["files"].get(relative)
+            if meta is None:
+                return None
+            try:
+                data = self.location.read(blob_key(meta["digest"]), limit=limit)
+            except UnfitObject:
+                return None
+            return data if data is not None and digest_bytes(data) == meta["digest"] else None
+
+        raw_record = blob(RECORD_FILE, RECORD_BYTES)
+        try:
+            record = parse_record(raw_record, RECORD_FILE) if raw_record is not None else None
+        except RecordError:
+            record = None
+        if record is None or record.fingerprint != fingerprint or record.hashes_to() != fingerprint:
+            return None, None
+        raw_report = blob(REPORT_JSON, REPORT_BYTES)
+        try:
+            report = parse_json(raw_report) if raw_report is not None else None
+        except UnreadableFile:
+            report = None
+        if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT or report.get("fingerprint") != fingerprint:
+            report = None
+        return record, report
 
     def has_entry(self, fingerprint: str) -> bool:
         """Whether a readable entry is there (one read; blobs not checked)."""

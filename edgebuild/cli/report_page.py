@@ -1,9 +1,12 @@
 """One static HTML page of every artifact: ``build/index.html``.
 
-Each artifact of the manifest gets a section with its kind, fingerprint, state
-(``doit status``'s answer) and the checks of its ``report.json``, plus the figures
-its kind draws (each kind's ``report_figures`` hook: the tower's per-token error
-over the image grid, the SigLIP encoder's objective per linear, ...).
+A summary table gives each artifact's state (``doit status``'s answer), its kind's
+headline check and how that moved since the build the committed lock file names
+(``doit diff``). Each artifact then gets a section with its kind, fingerprint, state,
+what changed since that build, and -- folded, so the page stays short -- the checks
+of the ``report.json`` of the build in ``build/`` (never another build's) and the
+figures its kind draws (each kind's ``report_figures`` hook: the tower's per-token
+error over the image grid, the SigLIP encoder's objective per linear, ...).
 
 The page is cheap to write: it reads the JSON files verification and the builds
 left behind (no torch, no onnx, nothing re-run). Plots are inline SVG drawn here,
@@ -18,15 +21,19 @@ import datetime
 import urllib.parse
 from html import escape
 from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.core.atomic import write_text
 from edgebuild.core.figures import Figure, Plots
 from edgebuild.core.project import Artifact
+from edgebuild.core.record import read_record_or_none
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, format_number, read_report
+from edgebuild.errors import EdgebuildError
 from edgebuild.run.state import ArtifactState, status
 
 if TYPE_CHECKING:
+    from edgebuild.run.diff import ArtifactDiff, CheckChange, Diff
     from edgebuild.run.workspace import Workspace
 
 PAGE_FILE = "index.html"
@@ -45,8 +52,11 @@ def write_report_page(workspace: "Workspace", generated_at: datetime.datetime | 
 def render_report_page(workspace: "Workspace", generated_at: datetime.datetime) -> str:
     artifacts = workspace.artifacts
     statuses = {artifact.name: status(workspace, artifact) for artifact in artifacts}
-    reports = {artifact.name: read_report(artifact.directory) for artifact in artifacts}
-    sections = [_artifact_section(index, artifact, statuses[artifact.name], reports[artifact.name])
+    builds = {artifact.name: _build_there(artifact) for artifact in artifacts}
+    compared, comparison_note = _compared_with_head(workspace)
+    diffs = {item.artifact: item for item in compared.artifacts} if compared is not None else {}
+    sections = [_artifact_section(index, artifact, statuses[artifact.name], builds[artifact.name],
+                                  diffs.get(artifact.name), compared)
                 for index, artifact in enumerate(artifacts)]
     title = f"edgebuild: {workspace.manifest.path.name}"
     return "\n".join([
@@ -62,13 +72,47 @@ def render_report_page(workspace: "Workspace", generated_at: datetime.datetime) 
         "<header>",
         f"<h1>{escape(title)}</h1>",
         f'<p class="generated">generated at {escape(generated_at.isoformat(timespec="seconds"))}</p>',
+        f'<p class="compared">{escape(comparison_note)}</p>',
         "</header>",
-        _overview(artifacts, statuses, reports),
+        _overview(artifacts, statuses, builds, diffs, compared),
         *sections,
         "</body>",
         "</html>",
         "",
     ])
+
+
+@dataclass(frozen=True)
+class _Build:
+    """What ``build/<name>/`` holds: the build's fingerprint (from its record) and its
+    report -- only when the report is of that same build, never another's."""
+
+    fingerprint: str | None
+    report: dict[str, Any] | None
+    # A report of another build than the one there (its fingerprint), shown as not this build's.
+    other_report: str | None = None
+
+
+def _build_there(artifact: Artifact) -> _Build:
+    record = read_record_or_none(artifact.directory)
+    report = read_report(artifact.directory)
+    fingerprint = record.fingerprint if record is not None else None
+    if report is not None and report.get("fingerprint") != fingerprint:
+        return _Build(fingerprint, None, str(report.get("fingerprint")))
+    return _Build(fingerprint, report)
+
+
+def _compared_with_head(workspace: "Workspace") -> tuple["Diff | None", str]:
+    """The diff against the committed lock file (``doit diff``), and the line that says so."""
+    from edgebuild.run.diff import diff
+
+    try:
+        compared = diff(workspace)
+    except EdgebuildError as error:
+        return None, f"not compared with a committed build: {error}"
+    counts = ", ".join(f"{count} {change}" for change, count in sorted(compared.counts().items()))
+    notes = "".join(f"; {note}" for note in compared.notes)
+    return compared, f"compared with the lock file committed at {compared.against}: {counts}{notes}"
 
 
 # --- overview and sections --------------------------------------------------------------
@@ -88,34 +132,65 @@ def _state_label(state_of: ArtifactState) -> tuple[str, str]:
     return state + (f" ({note})" if note else ""), "warn"
 
 
-def _overview(artifacts: list[Artifact], statuses: dict[str, ArtifactState],
-              reports: dict[str, dict[str, Any] | None]) -> str:
+def _headline(artifact: Artifact, report: dict[str, Any] | None) -> dict[str, Any] | None:
+    checks = [check for check in (report or {}).get("checks", []) if isinstance(check, dict)]
+    chosen = artifact.kind.headline([str(check.get("name")) for check in checks])
+    return next((check for check in checks if check.get("name") == chosen), None) if chosen else None
+
+
+def _overview(artifacts: list[Artifact], statuses: dict[str, ArtifactState], builds: dict[str, _Build],
+              diffs: dict[str, "ArtifactDiff"], compared: "Diff | None") -> str:
     rows = []
     for index, artifact in enumerate(artifacts):
         name = artifact.name
-        label, css = _state_label(statuses[name])
-        report = reports[name]
-        checks = report.get("checks", []) if report else []
+        state = statuses[name]
+        label, css = _state_label(state)
+        build = builds[name]
+        # Checks count only for the build of the current fingerprint: a stale artifact's
+        # old checks are not this fingerprint's (its section shows them, as the old build's).
+        current = build.report if build.fingerprint is not None and build.fingerprint == state.fingerprint else None
+        checks = current.get("checks", []) if current else []
         passed = sum(1 for check in checks if check.get("passed"))
+        headline = _headline(artifact, current)
+        moved = diffs[name].check(headline["name"]) if headline is not None and name in diffs else None
         rows.append(
             f'<tr><td><a href="#{_anchor(index)}">{escape(name)}</a></td>'
             f"<td>{escape(artifact.params.kind)}</td>"
-            f"<td>{_fingerprint(statuses[name].fingerprint)}</td>"
             f'<td><span class="state {css}">{escape(label)}</span></td>'
-            f"<td>{f'{passed} / {len(checks)}' if report else '&ndash;'}</td></tr>"
+            + (f'<td>{escape(str(headline["name"]))} {escape(format_number(headline.get("value")))}</td>'
+               if headline is not None else "<td>&ndash;</td>")
+            + f"<td>{_delta_cell(moved, diffs.get(name))}</td>"
+            f"<td>{f'{passed} / {len(checks)}' if current else '&ndash;'}</td></tr>"
         )
+    against = escape(compared.against) if compared is not None else "the committed build"
     return (
         '<section class="overview"><table>'
-        "<thead><tr><th>artifact</th><th>kind</th><th>fingerprint</th><th>state</th><th>checks passed</th></tr></thead>"
+        f"<thead><tr><th>artifact</th><th>kind</th><th>state</th><th>headline</th><th>since {against}</th>"
+        "<th>checks passed</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></section>"
     )
 
 
-def _artifact_section(index: int, artifact: Artifact, state: ArtifactState, report: dict[str, Any] | None) -> str:
+def _delta_cell(moved: "CheckChange | None", change: "ArtifactDiff | None") -> str:
+    if change is None:
+        return "&ndash;"
+    if change.change in ("added", "error"):
+        return escape(change.change if change.change == "error" else "new")
+    if moved is None or moved.before is None or moved.after is None:
+        return escape(change.change)
+    text = "±0" if not moved.delta else f"{moved.delta:+.3g}"
+    css = "bad" if moved.flipped and not moved.passed_after else ("good" if moved.flipped else "")
+    return f'<span class="{css}" title="{escape(format_number(moved.before))} → {escape(format_number(moved.after))}">' \
+           f"{escape(text)}</span>"
+
+
+def _artifact_section(index: int, artifact: Artifact, state: ArtifactState, build: _Build,
+                      change: "ArtifactDiff | None", compared: "Diff | None") -> str:
     name = artifact.name
     params = artifact.params
     label, css = _state_label(state)
     directory = artifact.directory
+    report = build.report
     parts = [
         f'<section class="artifact" id="{_anchor(index)}" data-artifact="{escape(name)}">',
         f'<h2>{escape(name)} <span class="state {css}">{escape(label)}</span></h2>',
@@ -127,16 +202,26 @@ def _artifact_section(index: int, artifact: Artifact, state: ArtifactState, repo
     reasons = state.reasons
     if reasons:
         parts.append('<ul class="reasons">' + "".join(f"<li>{escape(str(reason))}</li>" for reason in reasons) + "</ul>")
+    if change is not None and compared is not None:
+        parts.append(_change_details(change, compared))
+    if build.other_report is not None:
+        parts.append(f'<p class="note">the report in build/ is of another build ({_fingerprint(build.other_report)}) '
+                     "than the one there: not shown</p>")
     if report is None:
         parts.append(f'<p class="note">no verification report yet: <code>doit verify {escape(name)}</code></p>')
     else:
-        if state.fingerprint and report.get("fingerprint") != state.fingerprint:
-            parts.append(f'<p class="note">this report is of an earlier build ({_fingerprint(report.get("fingerprint"))}), '
-                         "not of the current fingerprint</p>")
+        if state.fingerprint and build.fingerprint != state.fingerprint:
+            parts.append(f'<p class="note">build/ holds an earlier build ({_fingerprint(build.fingerprint)}), '
+                         "not the current fingerprint: these are its checks</p>")
+        checks = report.get("checks", [])
+        passed = sum(1 for check in checks if check.get("passed"))
         quoted = urllib.parse.quote(name)
+        parts.append(f'<details class="checks"{" open" if passed < len(checks) or not checks else ""}>'
+                     f"<summary>checks: {passed} / {len(checks)} passed</summary>")
         parts.append(f'<p class="files"><a href="{quoted}/{REPORT_JSON}">{REPORT_JSON}</a> '
                      f'&middot; <a href="{quoted}/{REPORT_MD}">{REPORT_MD}</a></p>')
-        parts.append(_checks_table(report.get("checks", [])))
+        parts.append(_checks_table(checks))
+        parts.append("</details>")
         try:
             plots = artifact.kind.report_figures(name, directory, report, f"a{index}") or Plots()
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
@@ -144,10 +229,63 @@ def _artifact_section(index: int, artifact: Artifact, state: ArtifactState, repo
             # else, and says in one line which plot it could not draw.
             message = " ".join(str(error).split())
             plots = Plots(notes=[f"could not draw this artifact's plots: {type(error).__name__}: {message}"])
-        parts.extend(_figure(figure) for figure in plots.figures)
+        if plots.figures:
+            parts.append(f'<details class="figures"><summary>figures: '
+                         f"{escape(', '.join(figure.title for figure in plots.figures))}</summary>")
+            parts.extend(_figure(figure) for figure in plots.figures)
+            parts.append("</details>")
         parts.extend(f'<p class="note">{escape(note)}</p>' for note in plots.notes)
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _change_details(change: "ArtifactDiff", compared: "Diff") -> str:
+    """The artifact's ``doit diff`` against the committed build, folded."""
+    against = escape(compared.against)
+    if change.change == "unchanged" and not change.flipped and not change.verify_reasons:
+        return f'<p class="change">unchanged since {against}</p>'
+    if change.change in ("added", "error"):
+        text = "new since" if change.change == "added" else "could not be compared with"
+        notes = "".join(f" {escape(note)}." for note in change.notes if not note.startswith("not in "))
+        return f'<p class="change">{text} {against}.{notes}</p>'
+    moved = [check for check in change.checks if check.before != check.after]
+    summary = f"changed since {against}: {len(change.reasons) + len(change.verify_reasons)} change(s)" \
+        + (f", {len(moved)} check(s) moved" if moved else "") \
+        + (f", {len(change.flipped)} verdict(s) flipped" if change.flipped else "")
+    items = "".join(f"<li>{escape(reason)}</li>" for reason in (*change.reasons, *change.verify_reasons))
+    parts = [f'<details class="change"><summary>{escape(summary)}</summary>']
+    if items:
+        parts.append(f'<ul class="changes">{items}</ul>')
+    changed_outputs = [output for output in change.outputs if output.changed]
+    if changed_outputs:
+        parts.append('<table class="outputs"><thead><tr><th>output</th><th>before</th><th>now</th></tr></thead><tbody>'
+                     + "".join(f"<tr><td>{escape(output.file)}</td><td>{_bytes(output.size_before)}</td>"
+                               f"<td>{_bytes(output.size_after)}</td></tr>" for output in changed_outputs)
+                     + "</tbody></table>")
+    if change.checks:
+        rows = []
+        for check in change.checks:
+            flipped = (f'<span class="state {"good" if check.passed_after else "bad"}">'
+                       f'{"pass" if check.passed_before else "FAIL"} → {"pass" if check.passed_after else "FAIL"}</span>'
+                       if check.flipped else "")
+            rows.append(f'<tr class="{"fail" if check.passed_after is False else "pass"}"><td>{escape(check.name)}</td>'
+                        f"<td>{_value(check.before)}</td><td>{_value(check.after)}</td>"
+                        f"<td>{escape(f'{check.delta:+.3g}') if check.delta else ''}</td><td>{flipped}</td></tr>")
+        parts.append('<table class="check-changes"><thead><tr><th>check</th><th>before</th><th>now</th><th>delta</th>'
+                     f"<th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    parts.extend(f'<p class="note">{escape(note)}</p>' for note in change.notes)
+    parts.append("</details>")
+    return "\n".join(parts)
+
+
+def _value(value: Any) -> str:
+    return "&ndash;" if value is None else escape(format_number(value))
+
+
+def _bytes(size: int | None) -> str:
+    from edgebuild.run.diff import format_size
+
+    return escape(format_size(size))
 
 
 def _checks_table(checks: list[dict[str, Any]]) -> str:
@@ -200,6 +338,9 @@ tr.fail td { background: #fdecea; }
 .state.good { background: #e3f4e5; color: #1b6e2a; } .state.bad { background: #fde2df; color: #a31b12; }
 .state.warn { background: #fff1d6; color: #8a5a00; }
 .note { color: #8a5a00; font-size: 13px; } .note.bad { color: #a31b12; }
+.compared, .change { color: #5b6572; font-size: 13px; margin: 4px 0; }
+details { margin: 6px 0; } summary { cursor: pointer; font-size: 13px; color: #34404d; }
+td span.bad { color: #a31b12; font-weight: 600; } td span.good { color: #1b6e2a; font-weight: 600; }
 figure { margin: 14px 0 4px; } figcaption { font-weight: 600; font-size: 14px; margin-bottom: 6px; }
 svg.plot { display: block; max-width: 100%; height: auto; }
 code { font-size: 12px; }

@@ -240,6 +240,10 @@ class ArtifactKind:
     # Tiny checkpoints of the kind's architecture that a manifest may name
     # (``fixture: NAME``): generated, so a project runs before it has a real checkpoint.
     fixtures: ClassVar[tuple["Fixture", ...]] = ()
+    # The check the report page's summary shows for an artifact of this kind, with its
+    # change since the committed build (``None``: the first check named ``cosine`` or
+    # ``<something>.cosine``, if any).
+    headline_check: ClassVar[str | None] = None
     # Set by the registry: the distribution a plugin kind comes from, and its version
     # (in the kind's fingerprints: upgrading a plugin can change what it builds).
     distribution: ClassVar[tuple[str, str] | None] = None
@@ -272,6 +276,12 @@ class ArtifactKind:
 
     def verify(self, context: VerifyContext) -> Verification:
         return importlib.import_module(self.verify_module).verify(context)
+
+    def headline(self, check_names: list[str]) -> str | None:
+        """Which of a report's checks (by name, in report order) is this kind's headline."""
+        if self.headline_check is not None:
+            return self.headline_check if self.headline_check in check_names else None
+        return next((name for name in check_names if name == "cosine" or name.endswith(".cosine")), None)
 
     def report_figures(self, name: str, directory: Path, report: dict[str, Any], uid: str) -> "Plots | None":
         """Figures for the report page (``doit report``) of artifact ``name`` of this kind, drawn

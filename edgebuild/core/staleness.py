@@ -12,10 +12,10 @@ def explain(built: dict[str, Any], current: dict[str, Any]) -> list[str]:
     reasons: list[str] = []
     if built.get("kind") != current.get("kind"):
         reasons.append(f"kind {built.get('kind')} → {current.get('kind')}")
-    reasons += _parameter_changes(built.get("params", {}), current.get("params", {}))
+    reasons += parameter_changes(built.get("params", {}), current.get("params", {}))
     reasons += _input_changes(built.get("inputs", {}), current.get("inputs", {}),
                               built.get("inputs_named", {}), current.get("inputs_named", {}))
-    reasons += _mapping_changes(built.get("code", {}), current.get("code", {}), "{} changed", "{} added", "{} removed")
+    reasons += mapping_changes(built.get("code", {}), current.get("code", {}), "{} changed", "{} added", "{} removed")
     for package in sorted(set(built.get("versions", {})) | set(current.get("versions", {}))):
         before, after = built.get("versions", {}).get(package), current.get("versions", {}).get(package)
         if before != after:
@@ -31,7 +31,7 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _parameter_changes(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
+def parameter_changes(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
     reasons = []
     for key in sorted(set(before) | set(after)):
         label = f"{prefix}{key}"
@@ -40,7 +40,7 @@ def _parameter_changes(before: dict[str, Any], after: dict[str, Any], prefix: st
         elif key not in after:
             reasons.append(f"{label} removed (was {_show(before[key])})")
         elif isinstance(before[key], dict) and isinstance(after[key], dict):
-            reasons += _parameter_changes(before[key], after[key], f"{label}.")
+            reasons += parameter_changes(before[key], after[key], f"{label}.")
         elif before[key] != after[key]:
             reasons.append(f"{label} {_show(before[key])} → {_show(after[key])}")
     return reasons
@@ -69,23 +69,10 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any],
             for file_name in sorted(set(old.get("files", {})) | set(new.get("files", {}))):
                 if old.get("files", {}).get(file_name) != new.get("files", {}).get(file_name):
                     reasons.append(f"{label}: {file_name} changed")
-            old_tensors, new_tensors = old.get("tensors", {}), new.get("tensors", {})
-            for name in sorted(set(old_tensors) | set(new_tensors)):
-                if name not in old_tensors:
-                    reasons.append(f"tensor {name} added")
-                elif name not in new_tensors:
-                    reasons.append(f"tensor {name} removed")
-                elif old_tensors[name] != new_tensors[name]:
-                    first, second = old_tensors[name], new_tensors[name]
-                    if (first["dtype"], first["shape"]) != (second["dtype"], second["shape"]):
-                        reasons.append(
-                            f"tensor {name} changed ({first['dtype']}{first['shape']} → {second['dtype']}{second['shape']})"
-                        )
-                    else:
-                        reasons.append(f"tensor {name} changed")
+            reasons += _tensor_changes(old.get("tensors", {}), new.get("tensors", {}))
         elif key.startswith("source") and isinstance(old, dict) and isinstance(new, dict):
             label = named.get(key, key)
-            changed = _mapping_changes(old.get("outputs", {}), new.get("outputs", {}), "{} changed", "{} added", "{} removed")
+            changed = mapping_changes(old.get("outputs", {}), new.get("outputs", {}), "{} changed", "{} added", "{} removed")
             reasons += [f"source artifact {label}: {change}" for change in changed] or [f"source artifact {label} changed"]
         elif key.startswith("source"):
             reasons.append(f"source artifact {named.get(key, key)} changed")
@@ -94,6 +81,54 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any],
         else:
             reasons.append(f"input {key} changed")
     return reasons
+
+
+def _tensor_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Tensors added, removed or changed, a whole module at a time: redrawing one block's
+    weights is one line (``tensors model.visual.blocks.1.* changed (6 tensors)``), not one
+    per tensor; a lone tensor is named as itself."""
+    names = set(before) | set(after)
+    added = {name for name in after if name not in before}
+    removed = {name for name in before if name not in after}
+    resized, changed = set(), set()
+    for name in set(before) & set(after):
+        first, second = before[name], after[name]
+        if first == second:
+            continue
+        shapes = (first.get("dtype"), first.get("shape")), (second.get("dtype"), second.get("shape"))
+        (resized if shapes[0] != shapes[1] else changed).add(name)
+    reasons = [f"tensor {name} changed ({before[name]['dtype']}{before[name]['shape']} → "
+               f"{after[name]['dtype']}{after[name]['shape']})" for name in sorted(resized)]
+    for verb, group in (("added", added), ("removed", removed), ("changed", changed)):
+        for prefix, count in tensor_groups(group, names):
+            reasons.append(f"tensor {prefix} {verb}" if count == 1 else f"tensors {prefix}.* {verb} ({count} tensors)")
+    return sorted(reasons, key=lambda reason: reason.split(" ", 2)[1])
+
+
+def tensor_groups(chosen: set[str], names: set[str]) -> list[tuple[str, int]]:
+    """``chosen`` (a subset of the tensor names ``names``) as the fewest dotted prefixes
+    under which every tensor is chosen, each with how many tensors it covers; a tensor
+    no such prefix covers with another is its own group (count 1)."""
+    under: dict[str, int] = {}
+    chosen_under: dict[str, int] = {}
+    for name in names:
+        for prefix in _prefixes(name):
+            under[prefix] = under.get(prefix, 0) + 1
+            if name in chosen:
+                chosen_under[prefix] = chosen_under.get(prefix, 0) + 1
+    groups: dict[str, int] = {}
+    for name in chosen:
+        # The shortest prefix that holds only chosen tensors, and more than this one.
+        group = next((prefix for prefix in _prefixes(name)
+                      if under[prefix] > 1 and chosen_under.get(prefix) == under[prefix]), name)
+        groups[group] = chosen_under[group] if group != name else 1
+    return sorted(groups.items())
+
+
+def _prefixes(name: str) -> list[str]:
+    """``a.b.c`` -> ``["a", "a.b"]``: the modules a tensor sits in, outermost first."""
+    parts = name.split(".")
+    return [".".join(parts[:index]) for index in range(1, len(parts))]
 
 
 def _file_list_changes(role: str, before: list[str], after: list[str],
@@ -134,7 +169,7 @@ def _file_list_changes_by_position(role: str, before: list[str], after: list[str
     return reasons
 
 
-def _mapping_changes(before: dict[str, Any], after: dict[str, Any], changed: str, added: str, removed: str) -> list[str]:
+def mapping_changes(before: dict[str, Any], after: dict[str, Any], changed: str, added: str, removed: str) -> list[str]:
     reasons = []
     for key in sorted(set(before) | set(after)):
         if key not in before:

@@ -57,6 +57,11 @@ def lock_entry(workspace: "Workspace", artifact: "Artifact | str") -> dict[str, 
     # true / false: verified against the current thresholds, passed or failed; null: not verified.
     verified = {VerificationState.VERIFIED: True, VerificationState.FAILED: False}.get(state)
     return record.to_json(only=("kind", "fingerprint", "inputs", "params", "code", "versions", "outputs")) | {
+        # The paths of the input files and the names of the sources, as the manifest names
+        # them: `doit diff` against a commit says "calibration: images/c.png added", not
+        # "file 3 changed". (Not the checkpoints' labels: they hold this machine's paths.)
+        "inputs_named": {role: named for role, named in artifact.record.inputs_named.items()
+                         if not role.startswith("checkpoint")},
         # Where the checkpoints come from now (a Hugging Face repo and commit); the built
         # record may have been pulled from a machine that read the same bytes elsewhere.
         "checkpoint_origins": artifact.record.to_json(only=("checkpoint_origins",))["checkpoint_origins"],

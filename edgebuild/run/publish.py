@@ -68,7 +68,7 @@ from typing import Any, Callable
 from typing import TYPE_CHECKING
 
 from edgebuild.cache.location import Location, UnfitObject, plain_path_problem, quoted
-from edgebuild.core.files import UnreadableFile, json_kind, parse_json
+from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, json_kind, parse_json
 from edgebuild.core.faults import fault_point
 from edgebuild.core.fingerprint import locked
 from edgebuild.core.project import Artifact
@@ -438,6 +438,51 @@ def read_index(location: Location) -> dict[str, Any]:
     if problem:
         raise PublishError(f"{where}: {problem}; not overwritten")
     return index
+
+
+def latest_published(index: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Artifact -> (fingerprint, index row) of its most recently published build."""
+    latest = {}
+    for name, rows in index["artifacts"].items():
+        dated = [(str(row.get("published_at", "")), fingerprint, row) for fingerprint, row in rows.items()]
+        if dated:
+            _, fingerprint, row = max(dated, key=lambda item: (item[0], item[1]))
+            latest[name] = (fingerprint, row)
+    return latest
+
+
+def published_build(location: Location, name: str, fingerprint: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """What the published build of ``name`` at ``fingerprint`` was -- its provenance as a
+    build record's fields (kind, params, inputs, code, versions, outputs) and its report --
+    each read bounded and checked against the entry's ``SHA256SUMS``; ``None`` for what is
+    missing or does not match. For `doit diff --against DEST`: reading, never trusting."""
+    prefix = f"{name}/{fingerprint}"
+    try:
+        listed = location.read(f"{prefix}/{CHECKSUMS_FILE}", limit=RECORD_BYTES)
+        checksums = _parse_checksums(listed, location.where(prefix)) if listed is not None else {}
+    except (UnfitObject, PublishError):
+        return None, None
+
+    def checked(relative: str, limit: int) -> Any:
+        try:
+            data = location.read(f"{prefix}/{relative}", limit=limit)
+        except UnfitObject:
+            return None
+        if data is None or hashlib.sha256(data).hexdigest() != checksums.get(relative):
+            return None
+        try:
+            value = parse_json(data)
+        except UnreadableFile:
+            return None
+        return value if isinstance(value, dict) and value.get("fingerprint") == fingerprint else None
+
+    provenance, report = checked(PROVENANCE_FILE, RECORD_BYTES), checked(REPORT_JSON, REPORT_BYTES)
+    record = None
+    if provenance is not None and isinstance(provenance.get("outputs"), dict):
+        record = {key: provenance.get(key) for key in ("kind", "fingerprint", "params", "inputs", "code", "versions")}
+        record["outputs"] = {relative: {"size": meta.get("size"), "digest": meta.get("blake3")}
+                             for relative, meta in provenance["outputs"].items() if isinstance(meta, dict)}
+    return record, report
 
 
 def _index_problem(index: Any) -> str | None:

@@ -36,20 +36,32 @@ def is_ignored(top: Path, path: Path) -> bool:
     return checked is not None and checked.returncode == 0
 
 
-def committed_bytes(path: Path, limit: int) -> bytes | None:
-    """The bytes of ``path`` as committed at ``HEAD`` of the git work tree holding it;
-    ``None`` outside a git work tree, before the first commit, when git does not track
-    ``path`` at ``HEAD``, or when the committed file holds more than ``limit`` bytes."""
+def committed_bytes(path: Path, limit: int, revision: str = "HEAD") -> bytes | None:
+    """The bytes of ``path`` as committed at ``revision`` (a commit of the git work tree
+    holding it); ``None`` outside a git work tree, before the first commit, when git does
+    not track ``path`` at ``revision``, or when the committed file holds more than
+    ``limit`` bytes."""
     directory = path.parent
-    listed = _git(directory, "ls-files", "--full-name", "--error-unmatch", "--", path.name)
-    if listed is None or listed.returncode != 0 or not listed.stdout.strip():
+    prefix = _git(directory, "rev-parse", "--show-prefix")
+    if prefix is None or prefix.returncode != 0:
         return None
-    spec = f"HEAD:{listed.stdout.splitlines()[0]}"
+    spec = f"{revision}:{prefix.stdout.strip()}{path.name}"
     size = _git(directory, "cat-file", "-s", spec)
     if size is None or size.returncode != 0 or not size.stdout.strip().isdigit() or int(size.stdout) > limit:
         return None
     shown = _git(directory, "cat-file", "blob", spec, text=False)
     return shown.stdout if shown is not None and shown.returncode == 0 else None
+
+
+def resolve_commit(directory: Path, revision: str) -> str | None:
+    """The commit ``revision`` (a branch, tag, ``HEAD~2``, a hash) names in the git work tree
+    holding ``directory``; ``None`` when it names none (or outside a work tree)."""
+    if revision.startswith("-"):
+        return None  # never an option to git
+    resolved = _git(directory, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+    if resolved is None or resolved.returncode != 0:
+        return None
+    return resolved.stdout.strip() or None
 
 
 def git_state(directory: Path, ignore: tuple[Path, ...] = (), tracked: tuple[Path, ...] = ()) -> dict[str, Any] | None:

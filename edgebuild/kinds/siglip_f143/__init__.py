@@ -38,6 +38,8 @@ class SiglipF143(ArtifactKind):
     verify_module = "edgebuild.kinds.siglip_f143.verify"
     # SigLIP-so400m-shaped GPTQ: 2.91 GiB peak for 1.6 GiB of float32 weights, baseline included.
     memory_factor = 2.0
+    # Calibration images are what GPTQ fitted; the held-out ones say how it generalises.
+    headline_check = "held_out.cosine"
     fixtures = FIXTURES
     starter = Starter(
         checkpoints={"siglip": "siglip_tiny"},

@@ -1,0 +1,428 @@
+"""What changed: each artifact now against the build a git revision's lock file names (the
+committed ``artifacts.lock``, ``HEAD`` by default) or the latest one published at a
+destination -- in its fingerprint (the words of "why stale", ``core/staleness.py``), in
+its output files, and in every verification check.
+
+The baseline's fingerprints come from the lock file (or the publish index); what that
+build was -- its record, its report -- is read by fingerprint from the local store,
+then the remote cache, then the destination. What no cache holds any more is said, and
+only the lock entry is compared. The current side is the build in ``build/`` (or the
+store) at the current fingerprint; nothing is built, verified or pulled.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from edgebuild.core.files import LOCK_BYTES
+from edgebuild.core.hashing import is_digest
+from edgebuild.core.lockfile import parse_lock
+from edgebuild.core.project import Artifact, SourceNotBuilt
+from edgebuild.core.record import read_record_or_none
+from edgebuild.core.report import read_report
+from edgebuild.core.staleness import explain, mapping_changes, parameter_changes
+from edgebuild.errors import DiffError, EdgebuildError, RemoteError
+from edgebuild.run.vcs import committed_bytes, resolve_commit, work_tree_top
+
+if TYPE_CHECKING:
+    from edgebuild.run.workspace import Workspace
+
+Change = Literal["unchanged", "changed", "added", "removed", "error"]
+# Where the build a side describes was read from.
+FROM_BUILD, FROM_STORE, FROM_REMOTE, FROM_DESTINATION, FROM_LOCK = (
+    "build/", "the local store", "the remote cache", "the destination", "the lock entry only")
+
+
+@dataclass(frozen=True)
+class CheckChange:
+    """One verification check of the two builds: its values, the change, the verdicts."""
+
+    name: str
+    before: Any
+    after: Any
+    # after - before, when both are finite numbers.
+    delta: float | None
+    comparison: str | None
+    limit: Any
+    passed_before: bool | None
+    passed_after: bool | None
+
+    @property
+    def flipped(self) -> bool:
+        """Passed in one build and failed in the other."""
+        return None not in (self.passed_before, self.passed_after) and self.passed_before != self.passed_after
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "before": self.before, "after": self.after, "delta": self.delta,
+                "comparison": self.comparison, "limit": self.limit, "passed_before": self.passed_before,
+                "passed_after": self.passed_after, "flipped": self.flipped}
+
+
+@dataclass(frozen=True)
+class OutputChange:
+    """One output file: its size in each build (``None`` where it is not an output) and
+    whether its bytes differ."""
+
+    file: str
+    size_before: int | None
+    size_after: int | None
+    changed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "size_before": self.size_before, "size_after": self.size_after,
+                "changed": self.changed}
+
+
+@dataclass(frozen=True)
+class ArtifactDiff:
+    """One artifact against the baseline."""
+
+    artifact: str
+    kind: str | None
+    change: Change
+    fingerprint_before: str | None
+    fingerprint_after: str | None
+    # What changed in the fingerprint, in words (empty when it did not).
+    reasons: tuple[str, ...] = ()
+    # Threshold changes (verification settings), in the same words.
+    verify_reasons: tuple[str, ...] = ()
+    outputs: tuple[OutputChange, ...] = ()
+    checks: tuple[CheckChange, ...] = ()
+    # Where each side's build was read from (``FROM_*``), or None when there is none.
+    before_from: str | None = None
+    after_from: str | None = None
+    # "verified", "verification failed", "not verified", "not built" (the current side).
+    state_after: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def flipped(self) -> tuple[CheckChange, ...]:
+        return tuple(check for check in self.checks if check.flipped)
+
+    def check(self, name: str) -> CheckChange | None:
+        return next((check for check in self.checks if check.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "artifact": self.artifact, "kind": self.kind, "change": self.change,
+            "fingerprint_before": self.fingerprint_before, "fingerprint_after": self.fingerprint_after,
+            "reasons": list(self.reasons), "verify_reasons": list(self.verify_reasons),
+            "outputs": [output.to_json() for output in self.outputs],
+            "checks": [check.to_json() for check in self.checks],
+            "before_from": self.before_from, "after_from": self.after_from,
+            "state_after": self.state_after, "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Every artifact asked for (and those the baseline has that the manifest no longer has)."""
+
+    against: str
+    # The commit the revision resolved to; None against a destination.
+    commit: str | None
+    artifacts: tuple[ArtifactDiff, ...]
+    notes: tuple[str, ...] = ()
+
+    def __getitem__(self, name: str) -> ArtifactDiff:
+        for artifact in self.artifacts:
+            if artifact.artifact == name:
+                return artifact
+        raise KeyError(name)
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for artifact in self.artifacts:
+            counts[artifact.change] = counts.get(artifact.change, 0) + 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {"against": self.against, "commit": self.commit, "notes": list(self.notes),
+                "artifacts": [artifact.to_json() for artifact in self.artifacts]}
+
+
+@dataclass
+class _Baseline:
+    """The other side: a fingerprint (and what the lock or index says) per artifact."""
+
+    label: str
+    commit: str | None
+    entries: dict[str, dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    # A published destination, to read old builds from (``--against DEST``).
+    location: Any = None
+
+
+def is_destination(against: str) -> bool:
+    """Whether ``--against`` names a published destination rather than a git revision."""
+    return "://" in against or against.startswith(("/", "./", "../", "~"))
+
+
+def diff(workspace: "Workspace", names: list[str] | None = None, against: str = "HEAD") -> Diff:
+    """Each of ``names`` (every artifact when ``None``) now against ``against``: a git
+    revision whose committed lock file names the old fingerprints, or a published
+    destination (a directory or fsspec URL) whose index names them. Raises
+    :class:`DiffError` when ``against`` cannot be read."""
+    baseline = _from_destination(workspace, against) if is_destination(against) else _from_revision(workspace, against)
+    chosen = workspace.order(names) if names else workspace.order()
+    results = [_artifact_diff(workspace, artifact, baseline) for artifact in chosen]
+    if not names:
+        for name in sorted(set(baseline.entries) - set(workspace.manifest.artifacts)):
+            entry = baseline.entries[name]
+            results.append(ArtifactDiff(name, entry.get("kind"), "removed", entry.get("fingerprint"), None,
+                                        notes=(f"in {baseline.label}, not in {workspace.manifest.path.name} now",)))
+    return Diff(baseline.label, baseline.commit, tuple(results), tuple(baseline.notes))
+
+
+# --- the baseline ---------------------------------------------------------------------
+
+def _from_revision(workspace: "Workspace", revision: str) -> _Baseline:
+    root = workspace.manifest.root
+    lock_name = workspace.lock_path.name
+    if work_tree_top(root) is None:
+        raise DiffError(f"--against {revision}: {workspace.manifest.path.name} is not in a git work tree, so it has "
+                        "no committed lock file to compare with; compare with a published destination (--against DEST)")
+    commit = resolve_commit(root, revision)
+    if commit is None:
+        raise DiffError(f"--against {revision}: not a commit of the git repository at {work_tree_top(root)}")
+    # A hash names itself; a name (HEAD, main, v1.2) is shown with the commit it is now.
+    label = commit[:12] if commit.startswith(revision.lower()) else f"{revision} ({commit[:12]})"
+    raw = committed_bytes(workspace.lock_path, LOCK_BYTES, commit)
+    if raw is None:
+        return _Baseline(label, commit, {}, [f"{lock_name} is not committed at {label}: every artifact is new there"])
+    entries = parse_lock(raw, f"{lock_name} at {label}")
+    for name, entry in entries.items():
+        problem = _entry_problem(entry)
+        if problem:
+            raise DiffError(f"{lock_name} at {label}: artifacts.{name}: {problem}; expected an entry `doit build` writes")
+    return _Baseline(label, commit, entries)
+
+
+def _entry_problem(entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return "not an object"
+    if not is_digest(entry.get("fingerprint")):
+        return "fingerprint is not a digest"
+    for key in ("params", "inputs", "code", "versions", "outputs"):
+        if not isinstance(entry.get(key, {}), dict):
+            return f"{key} is not an object"
+    return None
+
+
+def _from_destination(workspace: "Workspace", destination: str) -> _Baseline:
+    from edgebuild.cache.location import Location
+    from edgebuild.run.publish import INDEX_KEY, latest_published, read_index
+
+    try:
+        location = Location(destination, workspace.manifest.root)
+        index = read_index(location)
+    except EdgebuildError as error:
+        raise DiffError(f"--against {destination}: {error}") from None
+    entries = {name: {"fingerprint": fingerprint, "kind": row.get("kind")}
+               for name, (fingerprint, row) in latest_published(index).items()}
+    notes = [] if entries else [f"{location.where(INDEX_KEY)} lists no published artifact"]
+    return _Baseline(destination, None, entries, notes, location)
+
+
+# --- one artifact ---------------------------------------------------------------------
+
+def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseline) -> ArtifactDiff:
+    name = artifact.name
+    kind = artifact.params.kind
+    entry = baseline.entries.get(name)
+    before_fp = entry.get("fingerprint") if entry else None
+    notes: list[str] = []
+    try:
+        current = artifact.record
+    except SourceNotBuilt as waiting:
+        notes.append(f"its source {waiting.source} is not built at its current fingerprint, so neither is its own "
+                     f"known: run `doit build {name}`")
+        return ArtifactDiff(name, kind, "changed" if entry else "added", before_fp, None, notes=tuple(notes))
+    except EdgebuildError as error:
+        return ArtifactDiff(name, kind, "error", before_fp, None, notes=(str(error),))
+    after_fp = current.fingerprint
+    after_record, after_report, after_from, state = _current_build(workspace, artifact)
+    if after_record is None:
+        notes.append(f"not built at its current fingerprint {after_fp[:12]}: only fingerprints are compared "
+                     f"(`doit verify {name}` builds it)")
+    if entry is None:
+        return ArtifactDiff(name, kind, "added", None, after_fp, checks=_checks(None, after_report),
+                            outputs=_outputs({}, (after_record or {}).get("outputs", {})), after_from=after_from,
+                            state_after=state, notes=(f"not in {baseline.label}", *notes))
+    before_record, before_report, before_from = _baseline_build(workspace, name, entry, baseline, notes)
+    change: Change = "unchanged" if before_fp == after_fp else "changed"
+    reasons = tuple(explain(before_record, current.to_json())) if change == "changed" else ()
+    verify_reasons = _verify_changes(workspace, artifact, entry, before_report, after_report, change)
+    return ArtifactDiff(
+        name, kind, change, before_fp, after_fp, reasons, verify_reasons,
+        _outputs(before_record.get("outputs", {}), (after_record or {}).get("outputs", {})) if after_record else (),
+        _checks(before_report, after_report), before_from, after_from, state, tuple(notes),
+    )
+
+
+def _verify_changes(workspace: "Workspace", artifact: Artifact, entry: dict[str, Any], before_report: dict[str, Any] | None,
+                    after_report: dict[str, Any] | None, change: Change) -> tuple[str, ...]:
+    """What changed in how the artifact is judged: thresholds (from the two reports), the
+    judging code (from the lock entry), and -- when the build is the same but its
+    verification fingerprint is not, with neither of those -- the files only verification reads."""
+    reasons: list[str] = []
+    if before_report is not None and after_report is not None and isinstance(before_report.get("verify"), dict):
+        reasons += parameter_changes(before_report["verify"], after_report.get("verify") or {}, "verify.")
+    if isinstance(entry.get("verify_code"), dict):
+        reasons += mapping_changes(entry["verify_code"], workspace.verify_code(artifact),
+                                   "judging code {} changed", "judging code {} added", "judging code {} removed")
+    if change == "unchanged" and not reasons and entry.get("verify_fingerprint") not in (None, artifact.verify_fingerprint):
+        reasons.append("the files only verification reads changed (held-out inputs)")
+    return tuple(reasons)
+
+
+def _current_build(workspace: "Workspace", artifact: Artifact) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str | None, str]:
+    """The build of the current fingerprint -- its record and report, where it is, and
+    its verification state -- from ``build/`` (outputs intact) or the store."""
+    from edgebuild.run.state import VerificationState, current_record, verification_state
+
+    fingerprint = artifact.fingerprint
+    record = current_record(workspace, artifact)
+    if record is not None:
+        report = _report_of(read_report(artifact.directory), fingerprint)
+        return record.to_json(), report, FROM_BUILD, verification_state(workspace, artifact).value
+    stored = workspace.store.record(fingerprint)
+    if stored is not None:
+        report = _report_of(read_report(workspace.store.entry_dir(fingerprint)), fingerprint)
+        verified = report is not None and report.get("verify_fingerprint") == artifact.verify_fingerprint
+        state = (VerificationState.VERIFIED if report.get("passed") else VerificationState.FAILED) if verified \
+            else VerificationState.NOT_VERIFIED
+        return stored.to_json(), report, FROM_STORE, f"{state.value} (in the store, not in build/)"
+    return None, None, None, VerificationState.NOT_BUILT.value
+
+
+def _baseline_build(workspace: "Workspace", name: str, entry: dict[str, Any], baseline: _Baseline,
+                    notes: list[str]) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+    """The baseline's build of ``name``: its record's fields and its report, from the first
+    place that holds it; else the lock entry itself (a record's fields, no report)."""
+    fingerprint = entry["fingerprint"]
+    stored = workspace.store.record(fingerprint)
+    if stored is not None:
+        return stored.to_json(), _report_of(read_report(workspace.store.entry_dir(fingerprint)), fingerprint), FROM_STORE
+    built = read_record_or_none(workspace.layout.artifact_dir(name))
+    if built is not None and built.fingerprint == fingerprint:
+        return built.to_json(), _report_of(read_report(workspace.layout.artifact_dir(name)), fingerprint), FROM_BUILD
+    try:
+        remote = workspace.remote
+        if remote is not None:
+            record, report = remote.described(fingerprint)
+            if record is not None:
+                return record.to_json(), report, FROM_REMOTE
+    except RemoteError as error:
+        notes.append(f"the remote cache could not be read ({error})")
+    if baseline.location is not None:
+        from edgebuild.run.publish import published_build
+
+        try:
+            record, report = published_build(baseline.location, name, fingerprint)
+        except RemoteError as error:
+            record, report = None, None
+            notes.append(f"the published build could not be read ({error})")
+        if record is not None:
+            return record, report, FROM_DESTINATION
+    notes.append(f"the build at {baseline.label} ({fingerprint[:12]}) is not in any cache: only its lock entry "
+                 "is compared")
+    return entry, None, FROM_LOCK
+
+
+def _report_of(report: dict[str, Any] | None, fingerprint: str) -> dict[str, Any] | None:
+    """``report`` when it is the report of the build of ``fingerprint``; never another's."""
+    return report if report is not None and report.get("fingerprint") == fingerprint else None
+
+
+# --- outputs and checks ---------------------------------------------------------------
+
+def _outputs(before: dict[str, Any], after: dict[str, Any]) -> tuple[OutputChange, ...]:
+    changes = []
+    for file in sorted(set(before) | set(after)):
+        old, new = before.get(file) or {}, after.get(file) or {}
+        changes.append(OutputChange(file, old.get("size"), new.get("size"),
+                                    old.get("digest") != new.get("digest") or old.get("size") != new.get("size")))
+    return tuple(changes)
+
+
+def _checks(before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[CheckChange, ...]:
+    old = {check.get("name"): check for check in (before or {}).get("checks", []) if isinstance(check, dict)}
+    new = {check.get("name"): check for check in (after or {}).get("checks", []) if isinstance(check, dict)}
+    names = list(new) + [name for name in old if name not in new]
+    changes = []
+    for name in names:
+        first, second = old.get(name), new.get(name)
+        value_before = first.get("value") if first else None
+        value_after = second.get("value") if second else None
+        latest = second or first
+        changes.append(CheckChange(
+            str(name), value_before, value_after, _delta(value_before, value_after),
+            latest.get("comparison"), latest.get("limit"),
+            bool(first.get("passed")) if first else None, bool(second.get("passed")) if second else None,
+        ))
+    return tuple(changes)
+
+
+def _delta(before: Any, after: Any) -> float | None:
+    numbers = [value for value in (before, after)
+               if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)]
+    return float(after - before) if len(numbers) == 2 else None
+
+
+# --- text -----------------------------------------------------------------------------
+
+def render(result: Diff, verbose: bool = False) -> list[str]:
+    """``doit diff``'s lines: a headline, then each artifact that changed with its reasons,
+    outputs and checks; unchanged ones take one line each."""
+    counts = result.counts()
+    summary = ", ".join(f"{count} {change}" for change, count in sorted(counts.items())) or "no artifacts"
+    lines = [f"diff against {result.against}: {summary}"]
+    lines += [f"  note: {note}" for note in result.notes]
+    width = max((len(artifact.artifact) for artifact in result.artifacts), default=0)
+    for artifact in result.artifacts:
+        head = f"{artifact.artifact:<{width}}  {artifact.change}"
+        if artifact.change == "changed" and artifact.fingerprint_before:
+            head += f"  {artifact.fingerprint_before[:12]} → {(artifact.fingerprint_after or '?')[:12]}"
+        if artifact.state_after and artifact.change != "removed":
+            head += f"  (now {artifact.state_after})"
+        lines.append(head)
+        quiet = artifact.change == "unchanged" and not artifact.flipped and not artifact.verify_reasons and not verbose
+        if quiet:
+            continue
+        lines += [f"    - {reason}" for reason in (*artifact.reasons, *artifact.verify_reasons)]
+        for output in artifact.outputs:
+            if output.changed:
+                lines.append(f"    output {output.file}: {format_size(output.size_before)} → {format_size(output.size_after)}")
+        same = 0
+        for check in artifact.checks:
+            if not verbose and check.before == check.after and not check.flipped:
+                same += 1
+                continue
+            line = f"    check {check.name}: {_shown(check.before)} → {_shown(check.after)}"
+            if check.delta is not None and check.delta != 0:
+                line += f" ({check.delta:+.3g})"
+            if check.flipped:
+                line += f"  {'pass' if check.passed_before else 'FAIL'} → {'pass' if check.passed_after else 'FAIL'}"
+            lines.append(line)
+        if same:
+            lines.append(f"    {same} other check(s) unchanged (--all shows them)")
+        lines += [f"    note: {note}" for note in artifact.notes]
+    return lines
+
+
+def _shown(value: Any) -> str:
+    from edgebuild.core.report import format_number
+
+    return "–" if value is None else format_number(value)
+
+
+def format_size(size: int | None) -> str:
+    if size is None:
+        return "–"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} B"
