@@ -197,3 +197,18 @@ def test_what_cannot_be_compared_is_one_line(tmp_path: Path, siglip_checkpoint: 
     run = cli.doit("diff", "--against", "nope")
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == f"edgebuild: error: --against nope: not a commit of the git repository at {root}\n"
+
+
+def test_a_changed_config_key_is_named_with_its_values(tmp_path: Path, siglip_checkpoint: Path) -> None:
+    root = _siglip_lock(tmp_path, siglip_checkpoint)
+    config_path = root / "ckpt" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["vision_config"]["layer_norm_eps"] = 1e-5
+    config_path.write_text(json.dumps(config))
+    change = edgebuild.open_project(root / "artifacts.yaml").diff()["q"]
+    [reason] = change.reasons
+    assert reason.endswith(": config.json vision_config.layer_norm_eps 1e-06 → 1e-05"), reason
+    # Only the lock entry left: the same words, from the config leaves it keeps.
+    shutil.rmtree(root / "cache" / "store", ignore_errors=True)
+    (root / "build" / "q" / ".edgebuild.json").unlink()
+    assert edgebuild.open_project(root / "artifacts.yaml").diff()["q"].reasons == (reason,)

@@ -15,7 +15,7 @@ from edgebuild.errors import LockfileError
 from helpers import TOWER_MANIFEST, clone_project
 
 LOCK_KEYS = {
-    "kind", "fingerprint", "inputs", "inputs_named", "checkpoint_origins", "params", "code", "verify_code", "versions", "outputs", "verified",
+    "kind", "fingerprint", "inputs", "inputs_named", "config_values", "checkpoint_origins", "params", "code", "verify_code", "versions", "outputs", "verified",
     "verify_fingerprint", "cost",
 }
 

@@ -36,7 +36,7 @@ from edgebuild.core.hashing import canonical_json, digest_json
 from edgebuild.core.inputs import expand_inputs
 from edgebuild.core.kind import ArtifactKind, ArtifactParams
 from edgebuild.core.manifest import Manifest, load_manifest
-from edgebuild.core.record import BuildRecord, CheckpointOrigin, read_record_or_none
+from edgebuild.core.record import BuildRecord, CheckpointOrigin, config_leaves, read_record_or_none
 from edgebuild.core.registry import get_kind
 from edgebuild.errors import CheckpointError, EdgebuildError, FilesystemError, ManifestError, ParameterError
 
@@ -291,6 +291,7 @@ class Project:
         inputs: dict[str, Any] = {}
         named: dict[str, Any] = {}
         checkpoint_origins: dict[str, CheckpointOrigin] = {}
+        config_values: dict[str, dict[str, Any]] = {}
         # The code's digest parses source files and the tool versions read package
         # metadata (CPU, small files) while the checkpoint's tensors stream from disk:
         # on a cold cache that was 75 ms of a 0.57 s fingerprint of the full-size tower.
@@ -314,6 +315,8 @@ class Project:
                     checkpoint_origins[role] = self._hub_origin(checkpoint_name, checkpoint, extra_files)
                 inputs[role] = self._checkpoint_fingerprint(checkpoint, selection)
                 named[role] = checkpoint.label
+                section = selection.config_key if selection is not None else None
+                config_values[role] = config_leaves(checkpoint.config_section(section) if section else checkpoint.config)
             files, files_named = self._input_files(artifact, verify_only=False)
             inputs |= files
             named |= files_named
@@ -327,7 +330,8 @@ class Project:
             inputs=inputs,
             code=code.result(),
             versions=versions.result(),
-        ).model_copy(update={"inputs_named": named, "checkpoint_origins": checkpoint_origins})
+        ).model_copy(update={"inputs_named": named, "checkpoint_origins": checkpoint_origins,
+                      "config_values": config_values})
         self._records[memo] = record
         return record
 

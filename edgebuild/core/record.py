@@ -33,6 +33,10 @@ RECORD_FILE = ".edgebuild.json"
 REPORT_FILES = ("report.json", "report.md")
 # The keys of a record that its fingerprint is the digest of.
 FINGERPRINTED_KEYS = ("format", "kind", "params", "inputs", "code", "versions")
+# A config string longer than this is kept by digest in ``config_values``.
+CONFIG_VALUE_CHARS = 120
+# A config mapping with more keys than this (a label table) is kept by digest, not by key.
+CONFIG_SECTION_KEYS = 64
 
 
 class OutputFile(BaseModel):
@@ -76,6 +80,10 @@ class BuildRecord(BaseModel):
     fingerprint: str
     # What the manifest named for each input (alias, path): for explanations, not hashed.
     inputs_named: dict[str, Any] = Field(default_factory=dict)
+    # Per checkpoint role, the leaves of the config (section) it hashed, by dotted key:
+    # scalars as they are, anything larger as its digest. For explanations ("config.json
+    # vision_config.depth 2 -> 3"), not hashed (the config's digest in ``inputs`` is).
+    config_values: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # Per checkpoint role, the Hugging Face repo and commit it was read from: for
     # provenance, not hashed (the same files by path are the same artifact).
     checkpoint_origins: dict[str, CheckpointOrigin] = Field(default_factory=dict)
@@ -121,6 +129,22 @@ class BuildRecord(BaseModel):
             elif digest is not None and digest(path) != meta.digest:
                 changed.append(relative)
         return changed
+
+
+def config_leaves(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": [..]}`` -> ``{"a.b": 1, "c": "<digest of the list>"}``: every
+    leaf of a config by dotted key, a scalar as itself (a long string by digest), a list
+    by its digest."""
+    leaves: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and 0 < len(value) <= CONFIG_SECTION_KEYS:
+            leaves |= config_leaves(value, f"{dotted}.")
+        elif isinstance(value, (list, dict)) or (isinstance(value, str) and len(value) > CONFIG_VALUE_CHARS):
+            leaves[dotted] = f"digest {digest_json(value)[:16]}"
+        else:
+            leaves[dotted] = value
+    return leaves
 
 
 def parse_record(text: str | bytes, where: str) -> BuildRecord:

@@ -14,7 +14,8 @@ def explain(built: dict[str, Any], current: dict[str, Any]) -> list[str]:
         reasons.append(f"kind {built.get('kind')} → {current.get('kind')}")
     reasons += parameter_changes(built.get("params", {}), current.get("params", {}))
     reasons += _input_changes(built.get("inputs", {}), current.get("inputs", {}),
-                              built.get("inputs_named", {}), current.get("inputs_named", {}))
+                              built.get("inputs_named", {}), current.get("inputs_named", {}),
+                              built.get("config_values", {}), current.get("config_values", {}))
     reasons += mapping_changes(built.get("code", {}), current.get("code", {}), "{} changed", "{} added", "{} removed")
     for package in sorted(set(built.get("versions", {})) | set(current.get("versions", {}))):
         before, after = built.get("versions", {}).get(package), current.get("versions", {}).get(package)
@@ -47,9 +48,11 @@ def parameter_changes(before: dict[str, Any], after: dict[str, Any], prefix: str
 
 
 def _input_changes(before: dict[str, Any], after: dict[str, Any],
-                   named_before: dict[str, Any], named: dict[str, Any]) -> list[str]:
+                   named_before: dict[str, Any], named: dict[str, Any],
+                   values_before: dict[str, Any], values: dict[str, Any]) -> list[str]:
     """Changes of inputs, keyed by role (``checkpoint``, ``source``, ``files:<role>``);
-    ``named_before`` and ``named`` say what the manifest called each then and now."""
+    ``named_before`` and ``named`` say what the manifest called each then and now,
+    ``values_before`` and ``values`` each checkpoint's config leaves (when recorded)."""
     reasons = []
     for key in sorted(set(before) | set(after)):
         if key not in before:
@@ -64,8 +67,12 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any],
         if key.startswith("checkpoint") and isinstance(old, dict) and isinstance(new, dict):
             label = named.get(key, key)
             if old.get("config") != new.get("config"):
-                section = new.get("config_key") or "all of it"
-                reasons.append(f"{label}: config.json ({section}) changed")
+                keys = _config_changes(values_before.get(key), values.get(key))
+                section = new.get("config_key")
+                if keys:
+                    reasons += [f"{label}: config.json {section + '.' if section else ''}{change}" for change in keys]
+                else:
+                    reasons.append(f"{label}: config.json ({section or 'all of it'}) changed")
             for file_name in sorted(set(old.get("files", {})) | set(new.get("files", {}))):
                 if old.get("files", {}).get(file_name) != new.get("files", {}).get(file_name):
                     reasons.append(f"{label}: {file_name} changed")
@@ -81,6 +88,14 @@ def _input_changes(before: dict[str, Any], after: dict[str, Any],
         else:
             reasons.append(f"input {key} changed")
     return reasons
+
+
+def _config_changes(before: Any, after: Any) -> list[str]:
+    """The config keys that differ, by dotted name with old -> new; empty when either side
+    did not record its config's leaves (then only "config.json changed" can be said)."""
+    if not isinstance(before, dict) or not isinstance(after, dict) or before == after:
+        return []
+    return parameter_changes(before, after)
 
 
 def _tensor_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

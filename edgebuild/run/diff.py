@@ -244,6 +244,9 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
         return ArtifactDiff(name, kind, "error", before_fp, None, notes=(str(error),))
     after_fp = current.fingerprint
     after_record, after_report, after_from, state = _current_build(workspace, artifact)
+    if after_report is not None and after_report.get("verify_fingerprint") != artifact.verify_fingerprint:
+        notes.append("the checks now are this build's last verification, under other thresholds or judging "
+                     f"code than the manifest's now (`doit verify {name}` judges it again)")
     if after_record is None:
         notes.append(f"not built at its current fingerprint {after_fp[:12]}: only fingerprints are compared "
                      f"(`doit verify {name}` builds it)")
@@ -264,12 +267,13 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
 
 def _verify_changes(workspace: "Workspace", artifact: Artifact, entry: dict[str, Any], before_report: dict[str, Any] | None,
                     after_report: dict[str, Any] | None, change: Change) -> tuple[str, ...]:
-    """What changed in how the artifact is judged: thresholds (from the two reports), the
+    """What changed in how the artifact is judged: thresholds (the baseline's report's against
+    the manifest's now), the
     judging code (from the lock entry), and -- when the build is the same but its
     verification fingerprint is not, with neither of those -- the files only verification reads."""
     reasons: list[str] = []
-    if before_report is not None and after_report is not None and isinstance(before_report.get("verify"), dict):
-        reasons += parameter_changes(before_report["verify"], after_report.get("verify") or {}, "verify.")
+    if before_report is not None and isinstance(before_report.get("verify"), dict):
+        reasons += parameter_changes(before_report["verify"], artifact.params.verify_parameters(), "verify.")
     if isinstance(entry.get("verify_code"), dict):
         reasons += mapping_changes(entry["verify_code"], workspace.verify_code(artifact),
                                    "judging code {} changed", "judging code {} added", "judging code {} removed")

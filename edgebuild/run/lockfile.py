@@ -60,11 +60,12 @@ def lock_entry(workspace: "Workspace", artifact: "Artifact | str") -> dict[str, 
         # The paths of the input files and the names of the sources, as the manifest names
         # them: `doit diff` against a commit says "calibration: images/c.png added", not
         # "file 3 changed". (Not the checkpoints' labels: they hold this machine's paths.)
-        "inputs_named": {role: named for role, named in artifact.record.inputs_named.items()
-                         if not role.startswith("checkpoint")},
+        "inputs_named": lock_names(artifact),
         # Where the checkpoints come from now (a Hugging Face repo and commit); the built
         # record may have been pulled from a machine that read the same bytes elsewhere.
         "checkpoint_origins": artifact.record.to_json(only=("checkpoint_origins",))["checkpoint_origins"],
+        # The checkpoints' config leaves, for `doit diff` to name a changed key.
+        "config_values": artifact.record.config_values,
         "verify_code": workspace.verify_code(artifact),
         "verified": verified,
         "verify_fingerprint": verify_fingerprint if verified is not None else None,
@@ -72,6 +73,12 @@ def lock_entry(workspace: "Workspace", artifact: "Artifact | str") -> dict[str, 
         # balanced by it, cluster tasks sized by it.
         "cost": lock_cost(record, read_report(artifact.directory) if verified is not None else None),
     }
+
+
+def lock_names(artifact: Artifact) -> dict[str, Any]:
+    """What the manifest names each input of ``artifact``, as a file others read keeps it:
+    input files' paths and sources' names, not the checkpoints' labels (this machine's paths)."""
+    return {role: named for role, named in artifact.record.inputs_named.items() if not role.startswith("checkpoint")}
 
 
 def significant(value: float | None, digits: int = 2) -> float | None:

@@ -76,6 +76,7 @@ from edgebuild.core.record import read_record
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report
 from edgebuild.errors import PublishError, RemoteError
 from edgebuild.run.state import VerificationState, verification_state
+from edgebuild.run.lockfile import lock_names
 from edgebuild.run.vcs import git_state, is_ignored, work_tree_top
 
 if TYPE_CHECKING:
@@ -249,6 +250,10 @@ def provenance_record(
         # The Hugging Face repo, commit and file etags of each hf: checkpoint, as the
         # manifest resolves them now (the same bytes as the built record's inputs).
         "checkpoint_origins": artifact.record.to_json(only=("checkpoint_origins",))["checkpoint_origins"],
+        # What `doit diff --against DEST` names changes by: the input files' paths, the
+        # sources' names, the checkpoints' config leaves.
+        "inputs_named": lock_names(artifact),
+        "config_values": artifact.record.config_values,
         "code": record["code"],
         "verify_code": workspace.verify_code(artifact),
         "versions": record["versions"],
@@ -479,7 +484,8 @@ def published_build(location: Location, name: str, fingerprint: str) -> tuple[di
     provenance, report = checked(PROVENANCE_FILE, RECORD_BYTES), checked(REPORT_JSON, REPORT_BYTES)
     record = None
     if provenance is not None and isinstance(provenance.get("outputs"), dict):
-        record = {key: provenance.get(key) for key in ("kind", "fingerprint", "params", "inputs", "code", "versions")}
+        record = {key: provenance.get(key) for key in ("kind", "fingerprint", "params", "inputs", "code", "versions",
+                                                        "inputs_named", "config_values") if key in provenance}
         record["outputs"] = {relative: {"size": meta.get("size"), "digest": meta.get("blake3")}
                              for relative, meta in provenance["outputs"].items() if isinstance(meta, dict)}
     return record, report
