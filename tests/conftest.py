@@ -13,6 +13,24 @@ import pytest
 from helpers import TOWER_MANIFEST, ProjectDir
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One numba cache for the whole run, shared by every test's project and every process
+    (pytest-xdist's workers inherit it): the F143 kernels compile once, not once per
+    project. A project's own default (``cache/numba``) is tested with the variable unset."""
+    if "NUMBA_CACHE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgebuild-tests-numba-")
+        config._edgebuild_numba_cache = os.environ["NUMBA_CACHE_DIR"]  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = getattr(config, "_edgebuild_numba_cache", None)
+    if made:
+        import shutil
+
+        shutil.rmtree(made, ignore_errors=True)
+
 
 @pytest.fixture(autouse=True)
 def _no_ambient_remote(monkeypatch: pytest.MonkeyPatch) -> None:

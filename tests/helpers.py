@@ -144,8 +144,10 @@ def verify_digest(kind_name: str) -> dict[str, str]:
     return code_digests(kind.verify_module, VERIFICATION_MODULE, packages=kind_code_packages(kind))
 
 
-# In every digest of every kind: the kind interface; in every verify digest also the judge.
-KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/kind.py"]
+# In every digest of every kind: the kind interface (with the bounded reader checkpoints are
+# read through, and the sizes it words errors with); in every verify digest also the judge.
+KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/console.py", "edgebuild/core/files.py",
+                  "edgebuild/core/kind.py"]
 JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/core/record.py",
            "edgebuild/core/report.py", "edgebuild/run/verification.py"]
 

@@ -181,8 +181,10 @@ def test_init_then_verify(tmp_path: Path) -> None:
 
     assert [line for line in result.stdout.splitlines()
             if not re.fullmatch(r"(\.|--)  (verify:)?[A-Za-z0-9_.-]+|verify: .*", line)] == [], result.stdout
-    assert [line for line in result.stderr.splitlines()
-            if not re.match(r"  \[[A-Za-z0-9_.-]+\] |edgebuild: ", line)] == [], result.stderr
+    # stderr: each artifact's "  [name] ..." lines, edgebuild's own, and each report's summary
+    # (report.md: its title, fingerprint and table of checks).
+    own = re.compile(r"  \[[A-Za-z0-9_.-]+\] |edgebuild: |# [A-Za-z0-9_.-]+ \(\w+\): (PASSED|FAILED)$|fingerprint `[0-9a-f]{64}`$|\| .* \|$|$")
+    assert [line for line in result.stderr.splitlines() if not own.match(line)] == [], result.stderr
     assert "Skipping constant folding" not in result.stderr
     # ... unless asked for (a float16 graph: a new export).
     (project.root / "artifacts.yaml").write_text(

@@ -21,6 +21,7 @@ from typing import Any
 
 from edgebuild.core.fixtures import redraw_weights
 from edgebuild.core.kind import Fixture
+from edgebuild.ml.hf import quiet_transformers
 
 CLIP_VISION_TINY: dict[str, Any] = {
     "hidden_size": 64,
@@ -79,7 +80,10 @@ def _save_processor(directory: Path, processor: Any) -> None:
 
 
 def _write_clip_vision(directory: Path, config: dict[str, Any], seed: int) -> None:
-    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+    # Importing an image processor without torchvision prints a remark a user generating a
+    # fixture need not read (it falls back to the PIL processor, which is what we want).
+    with quiet_transformers():
+        from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
 
     _write_model(directory, CLIPVisionConfig(**config), CLIPVisionModel, "CLIPVisionModel", seed)
     size = config["image_size"]
@@ -87,7 +91,8 @@ def _write_clip_vision(directory: Path, config: dict[str, Any], seed: int) -> No
 
 
 def _write_dinov2(directory: Path, config: dict[str, Any], seed: int) -> None:
-    from transformers import BitImageProcessor, Dinov2Config, Dinov2Model
+    with quiet_transformers():  # as above
+        from transformers import BitImageProcessor, Dinov2Config, Dinov2Model
 
     _write_model(directory, Dinov2Config(**config), Dinov2Model, "Dinov2Model", seed)
     size = config["image_size"]
