@@ -43,7 +43,7 @@ done
 if [ "$tests" != skip ]; then
     echo "ci: tests" >&2
     status=0
-    "$venv/bin/python" -m pytest || status=$?
+    "$venv/bin/python" -m pytest -n auto --dist worksteal || status=$?
     if [ "$status" -eq 5 ]; then
         echo "ci: pytest collected no tests; that is a failure, not a pass" >&2
         exit 1

@@ -215,5 +215,5 @@ def test_readme_walks_a_new_user_through() -> None:
     assert [line for line in block.splitlines() if not line.startswith("#")] == [
         "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/doit verify",
         # The test set-up installs the example plugin too: its tests run with the suite.
-        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -e ./examples/safetensors-subset && .venv/bin/python -m pytest",
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -e ./examples/safetensors-subset && .venv/bin/python -m pytest -n auto --dist worksteal",
     ]
