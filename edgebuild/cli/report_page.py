@@ -244,8 +244,8 @@ def _change_details(change: "ArtifactDiff", compared: "Diff") -> str:
     against = escape(compared.against)
     if change.change == "unchanged" and not change.flipped and not change.verify_reasons:
         return f'<p class="change">unchanged since {against}</p>'
-    if change.change in ("added", "error"):
-        text = "new since" if change.change == "added" else "could not be compared with"
+    if change.change in ("added", "error", "unknown"):
+        text = {"added": "new since", "error": "could not be compared with", "unknown": "not yet comparable with"}[change.change]
         notes = "".join(f" {escape(note)}." for note in change.notes if not note.startswith("not in "))
         return f'<p class="change">{text} {against}.{notes}</p>'
     moved = [check for check in change.checks if check.before != check.after]

@@ -29,7 +29,7 @@ from edgebuild.run.vcs import committed_bytes, resolve_commit, work_tree_top
 if TYPE_CHECKING:
     from edgebuild.run.workspace import Workspace
 
-Change = Literal["unchanged", "changed", "added", "removed", "error"]
+Change = Literal["unchanged", "changed", "added", "removed", "unknown", "error"]
 # Where the build a side describes was read from.
 FROM_BUILD, FROM_STORE, FROM_REMOTE, FROM_DESTINATION, FROM_LOCK = (
     "build/", "the local store", "the remote cache", "the destination", "the lock entry only")
@@ -237,14 +237,15 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
     try:
         current = artifact.record
     except SourceNotBuilt as waiting:
-        notes.append(f"its source {waiting.source} is not built at its current fingerprint, so neither is its own "
-                     f"known: run `doit build {name}`")
-        return ArtifactDiff(name, kind, "changed" if entry else "added", before_fp, None, notes=tuple(notes))
+        notes.append(f"its source {waiting.source} is not built at its current fingerprint, so its own cannot be "
+                     f"known (it follows from the source's bytes): `doit build {name}` builds both")
+        return ArtifactDiff(name, kind, "unknown" if entry else "added", before_fp, None, notes=tuple(notes))
     except EdgebuildError as error:
         return ArtifactDiff(name, kind, "error", before_fp, None, notes=(str(error),))
     after_fp = current.fingerprint
-    after_record, after_report, after_from, state = _current_build(workspace, artifact)
-    if after_report is not None and after_report.get("verify_fingerprint") != artifact.verify_fingerprint:
+    verify_fp = _verify_fingerprint(artifact)
+    after_record, after_report, after_from, state = _current_build(workspace, artifact, verify_fp)
+    if after_report is not None and after_report.get("verify_fingerprint") != verify_fp:
         notes.append("the checks now are this build's last verification, under other thresholds or judging "
                      f"code than the manifest's now (`doit verify {name}` judges it again)")
     if after_record is None:
@@ -257,7 +258,7 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
     before_record, before_report, before_from = _baseline_build(workspace, name, entry, baseline, notes)
     change: Change = "unchanged" if before_fp == after_fp else "changed"
     reasons = tuple(explain(before_record, current.to_json())) if change == "changed" else ()
-    verify_reasons = _verify_changes(workspace, artifact, entry, before_report, after_report, change)
+    verify_reasons = _verify_changes(workspace, artifact, entry, before_report, verify_fp, change)
     return ArtifactDiff(
         name, kind, change, before_fp, after_fp, reasons, verify_reasons,
         _outputs(before_record.get("outputs", {}), (after_record or {}).get("outputs", {})) if after_record else (),
@@ -265,24 +266,34 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
     )
 
 
+def _verify_fingerprint(artifact: Artifact) -> str | None:
+    """The current verification fingerprint; ``None`` when a file only verification reads
+    cannot be read (then no verification counts as current)."""
+    try:
+        return artifact.verify_fingerprint
+    except EdgebuildError:
+        return None
+
+
 def _verify_changes(workspace: "Workspace", artifact: Artifact, entry: dict[str, Any], before_report: dict[str, Any] | None,
-                    after_report: dict[str, Any] | None, change: Change) -> tuple[str, ...]:
-    """What changed in how the artifact is judged: thresholds (the baseline's report's against
-    the manifest's now), the
-    judging code (from the lock entry), and -- when the build is the same but its
-    verification fingerprint is not, with neither of those -- the files only verification reads."""
+                    verify_fp: str | None, change: Change) -> tuple[str, ...]:
+    """What changed in how the artifact is judged: thresholds (the baseline's report's
+    against the manifest's now), the judging code (from the lock entry), and -- when the
+    build is the same but its verification fingerprint is not, with neither of those --
+    the files only verification reads."""
     reasons: list[str] = []
     if before_report is not None and isinstance(before_report.get("verify"), dict):
         reasons += parameter_changes(before_report["verify"], artifact.params.verify_parameters(), "verify.")
     if isinstance(entry.get("verify_code"), dict):
         reasons += mapping_changes(entry["verify_code"], workspace.verify_code(artifact),
                                    "judging code {} changed", "judging code {} added", "judging code {} removed")
-    if change == "unchanged" and not reasons and entry.get("verify_fingerprint") not in (None, artifact.verify_fingerprint):
+    if change == "unchanged" and not reasons and entry.get("verify_fingerprint") not in (None, verify_fp):
         reasons.append("the files only verification reads changed (held-out inputs)")
     return tuple(reasons)
 
 
-def _current_build(workspace: "Workspace", artifact: Artifact) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str | None, str]:
+def _current_build(workspace: "Workspace", artifact: Artifact,
+                   verify_fp: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str | None, str]:
     """The build of the current fingerprint -- its record and report, where it is, and
     its verification state -- from ``build/`` (outputs intact) or the store."""
     from edgebuild.run.state import VerificationState, current_record, verification_state
@@ -291,11 +302,13 @@ def _current_build(workspace: "Workspace", artifact: Artifact) -> tuple[dict[str
     record = current_record(workspace, artifact)
     if record is not None:
         report = _report_of(read_report(artifact.directory), fingerprint)
+        if verify_fp is None:
+            return record.to_json(), report, FROM_BUILD, VerificationState.NOT_VERIFIED.value
         return record.to_json(), report, FROM_BUILD, verification_state(workspace, artifact).value
     stored = workspace.store.record(fingerprint)
     if stored is not None:
         report = _report_of(read_report(workspace.store.entry_dir(fingerprint)), fingerprint)
-        verified = report is not None and report.get("verify_fingerprint") == artifact.verify_fingerprint
+        verified = report is not None and verify_fp is not None and report.get("verify_fingerprint") == verify_fp
         state = (VerificationState.VERIFIED if report.get("passed") else VerificationState.FAILED) if verified \
             else VerificationState.NOT_VERIFIED
         return stored.to_json(), report, FROM_STORE, f"{state.value} (in the store, not in build/)"
