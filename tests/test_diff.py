@@ -131,19 +131,21 @@ def test_a_tensor_group_and_a_parameter_are_named_with_every_check_old_and_new(
     assert heights["folded"] * 3 <= heights["unfolded"], heights
 
 
-def _siglip_lock(tmp_path: Path, siglip_checkpoint: Path) -> Path:
-    """A SigLIP F143 artifact built (as far as its record and one output go) and locked at HEAD."""
+def _siglip_lock(tmp_path: Path, siglip_checkpoint: Path, extra: str = "") -> Path:
+    """A SigLIP F143 artifact (and those of ``extra``) built, as far as a record and one
+    output go, and locked at HEAD."""
     root = tmp_path / "p"
     root.mkdir()
     lay_out_siglip_inputs(root, siglip_checkpoint)
     (root / "artifacts.yaml").write_text(
         "checkpoints:\n  siglip:\n    path: ckpt\nartifacts:\n  q:\n    kind: siglip_f143\n    checkpoint: siglip\n"
-        "    calibration:\n      images: [\"images/*.png\"]\n")
+        "    calibration:\n      images: [\"images/*.png\"]\n" + extra)
     workspace = Workspace.load(root / "artifacts.yaml", root)
-    weights = workspace.artifact("q").directory / "model.safetensors"
-    weights.parent.mkdir(parents=True)
-    weights.write_bytes(b"weights")
-    pretend_built(workspace, "q", {"model.safetensors": file_digest(weights)})
+    for artifact in workspace.order():  # sources first: a source's bytes key what is made from it
+        output = artifact.directory / "model.bin"
+        output.parent.mkdir(parents=True)
+        output.write_bytes(artifact.name.encode())
+        pretend_built(workspace, artifact.name, {"model.bin": file_digest(output)})
     update_lock(workspace, workspace.order())
     commit(root, "artifacts.yaml", "artifacts.lock")
     return root
@@ -163,6 +165,17 @@ def test_one_image_added_to_a_calibration_glob_is_one_added_file(tmp_path: Path,
     change = edgebuild.open_project(root / "artifacts.yaml").diff()["q"]
     assert change.reasons == ("calibration.images: images/zz_new.png added",) and change.before_from == FROM_LOCK
     assert change.state_after == "not built"
+
+
+def test_an_artifact_whose_source_is_not_built_is_unknown_not_changed(tmp_path: Path, siglip_checkpoint: Path) -> None:
+    root = _siglip_lock(tmp_path, siglip_checkpoint, extra="  q_onnx:\n    kind: siglip_f143_onnx\n    source: q\n")
+    assert edgebuild.open_project(root / "artifacts.yaml").diff()["q_onnx"].change == "unchanged"
+    shutil.copy(root / "held_out" / sorted(path.name for path in (root / "held_out").iterdir())[0], root / "images" / "zz.png")
+    result = edgebuild.open_project(root / "artifacts.yaml").diff()
+    assert result["q"].change == "changed"
+    onnx = result["q_onnx"]
+    assert (onnx.change, onnx.fingerprint_after, onnx.reasons) == ("unknown", None, ())
+    assert "its source q is not built at its current fingerprint" in onnx.notes[0]
 
 
 def test_what_cannot_be_compared_is_one_line(tmp_path: Path, siglip_checkpoint: Path) -> None:
