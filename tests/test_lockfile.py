@@ -143,3 +143,45 @@ def test_lock_of_another_format_is_refused(tmp_path: Path) -> None:
         f"{path}: expected a lock file of format 1, found format 2; delete it and run `doit build` to write it afresh"
     )
     assert read_lock(tmp_path / "missing.lock") == {}
+
+
+def test_a_cost_is_rewritten_only_when_it_moves_by_more_than_half_again() -> None:
+    from edgebuild.run.lockfile import steady_cost
+
+    before = {"build_seconds": 10.0, "verify_seconds": 2.0, "peak_rss_bytes": 1_000_000_000}
+    jitter = {"build_seconds": 14.0, "verify_seconds": 1.4, "peak_rss_bytes": 1_100_000_000}
+    assert steady_cost(before, jitter) == before
+    moved = {"build_seconds": 16.0, "verify_seconds": 2.1, "peak_rss_bytes": 400_000_000}
+    assert steady_cost(before, moved) == {"build_seconds": 16.0, "verify_seconds": 2.0, "peak_rss_bytes": 400_000_000}
+    # Unknown on either side: the new figure.
+    assert steady_cost({"verify_seconds": None}, {"verify_seconds": 3.0}) == {"verify_seconds": 3.0}
+    assert steady_cost(before, {"verify_seconds": None}) == {"verify_seconds": None}
+
+
+def test_a_rebuild_that_took_other_seconds_leaves_the_lock_unchanged(tmp_path: Path) -> None:
+    from edgebuild.core.hashing import file_digest
+    from edgebuild.core.record import read_record
+    from edgebuild.run.lockfile import update_lock
+    from edgebuild.run.workspace import Workspace
+    from helpers import pretend_built
+
+    (tmp_path / "artifacts.yaml").write_text(TOWER_MANIFEST)
+    workspace = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    artifact = workspace.artifact("t")
+    output = artifact.directory / "model.onnx"
+    output.parent.mkdir(parents=True)
+    output.write_bytes(b"graph")
+    pretend_built(workspace, "t", {"model.onnx": file_digest(output)})
+
+    def rebuilt(seconds: float) -> None:
+        record = read_record(artifact.directory)
+        record.model_copy(update={"build_seconds": seconds}).write(artifact.directory)
+
+    rebuilt(100.0)
+    assert update_lock(workspace, [artifact])
+    locked = (tmp_path / "artifacts.lock").read_bytes()
+    rebuilt(131.0)  # another runner, another machine's seconds
+    assert not update_lock(workspace, [artifact]) and (tmp_path / "artifacts.lock").read_bytes() == locked
+    rebuilt(160.0)
+    assert update_lock(workspace, [artifact])
+    assert json.loads((tmp_path / "artifacts.lock").read_text())["artifacts"]["t"]["cost"]["build_seconds"] == 160.0

@@ -7,8 +7,9 @@ records that fingerprint, the fingerprints of the inputs it read, where its
 checkpoints come from (the Hugging Face repo, commit and file etags of an ``hf:``
 checkpoint), its parameters, the code and tool versions, the size and digest of
 each output file, whether it verified, and what building and verifying it
-cost (seconds and peak memory, rounded to two significant figures: CI shards
-are balanced by them). A reviewer reads an artifact's change
+cost (seconds and peak memory, rounded to two significant figures, and rewritten only
+when they move by more than a factor of 1.5: CI shards are balanced by them, and a
+rebuild on another runner must not show in the diff). A reviewer reads an artifact's change
 in the diff of this file (an input changed, a tool was upgraded, an output's bytes
 moved), and anyone can check a file in ``build/`` against it.
 
@@ -99,6 +100,22 @@ def lock_cost(record: BuildRecord, report: dict[str, Any] | None) -> dict[str, A
     }
 
 
+# A cost is rewritten only when it moved by more than this factor: the same build on
+# another runner takes other seconds, and a no-op CI run must leave the file unchanged.
+COST_TOLERANCE = 1.5
+
+
+def steady_cost(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """``after``, but each figure within :data:`COST_TOLERANCE` of ``before``'s kept as it was."""
+    steady = dict(after)
+    for key, value in after.items():
+        old = before.get(key)
+        numbers = all(isinstance(item, (int, float)) and not isinstance(item, bool) and item > 0 for item in (old, value))
+        if numbers and max(old, value) <= COST_TOLERANCE * min(old, value):
+            steady[key] = old
+    return steady
+
+
 def update_lock(workspace: "Workspace", artifacts: list[Artifact]) -> bool:
     """Refresh the entries of those of ``artifacts`` that are built at their current
     fingerprint (the others keep theirs); ``True`` when the file changed."""
@@ -108,6 +125,9 @@ def update_lock(workspace: "Workspace", artifacts: list[Artifact]) -> bool:
         for artifact in artifacts:
             entry = lock_entry(workspace, artifact)
             if entry is not None:
+                before = entries.get(artifact.name)
+                if isinstance(before, dict) and isinstance(before.get("cost"), dict):
+                    entry["cost"] = steady_cost(before["cost"], entry["cost"])
                 entries[artifact.name] = entry
         text = render_lock(entries)
         try:
