@@ -41,7 +41,7 @@ class Publish(NamesAnywhere, Run):
             # Before anything is built: what would be published must be what is committed,
             # and the destination one that takes it (a bucket, outside the work tree, an
             # index this version merges into).
-            check_work_tree(workspace, allow_dirty=params["allow_dirty"])
+            check_work_tree(workspace, allow_dirty=params["allow_dirty"], names=names)
             check_destination(workspace, params["to"])
         except EdgebuildError as error:
             fail(str(error))

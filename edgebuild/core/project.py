@@ -449,6 +449,17 @@ class Project:
             fingerprinted["files"] = files
         return digest_json(fingerprinted)
 
+    def input_paths(self, artifact: "str | Artifact") -> list[Path]:
+        """Every input file ``artifact`` and its sources read (build and verification), as
+        the manifest reaches them: what a commit must hold to say what produced it."""
+        artifact = self.artifact(artifact)
+        paths: list[Path] = []
+        for each in self.order([artifact.name]):
+            for verify_only in (False, True):
+                for role, patterns in each.params.input_patterns(verify_only).items():
+                    paths += expand_inputs(patterns, self.manifest.root, each.where(*role.split(".")))
+        return list(dict.fromkeys(paths))
+
     def _input_files(self, artifact: Artifact, verify_only: bool) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         """``files:<role>`` -> the digests of the files the role's patterns name, in order
         (calibration batches are summed in order, so the order is content); and the same

@@ -74,7 +74,7 @@ from edgebuild.core.fingerprint import locked
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import read_record
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report
-from edgebuild.errors import PublishError, RemoteError
+from edgebuild.errors import EdgebuildError, PublishError, RemoteError
 from edgebuild.run.state import VerificationState, verification_state
 from edgebuild.run.lockfile import lock_names
 from edgebuild.run.vcs import git_state, is_ignored, work_tree_top
@@ -141,7 +141,7 @@ def publish(workspace: "Workspace", names: list[str], destination: str, log: Log
     Refused from a work tree with uncommitted changes, or outside git, unless
     ``allow_dirty`` (which provenance.json then records)."""
     location = check_destination(workspace, destination)
-    git = check_work_tree(workspace, allow_dirty)
+    git = check_work_tree(workspace, allow_dirty, names)
     check_publishable(workspace, names)
     prepared = [_prepare(workspace, workspace.artifact(name), git) for name in names]
     results = [put_entry(location, item, log) for item in prepared]
@@ -540,15 +540,24 @@ def edgebuild_version() -> str:
         return "unknown"
 
 
-def check_work_tree(workspace: "Workspace", allow_dirty: bool = False) -> dict[str, Any]:
+def check_work_tree(workspace: "Workspace", allow_dirty: bool = False, names: list[str] = ()) -> dict[str, Any]:
     """The provenance's ``git``: the commit the manifest's work tree is at, whether it
     differs from it, and whether that was allowed. Raises :class:`PublishError` when
     no commit says what produced the artifacts -- uncommitted changes to tracked
-    files, an untracked manifest, no commit, no git -- unless ``allow_dirty``.
+    files, an untracked manifest, an untracked input file that ``names`` (or what they
+    are made from) read, no commit, no git -- unless ``allow_dirty``.
 
     The lock file is left out: ``doit verify`` rewrites it just before publishing,
-    and it describes the outputs, not what produced them."""
-    state = git_state(workspace.manifest.root, ignore=(workspace.lock_path,), tracked=(workspace.manifest.path,))
+    and it describes the outputs, not what produced them. Checkpoints are too: they
+    are recorded by content (and Hugging Face commit) in the provenance itself."""
+    inputs: list[Path] = []
+    for name in names:
+        try:
+            inputs += workspace.input_paths(name)
+        except EdgebuildError:
+            continue  # an artifact that cannot be read is refused by verification, by name
+    state = git_state(workspace.manifest.root, ignore=(workspace.lock_path,),
+                      tracked=(workspace.manifest.path, *dict.fromkeys(inputs)))
     commit = state["commit"] if state else None
     changes = state["changes"] if state else []
     record = {"commit": commit, "dirty": bool(changes) if state else None, "allow_dirty": allow_dirty}

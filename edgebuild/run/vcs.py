@@ -94,10 +94,13 @@ def git_state(directory: Path, ignore: tuple[Path, ...] = (), tracked: tuple[Pat
         path = record[3:]
         if path not in ignored:
             changes.append(path)
-    for path in tracked:
-        listed = git("ls-files", "--error-unmatch", "--", str(path))
-        if listed is not None and listed.returncode != 0:
-            changes.append(f"{_from_top(path, root)} (untracked)")
+    # The files of ``tracked`` inside the work tree, asked about in one call (a calibration
+    # glob may match hundreds); a file outside the work tree is no commit's to hold.
+    inside = {_from_top(path, root): path for path in tracked if not Path(_from_top(path, root)).is_absolute()}
+    if inside:
+        listed = _git(root, "--literal-pathspecs", "ls-files", "-z", "--full-name", "--", *sorted(inside))
+        known = set(listed.stdout.split("\0")) if listed is not None and listed.returncode == 0 else set()
+        changes += [f"{relative} (untracked)" for relative in sorted(inside) if relative not in known]
     return {"top": str(root), "commit": commit, "changes": changes}
 
 
