@@ -191,6 +191,10 @@ def test_what_cannot_be_compared_is_one_line(tmp_path: Path, siglip_checkpoint: 
         diff(workspace, against="nope")
     with pytest.raises(DiffError, match="--against --output=x: not a commit"):
         diff(workspace, against="--output=x")
+    with pytest.raises(DiffError, match=f"--against {tmp_path}/nowhere: .*no such directory"):
+        diff(workspace, against=str(tmp_path / "nowhere"))
+    with pytest.raises(DiffError, match="--against s3://: s3://: names no bucket"):
+        diff(workspace, against="s3://")
     lock = json.loads((root / "artifacts.lock").read_text())
     lock["artifacts"]["q"]["fingerprint"] = "abc"
     (root / "artifacts.lock").write_text(json.dumps(lock))

@@ -217,6 +217,7 @@ def _from_destination(workspace: "Workspace", destination: str) -> _Baseline:
 
     try:
         location = Location(destination, workspace.manifest.root)
+        location.check_root()  # a destination that is not there is no baseline, not an empty one
         index = read_index(location)
     except EdgebuildError as error:
         raise DiffError(f"--against {destination}: {error}") from None
@@ -408,6 +409,11 @@ def render(result: Diff, verbose: bool = False) -> list[str]:
         lines.append(head)
         quiet = artifact.change == "unchanged" and not artifact.flipped and not artifact.verify_reasons and not verbose
         if quiet:
+            continue
+        if artifact.change == "added" and not verbose:
+            # Nothing to compare with: what it holds, counted, and why it is new.
+            lines.append(f"    {len(artifact.outputs)} output(s), {len(artifact.checks)} check(s) (--all shows them)")
+            lines += [f"    note: {note}" for note in artifact.notes]
             continue
         lines += [f"    - {reason}" for reason in (*artifact.reasons, *artifact.verify_reasons)]
         for output in artifact.outputs:
