@@ -320,6 +320,18 @@ def _read_until(stream, pattern: str, seen: list[str], timeout: float) -> thread
     return reader
 
 
+def _cluster_and_unbuilt_driver(verified_seed: Path, tmp_path: Path) -> tuple[Cluster, ProjectDir, Path]:
+    """A cluster to start, a remote directory, and a copy of the seed with nothing built or stored."""
+    cluster = Cluster(tmp_path / "cluster")
+    (tmp_path / "cluster").mkdir()
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    driver = clone_project(verified_seed, tmp_path / "driver")
+    shutil.rmtree(driver.root / "build")
+    shutil.rmtree(driver.root / "cache" / "store")
+    return cluster, driver, remote
+
+
 def _stalled_driver(cluster: Cluster, driver: ProjectDir, remote: Path) -> tuple[subprocess.Popen, list[str], threading.Thread]:
     """``doit verify --dask`` at ``cluster``, once its build of ``t`` stalls (the worker
     runs with the fault ``build.before_record=stall``): its process, the stderr lines
@@ -345,13 +357,7 @@ def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path:
     """Worker w1 hangs before its build's record is written; it is killed. With another
     worker the scheduler runs the build again there and the driver gets the same bytes;
     with retries exhausted the artifact is reported by name and nothing counts as built."""
-    cluster = Cluster(tmp_path / "cluster")
-    (tmp_path / "cluster").mkdir()
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    driver = clone_project(verified_seed, tmp_path / "driver")
-    shutil.rmtree(driver.root / "build")
-    shutil.rmtree(driver.root / "cache" / "store")
+    cluster, driver, remote = _cluster_and_unbuilt_driver(verified_seed, tmp_path)
     try:
         cluster.start_scheduler({} if retry else {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"})
         cluster.start_worker("w1", "4e9", {"EDGEBUILD_FAULT": "build.before_record=stall"})
@@ -420,13 +426,7 @@ def test_a_local_cluster(verified_seed: Path, tmp_path: Path) -> None:
 def test_the_scheduler_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path: Path) -> None:
     """The scheduler dies while its worker builds: one line naming what was not built, in
     bounded time, no traceback; nothing of it counts as built here."""
-    cluster = Cluster(tmp_path / "cluster")
-    (tmp_path / "cluster").mkdir()
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    driver = clone_project(verified_seed, tmp_path / "driver")
-    shutil.rmtree(driver.root / "build")
-    shutil.rmtree(driver.root / "cache" / "store")
+    cluster, driver, remote = _cluster_and_unbuilt_driver(verified_seed, tmp_path)
     try:
         cluster.start_scheduler()
         cluster.start_worker("w1", "4e9", {"EDGEBUILD_FAULT": "build.before_record=stall"})
