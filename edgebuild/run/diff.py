@@ -181,12 +181,13 @@ def diff(workspace: "Workspace", names: list[str] | None = None, against: str = 
 def _from_revision(workspace: "Workspace", revision: str) -> _Baseline:
     root = workspace.manifest.root
     lock_name = workspace.lock_path.name
-    if work_tree_top(root) is None:
+    top = work_tree_top(root)
+    if top is None:
         raise DiffError(f"--against {revision}: {workspace.manifest.path.name} is not in a git work tree, so it has "
                         "no committed lock file to compare with; compare with a published destination (--against DEST)")
     commit = resolve_commit(root, revision)
     if commit is None:
-        raise DiffError(f"--against {revision}: not a commit of the git repository at {work_tree_top(root)}")
+        raise DiffError(f"--against {revision}: not a commit of the git repository at {top}")
     # A hash names itself; a name (HEAD, main, v1.2) is shown with the commit it is now.
     label = commit[:12] if commit.startswith(revision.lower()) else f"{revision} ({commit[:12]})"
     raw = committed_bytes(workspace.lock_path, LOCK_BYTES, commit)
