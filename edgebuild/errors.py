@@ -65,6 +65,11 @@ class RemoteError(EdgebuildError):
     """A remote location (a directory or an fsspec URL) could not be read or written."""
 
 
+class UnvouchedEntry(RemoteError):
+    """A pull that takes only builds signed by a trusted key (``--pull-only`` with trusted
+    keys) found one that no trusted key signed."""
+
+
 class PublishError(EdgebuildError):
     """Publishing was refused: an artifact is not verified, or the destination already
     holds different content under the same key."""

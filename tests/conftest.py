@@ -34,9 +34,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_ambient_remote(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A remote cache set in the developer's environment is never used by a test
-    (nor by the doit processes tests start): a test names its own remote."""
-    monkeypatch.delenv("EDGEBUILD_REMOTE_CACHE", raising=False)
+    """A remote cache or keys set in the developer's environment are never used by a test
+    (nor by the doit processes tests start): a test names its own."""
+    for variable in ("EDGEBUILD_REMOTE_CACHE", "EDGEBUILD_SIGNING_KEY", "EDGEBUILD_TRUSTED_KEYS"):
+        monkeypatch.delenv(variable, raising=False)
 
 
 @pytest.fixture(scope="session")
@@ -171,3 +172,14 @@ def siglip_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from edgebuild.core.fixtures import write_fixture
 
     return write_fixture(tmp_path_factory.mktemp("siglip") / "ckpt", "siglip_tiny")
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two key pairs, as ``python -m edgebuild keygen`` writes them: the team's and another's."""
+    directory = tmp_path_factory.mktemp("keys")
+    for name in ("team", "other"):
+        made = subprocess.run([sys.executable, "-m", "edgebuild", "keygen", str(directory / name)],
+                              capture_output=True, text=True, timeout=120)
+        assert made.returncode == 0, made.stderr
+    return {name: directory / name for name in ("team", "other")}

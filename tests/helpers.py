@@ -236,3 +236,40 @@ def verify(context: VerifyContext) -> Verification:
     if extra_build_module:
         files["render.py"] = "import json\n\n\ndef render(section):\n    return json.dumps(section, sort_keys=True)\n"
     return files
+
+
+def assert_quiet(result) -> None:
+    """Edgebuild's own lines only -- doit's task lines, each artifact's "  [name] ..." lines
+    and edgebuild's summary; no library's warning, log line or native note."""
+    import re
+
+    assert [line for line in result.stdout.splitlines()
+            if not re.fullmatch(r"(\.|--)  (verify:)?[A-Za-z0-9_.-]+|verify: .*", line)] == [], result.stdout
+    # stderr: each artifact's "  [name] ..." lines, edgebuild's own, and each report's summary
+    # (report.md: its title, fingerprint and table of checks).
+    own = re.compile(r"  \[[A-Za-z0-9_.-]+\] |edgebuild: |# [A-Za-z0-9_.-]+ \(\w+\): (PASSED|FAILED)$|fingerprint `[0-9a-f]{64}`$|\| .* \|$|$")
+    assert [line for line in result.stderr.splitlines() if not own.match(line)] == [], result.stderr
+    assert "Skipping constant folding" not in result.stderr
+
+
+def signer(prefix: Path):
+    """The keys of a runner that signs with ``PREFIX.key`` (and trusts its own key)."""
+    from edgebuild.cache.signing import Trust, key_id, load_private_key
+
+    private = load_private_key(Path(f"{prefix}.key"))
+    return Trust(private, {key_id(private.public_key()): private.public_key()})
+
+
+def trusting(*prefixes: Path):
+    """The keys of a runner that trusts ``PREFIX.pub`` for each prefix, and signs nothing."""
+    from edgebuild.cache.signing import Trust, key_id, load_public_key
+
+    public = [load_public_key(Path(f"{prefix}.pub")) for prefix in prefixes]
+    return Trust(None, {key_id(key): key for key in public})
+
+
+def signing_env(keys: dict, remote: str | None = None) -> dict[str, str]:
+    """The environment of a team's runner: it signs with the team's key (which it thereby
+    trusts) -- what every runner that shares through a remote is given in these tests."""
+    env = {"EDGEBUILD_SIGNING_KEY": f"{keys['team']}.key", "EDGEBUILD_TRUSTED_KEYS": f"{keys['team']}.pub"}
+    return env | ({"EDGEBUILD_REMOTE_CACHE": remote} if remote is not None else {})

@@ -126,13 +126,15 @@ def _listening(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory: pytest.TempPathFactory):
-    """A scheduler and two workers of one thread each, offering different memory."""
+def two_workers(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]):
+    """A scheduler and two workers of one thread each, offering different memory; the
+    workers sign what they push with the team's key."""
     cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    signs = {"EDGEBUILD_SIGNING_KEY": f"{keys['team']}.key"}
     try:
         cluster.start_scheduler()
-        cluster.start_worker("w1", "4e9")
-        cluster.start_worker("w2", "3e9")
+        cluster.start_worker("w1", "4e9", signs)
+        cluster.start_worker("w2", "3e9", signs)
         yield cluster
     finally:
         cluster.stop()
@@ -247,7 +249,7 @@ def test_an_unreachable_scheduler_is_one_line(project_dir: ProjectDir, tmp_path:
 
 
 @pytest.mark.slow
-def test_a_build_over_two_workers(two_workers: Cluster, verified_seed: Path, tmp_path: Path) -> None:
+def test_a_build_over_two_workers(two_workers: Cluster, verified_seed: Path, tmp_path: Path, keys: dict[str, Path]) -> None:
     remote = tmp_path / "remote"
     remote.mkdir()
     driver = clone_project(verified_seed, tmp_path / "driver")
@@ -255,7 +257,9 @@ def test_a_build_over_two_workers(two_workers: Cluster, verified_seed: Path, tmp
         # A driver that has built nothing: everything comes back from the workers.
         shutil.rmtree(driver.root / name)
     driver.manifest(THREE)
-    result = driver.doit("verify", "--dask", two_workers.address, env={"EDGEBUILD_REMOTE_CACHE": str(remote)})
+    # The driver trusts the workers' key: what they verified and signed counts as verified.
+    result = driver.doit("verify", "--dask", two_workers.address,
+                         env={"EDGEBUILD_REMOTE_CACHE": str(remote), "EDGEBUILD_TRUSTED_KEYS": f"{keys['team']}.pub"})
     output = result.stderr
     assert result.returncode == 0, result.stdout + output
     assert "3 artifacts to build and verify (t, u, q)" in output

@@ -22,7 +22,7 @@ from edgebuild.cache.location import Location, quoted
 from edgebuild.cache.remote import RemoteCache, blob_key, entry_key
 from edgebuild.cache.store import Store
 
-from helpers import TOWER_MANIFEST, clone_project
+from helpers import TOWER_MANIFEST, clone_project, signing_env
 
 
 @pytest.fixture
@@ -71,9 +71,11 @@ def test_push_then_pull_into_another_store(remote_url: str, tmp_path: Path) -> N
     target = tmp_path / "b" / "build" / "art"
     record = cache.pull("art", fingerprint, other, target, tmp_path / "b" / "build" / ".tmp", messages.append)
     assert record is not None and record.fingerprint == fingerprint
-    for name in ("model.bin", "config.json", RECORD_FILE, "report.json"):
+    for name in ("model.bin", "config.json", RECORD_FILE):
         assert (target / name).read_bytes() == (store.entry_dir(fingerprint) / name).read_bytes()
-    assert other.has(fingerprint)
+    # Unsigned: a build, not a verification (test_signing.py pulls signed ones with their report).
+    assert not (target / "report.json").exists()
+    assert other.has(fingerprint) and other.unvouched(fingerprint) == f"pulled from {remote_url}: it is unsigned"
     # The scratch directory of the pull is gone.
     assert list((tmp_path / "b" / "build" / ".tmp").iterdir()) == []
 
@@ -303,7 +305,8 @@ def test_entry_with_an_empty_file_name_is_dropped_then_replaced(remote_url: str,
     # The next verified build pushes it again, and it pulls.
     assert cache.push(fingerprint, store, lambda message: None) is True
     record, messages = pull_messages(cache, fingerprint, tmp_path / "c")
-    assert record is not None and record.fingerprint == fingerprint and messages == []
+    assert record is not None and record.fingerprint == fingerprint
+    assert [message for message in messages if "corrupt" in message] == []
 
 
 def test_file_names_that_collide_as_file_and_directory_are_corrupt(tmp_path: Path) -> None:
@@ -455,8 +458,9 @@ def fresh_clone(seed: Path, target: Path):
 
 
 @pytest.mark.slow
-def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str, verified_seed: Path, tmp_path: Path) -> None:
-    env = {"EDGEBUILD_REMOTE_CACHE": remote_url}
+def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str, verified_seed: Path, tmp_path: Path,
+                                                                  keys: dict[str, Path]) -> None:
+    env = signing_env(keys, remote_url)
     first = clone_project(verified_seed, tmp_path / "first")
     fingerprint = first.project().fingerprint("t")
     cache = RemoteCache.open(remote_url)
@@ -464,7 +468,7 @@ def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str
     # Verified before the remote was set: `doit verify` verifies again, which pushes.
     verified = first.doit("verify", env=env)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote_url} (6 files)" in verified.stderr
+    assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote_url} (6 files, signed by key " in verified.stderr
     assert cache.has(fingerprint)
     again = first.doit("verify", env=env)
     assert "-- verify:t" in again.stdout
@@ -477,8 +481,8 @@ def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str
     assert "built in" not in built.stderr and "exported" not in built.stderr
     for name in ("model.onnx", "model.onnx.data", "tower.json"):
         assert (second.root / "build" / "t" / name).read_bytes() == (first.root / "build" / "t" / name).read_bytes()
-    # ... and it is verified: its passing report came with it (into the store too), and
-    # the remote already has it, so nothing is left to do.
+    # ... and it is verified: its passing report came with it (into the store too) under the
+    # team's signature, and the remote already has it, so nothing is left to do.
     checked = second.doit("verify", env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "-- verify:t" in checked.stdout and checked.stderr == ""

@@ -17,7 +17,7 @@ from edgebuild.core.manifest import load_manifest
 from edgebuild.cache.remote import RemoteCache
 from edgebuild.run.shards import groups, parse_shard, partition, select_shard
 
-from helpers import TOWER_MANIFEST, ProjectDir, clone_project, commit, pretend_built
+from helpers import TOWER_MANIFEST, ProjectDir, clone_project, commit, pretend_built, signing_env
 
 # Twelve artifacts: six towers, a QDQ tower and its QNN context on one of them, two
 # SigLIP encoders and an ONNX graph of one; two chains and eight loners.
@@ -231,10 +231,11 @@ def fresh_clone(seed: Path, target: Path) -> ProjectDir:
 
 
 @pytest.mark.slow
-def test_two_shards_then_a_gather_that_exports_nothing(verified_seed: Path, tmp_path: Path) -> None:
+def test_two_shards_then_a_gather_that_exports_nothing(verified_seed: Path, tmp_path: Path, keys: dict[str, Path]) -> None:
     remote = tmp_path / "remote"
     remote.mkdir()
-    env = {"EDGEBUILD_REMOTE_CACHE": str(remote)}
+    # The shards sign what they push with the team's key; the gather trusts it.
+    env = signing_env(keys, str(remote))
     shard_of: dict[str, str] = {}
     for index in (1, 2):
         # Each shard on a runner of its own (the seed has built and verified `t`: its runner
@@ -254,7 +255,7 @@ def test_two_shards_then_a_gather_that_exports_nothing(verified_seed: Path, tmp_
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("t", "u"):
         assert f"[{name}] pulled from the remote cache {remote} in " in result.stderr
-        # Pulled with its passing report (into the store too): nothing left to judge or keep.
+        # Pulled with its passing report, signed (into the store too): nothing left to judge or keep.
         assert f"-- verify:{name}\n" in result.stdout
     assert "built in" not in result.stderr and "# t (qwen3_5_vision_tower)" not in result.stderr
     lock = json.loads((gather.root / "artifacts.lock").read_text())["artifacts"]

@@ -19,7 +19,7 @@ from edgebuild.core.project import Project
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import read_record
 
-from helpers import pretend_built, REPO, ProjectDir
+from helpers import pretend_built, REPO, ProjectDir, signing_env
 
 EVERY_KIND = """\
 checkpoints:
@@ -182,7 +182,8 @@ RENAMED = (
 
 
 @pytest.mark.slow
-def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_path: Path, siglip_checkpoint: Path) -> None:
+def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_path: Path, siglip_checkpoint: Path,
+                                                                          keys: dict[str, Path]) -> None:
     """Two checkouts at different paths, the second with other aliases, a trailing
     slash, `./` in a glob, and its held-out glob absolute: the same fingerprints; the
     first builds every kind, the second pulls all of it and exports nothing; every
@@ -194,7 +195,9 @@ def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_pa
     )
     remote = tmp_path / "remote"
     remote.mkdir()
-    os.environ["EDGEBUILD_REMOTE_CACHE"] = str(remote)
+    # A team's runners: each signs what it pushes with the team's key and trusts it.
+    shared = signing_env(keys, str(remote))
+    os.environ.update(shared)
     try:
         built = build_and_verify(first)
         other = Workspace.load(second / "artifacts.yaml", second)
@@ -207,7 +210,8 @@ def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_pa
             make_current(other, other.artifact(name), log=messages.append)
         assert all(message.startswith("pulled from the remote cache") for message in messages), messages
     finally:
-        del os.environ["EDGEBUILD_REMOTE_CACHE"]
+        for variable in shared:
+            del os.environ[variable]
     third = build_and_verify(lay_out(tmp_path / "third", siglip_checkpoint))
     for name in ("tower", "quantized", "graph"):
         record = read_record(first / "build" / name)

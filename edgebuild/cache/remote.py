@@ -36,6 +36,14 @@ per process, and a missing one is an error naming it, never a silent miss. It
 is never created: a shared directory that is missing is more likely an
 unmounted disk than a new cache, so the first user creates it (``mkdir -p``).
 
+Verified, or only built: an entry whose digests, record and fingerprint all agree is
+a consistent build, not a verified one -- whoever can write the remote can write
+such an entry around any weights. Its report counts as a verdict here only when the
+entry is signed by a trusted key (``signing.py``); otherwise the pull brings the build
+without its report, the store marks it as pulled unvouched, and ``doit verify`` judges
+it here. A runner with a signing key signs what it pushes, and replaces an entry it
+finds there unsigned or signed by a key it does not trust.
+
 Read-only (the ``remote_readonly`` setting: ``EDGEBUILD_REMOTE_CACHE_READONLY=1``, or
 ``--remote-readonly``): pull,
 never push. A shared cache is written only by trusted builds (CI on the protected
@@ -52,12 +60,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebuild.core.atomic import scratch_prefix
-from edgebuild.errors import RecordError, RemoteError, StoreError
+from edgebuild.errors import RecordError, RemoteError, StoreError, UnvouchedEntry
 from edgebuild.core.hashing import canonical_json, digest_bytes, file_digest, is_digest
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
 from edgebuild.cache.location import FROM_SETTINGS, Location, UnfitObject, plain_path_problem, quoted
 from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, parse_json
 from edgebuild.core.report import REPORT_FORMAT, REPORT_JSON
+from edgebuild.cache.signing import Trust
 from edgebuild.cache.store import Store
 
 REMOTE_FORMAT = 1
@@ -99,23 +108,35 @@ def blob_key(digest: str) -> str:
 
 
 class RemoteCache:
-    def __init__(self, location: Location, readonly: bool = False) -> None:
+    def __init__(self, location: Location, readonly: bool = False, trust: Trust | None = None) -> None:
         self.location = location
         self.readonly = readonly
+        self.trust = trust if trust is not None else Trust()
         self._root_checked = False
 
     @classmethod
     def open(cls, spec: str, base: Path | None = None, readonly: bool = False,
-             s3_endpoint: str | None = FROM_SETTINGS) -> "RemoteCache":
-        return cls(Location(spec, base, s3_endpoint), readonly)
+             s3_endpoint: str | None = FROM_SETTINGS, trust: Trust | None = None) -> "RemoteCache":
+        return cls(Location(spec, base, s3_endpoint), readonly, trust)
 
     @property
     def label(self) -> str:
         return self.location.label
 
     def takes_pushes(self, fingerprint: str) -> bool:
-        """Whether a push of ``fingerprint`` would add it: not read-only, and no entry yet."""
-        return not self.readonly and not self.has_entry(fingerprint)
+        """Whether a push of ``fingerprint`` would change the remote: not read-only, and no
+        readable entry yet, or (with a signing key) one that no trusted key signed."""
+        if self.readonly:
+            return False
+        try:
+            entry = self.entry(fingerprint)
+        except CorruptEntry:
+            return True
+        return entry is None or self._replaces(entry)
+
+    def _replaces(self, entry: dict[str, Any]) -> bool:
+        """Whether a push replaces ``entry``: this runner signs, and nobody it trusts signed it."""
+        return self.trust.signing_key is not None and self.trust.distrust(entry) is not None
 
     # --- reading ------------------------------------------------------------------
 
@@ -235,10 +256,13 @@ class RemoteCache:
             return False
         return entry is not None and not self._missing_blobs(entry)
 
-    def pull(self, name: str, fingerprint: str, store: Store, target: Path, scratch_root: Path, log: Log) -> BuildRecord | None:
+    def pull(self, name: str, fingerprint: str, store: Store, target: Path, scratch_root: Path, log: Log,
+             vouched_only: bool = False) -> BuildRecord | None:
         """Put the remote build of ``fingerprint`` into ``store`` and materialise it at
-        ``target``. Returns the record; ``None`` when the remote has no such entry or
-        the entry is corrupt (which is then reported and dropped)."""
+        ``target``, with its report only when a trusted key signed the entry. Returns the
+        record; ``None`` when the remote has no such entry or the entry is corrupt (which
+        is then reported and dropped). ``vouched_only``: an entry no trusted key signed
+        is an :class:`UnvouchedEntry` error, and nothing is written."""
         scratch_root.mkdir(parents=True, exist_ok=True)
         # The artifact's scratch prefix: a pull killed half-way is cleaned up like a build.
         scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix(name) + "pull~", dir=scratch_root))
@@ -247,13 +271,27 @@ class RemoteCache:
                 entry = self.entry(fingerprint)
                 if entry is None:
                     return None
+                distrust = self.trust.distrust(entry)
+                if distrust is not None and vouched_only:
+                    raise UnvouchedEntry(
+                        f"{name}: the build of {fingerprint[:12]} in {self.label} is not taken as verified: {distrust}; "
+                        "--pull-only takes only builds signed by a trusted key (sign pushes with EDGEBUILD_SIGNING_KEY, "
+                        "or verify it here without --pull-only)"
+                    )
                 self._download(entry, fingerprint, scratch)
             except CorruptEntry as corrupt:
                 log(f"remote cache: entry {fingerprint[:12]} is corrupt ({corrupt}); dropped, building instead")
                 self._drop(fingerprint, corrupt.bad_blobs)
                 return None
             store.put(fingerprint, scratch)
-            store.put_report(fingerprint, scratch)
+            if distrust is None:
+                store.put_report(fingerprint, scratch)
+            else:
+                # A consistent build, but nobody trusted says it passed: its report is left
+                # behind, and `doit verify` judges it here.
+                store.mark_unvouched(fingerprint, f"pulled from {self.label}: {distrust}")
+                log(f"remote cache: {fingerprint[:12]} is pulled as a build, not as verified ({distrust}); "
+                    "verification judges it here")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         restored = store.restore(fingerprint, target, scratch_root)
@@ -319,7 +357,12 @@ class RemoteCache:
             raise StoreError(
                 f"store entry {fingerprint[:12]}: {', '.join(changed)} changed since build; not pushed to {self.label}"
             )
-        if self.has(fingerprint):
+        try:
+            existing = self.entry(fingerprint)
+        except CorruptEntry:
+            existing = None
+        replacing = existing is not None and self._replaces(existing)
+        if existing is not None and not replacing and not self._missing_blobs(existing):
             log(f"remote cache: {fingerprint[:12]} already in {self.label}")
             return False
         files = record.to_json(only=("outputs",))["outputs"]
@@ -335,11 +378,19 @@ class RemoteCache:
             size = self.location.size(key)
             if size != meta["size"]:
                 raise RemoteError(f"{self.location.where(key)}: uploaded {relative} but found {size} bytes, expected {meta['size']}")
-        entry = {"format": REMOTE_FORMAT, "fingerprint": fingerprint, "files": files}
+        entry = self.trust.sign({"format": REMOTE_FORMAT, "fingerprint": fingerprint, "files": files})
         # Last, in one write: until it exists, nobody pulls a partial upload.
         self.location.write(entry_key(fingerprint), (canonical_json(entry) + "\n").encode())
-        log(f"remote cache: pushed {fingerprint[:12]} to {self.label} ({len(files)} files)")
+        signed = f", signed by key {entry['signature']['key'][:16]}" if "signature" in entry else ""
+        replaced = " (replacing an entry no trusted key signed)" if replacing else ""
+        log(f"remote cache: pushed {fingerprint[:12]} to {self.label} ({len(files)} files{signed}){replaced}")
         return True
+
+    def drop(self, fingerprint: str) -> None:
+        """Remove the entry of ``fingerprint`` (its blobs stay: other entries may share
+        them), so that the next push replaces it. Never on a read-only remote."""
+        if not self.readonly:
+            self.location.delete(entry_key(fingerprint))
 
 
 def _files_problem(files: dict[str, Any]) -> str | None:

@@ -29,6 +29,9 @@ from edgebuild.core.faults import fault_point
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, read_record
 
 LAST_USED_FILE = ".last-used"
+# Beside a build pulled from a remote cache whose entry no trusted key signed: where it
+# came from and why it is not taken as verified. Removed once it is verified here.
+UNVOUCHED_FILE = ".unvouched"
 # Where entries are written before they are renamed into place, and removed from.
 SCRATCH_DIR = ".tmp"
 
@@ -124,7 +127,8 @@ class Store:
             fault_point("store.before_rename")
 
     def put_report(self, fingerprint: str, directory: Path) -> None:
-        """Keep the verification report beside the stored outputs."""
+        """Keep the verification report beside the stored outputs (a report written
+        here, or pulled under a trusted signature: the build is vouched for now)."""
         target = self.entry_dir(fingerprint)
         if not target.is_dir():
             return
@@ -132,6 +136,22 @@ class Store:
             source = directory / name
             if source.is_file():
                 copy_file(source, target / name)
+        (target / UNVOUCHED_FILE).unlink(missing_ok=True)
+
+    def mark_unvouched(self, fingerprint: str, why: str) -> None:
+        """Say that the stored build of ``fingerprint`` was pulled and nobody trusted
+        vouched for it (``why``): if it fails verification here, it is exported instead."""
+        target = self.entry_dir(fingerprint)
+        if target.is_dir():
+            (target / UNVOUCHED_FILE).write_text(why + "\n")
+
+    def unvouched(self, fingerprint: str) -> str | None:
+        """Why the stored build of ``fingerprint`` is a pulled one nobody trusted vouched
+        for; ``None`` when it was built or verified here, or signed by a trusted key."""
+        try:
+            return (self.entry_dir(fingerprint) / UNVOUCHED_FILE).read_text().strip() or "pulled, unsigned"
+        except OSError:
+            return None
 
     def has_report(self, fingerprint: str, verify_fingerprint: str) -> bool:
         """Whether the stored build of ``fingerprint`` keeps a report of ``verify_fingerprint``."""

@@ -233,7 +233,9 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
     params["reporter"] = RecordingReporter.recording(params["reporter"], command.reporters, outcomes)
     result = Run.execute(command, params, tasks)
     try:
-        update_lock(workspace, workspace.order(chosen))
+        # Frozen, the committed lock file is what the run read: it stays as it is.
+        if not workspace.frozen:
+            update_lock(workspace, workspace.order(chosen))
         workspace.save_caches()
     except EdgebuildError as error:
         fail(str(error))

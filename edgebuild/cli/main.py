@@ -4,6 +4,7 @@
     python -m edgebuild schema            the manifest's JSON Schema (editor completion)
     python -m edgebuild check [--deep]    validate the manifest and print what it declares
     python -m edgebuild fixture NAME DIR  write a generated tiny checkpoint to DIR
+    python -m edgebuild keygen PREFIX     write a signing key pair: PREFIX.key (private) and PREFIX.pub
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         "--deep", action="store_true",
         help="also open the checkpoints and input files and check every artifact's parameters against them",
     )
+    keygen = commands.add_parser(
+        "keygen", help="write an ECDSA P-256 key pair for signing remote-cache entries: PREFIX.key (mode 0600) "
+        "and PREFIX.pub (never overwrites)",
+    )
+    keygen.add_argument("prefix", type=Path, metavar="PREFIX")
     args = parser.parse_args(argv)
     try:
         if args.command == "init":
@@ -57,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
             print(args.directory)
         elif args.command == "check":
             return _check(args.manifest, args.deep)
+        elif args.command == "keygen":
+            from edgebuild.cache.signing import generate, key_id, load_public_key
+
+            private_path, public_path = generate(args.prefix)
+            print(f"wrote {private_path} (private: EDGEBUILD_SIGNING_KEY on the runners that push; keep it secret) "
+                  f"and {public_path} (public: EDGEBUILD_TRUSTED_KEYS where builds are pulled)")
+            print(f"key id {key_id(load_public_key(public_path))[:16]}")
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr)
         return 2

@@ -6,7 +6,10 @@
   pull everything here (``--pull-only``, implied);
 - ``--remote-readonly``: pull from the remote cache, never push (pull requests);
 - ``--pull-only``: export nothing here; every artifact must come from the store or the
-  remote cache (the gather step after the shards).
+  remote cache (the gather step after the shards);
+- ``--frozen`` (``doit verify``, ``doit publish``): ``--pull-only`` by the fingerprints of
+  the lock file as committed, with no checkpoint read (``edgebuild/core/frozen.py``); only
+  builds signed by a trusted key, since nothing can be judged here.
 
 ``--remote-readonly`` and ``--pull-only`` are settings of the workspace
 (``remote_readonly``, ``pull_only``); the command writes them out for its worker
@@ -33,6 +36,11 @@ _PULL_ONLY = {
     "help": "export nothing: every artifact comes from the store or the remote cache, or it is an error "
             "(the gather step after sharded builds)",
 }
+_FROZEN = {
+    "name": "frozen", "short": "", "long": "frozen", "type": bool, "default": False,
+    "help": "take every fingerprint from the lock file as committed at HEAD and pull by it: no checkpoint is "
+            "read, nothing is exported or judged here; needs EDGEBUILD_TRUSTED_KEYS (EDGEBUILD_FROZEN=1)",
+}
 _SHARD = {
     "name": "shard", "short": "", "long": "shard", "type": str, "default": "",
     "help": "I/N: only shard I of N of the selection (an artifact with its sources; balanced by recorded cost)",
@@ -44,8 +52,9 @@ _DASK = {
 }
 # For ``doit build`` and ``doit verify``.
 RUN_OPTIONS = (_SHARD, _DASK, _REMOTE_READONLY, _PULL_ONLY)
+VERIFY_OPTIONS = RUN_OPTIONS + (_FROZEN,)
 # For ``doit publish`` (the gather step).
-PUBLISH_OPTIONS = (_REMOTE_READONLY, _PULL_ONLY)
+PUBLISH_OPTIONS = (_REMOTE_READONLY, _PULL_ONLY, _FROZEN)
 
 
 @dataclass
@@ -67,6 +76,8 @@ def prepare(workspace: Any, params: Any, selected: list[str], verify: bool) -> P
             raise InvalidCommand("--pull-only takes every artifact from the remote cache, and none is set (EDGEBUILD_REMOTE_CACHE)")
         workspace.configure(pull_only=True)
     try:
+        if params.get("frozen") or workspace.settings.frozen:
+            _freeze(workspace)
         if params.get("dask"):
             from edgebuild.run.executors import check_address
 
@@ -85,6 +96,17 @@ def prepare(workspace: Any, params: Any, selected: list[str], verify: bool) -> P
         print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
         return Prepared([], 2)
     return Prepared(selected)
+
+
+def _freeze(workspace: Any) -> None:
+    if workspace.remote is None:
+        raise InvalidCommand("--frozen pulls every artifact from the remote cache, and none is set (EDGEBUILD_REMOTE_CACHE)")
+    if not workspace.remote.trust.configured:
+        raise InvalidCommand(
+            "--frozen judges nothing here (the checkpoints need not be present), so it takes only builds signed by a "
+            "trusted key, and none is set (EDGEBUILD_TRUSTED_KEYS)"
+        )
+    workspace.configure(frozen=True, pull_only=True)
 
 
 def _shard(workspace: Any, text: str, selected: list[str], verify: bool) -> list[str]:

@@ -14,7 +14,7 @@ from edgebuild.errors import EdgebuildError, PublishError
 class Publish(NamesAnywhere, Run):
     name = "publish"
     doc_purpose = "verify artifacts (all, or the ones named), then publish them to DEST"
-    doc_usage = "[ARTIFACT ...] --to DEST [--allow-dirty] [--pull-only]"
+    doc_usage = "[ARTIFACT ...] --to DEST [--allow-dirty] [--pull-only | --frozen]"
     doc_description = (
         "DEST is a directory or an fsspec URL (file://, s3://bucket/prefix, ...). Each artifact goes to "
         "DEST/<artifact>/<fingerprint>/ with its report, provenance.json and SHA256SUMS; DEST/index.json "

@@ -6,20 +6,20 @@ from __future__ import annotations
 from doit.cmd_run import Run
 
 from edgebuild.cli.common import FAIL_FAST_OPTION, NamesAnywhere, open_workspace, run_and_lock, selected
-from edgebuild.cli.options import RUN_OPTIONS, prepare
+from edgebuild.cli.options import VERIFY_OPTIONS, prepare
 from edgebuild.run.scheduler import verification_summary
 
 
 class Verify(NamesAnywhere, Run):
     name = "verify"
     doc_purpose = "build what is stale, then verify artifacts (all, or the ones named)"
-    doc_usage = "[--shard I/N] [--dask ADDRESS] [ARTIFACT ...] [--fail-fast]"
+    doc_usage = "[--shard I/N] [--dask ADDRESS] [--pull-only | --frozen] [ARTIFACT ...] [--fail-fast]"
     doc_description = (
         "Verifies every selected artifact even when one fails, then prints one line: how many passed, "
         "failed and were not run (their build, or a source's, failed). Writes build/<name>/report.json "
         "and report.md, refreshes the lock file; exits non-zero if anything failed."
     )
-    cmd_options = Run.cmd_options + (FAIL_FAST_OPTION,) + RUN_OPTIONS
+    cmd_options = Run.cmd_options + (FAIL_FAST_OPTION,) + VERIFY_OPTIONS
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         workspace = open_workspace(self, params)

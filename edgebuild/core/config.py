@@ -33,7 +33,7 @@ _FALSE = ("", "0", "false", "no", "off")
 @dataclass(frozen=True)
 class Variable:
     """One environment variable: its name, the :class:`Settings` field it sets, its type
-    (``path``, ``location``, ``switch``, ``count``, ``seconds`` or ``text``) and what it does."""
+    (``path``, ``paths``, ``location``, ``switch``, ``count``, ``seconds`` or ``text``) and what it does."""
 
     name: str
     field: str
@@ -52,6 +52,15 @@ VARIABLES = (
     Variable("EDGEBUILD_PULL_ONLY", "pull_only", "switch",
              "Export nothing: every artifact comes from the store or the remote cache, or it is an error "
              "(a gather step). Same as --pull-only."),
+    Variable("EDGEBUILD_FROZEN", "frozen", "switch",
+             "Take every fingerprint from the lock file as committed at HEAD and pull by it: no checkpoint is read, "
+             "nothing is exported or judged here (a gather or publish runner). Same as --frozen."),
+    Variable("EDGEBUILD_SIGNING_KEY", "signing_key", "path",
+             "A private key (python -m edgebuild keygen PREFIX writes PREFIX.key) that signs every entry this "
+             "runner pushes to the remote cache; its public key is trusted too."),
+    Variable("EDGEBUILD_TRUSTED_KEYS", "trusted_keys", "paths",
+             "Public keys, comma-separated (PREFIX.pub): a pulled build whose entry one of them signed counts as "
+             "verified; any other pulled build is verified here first."),
     Variable("EDGEBUILD_VERBOSE", "verbose", "switch",
              "Show the libraries' warnings and log lines (torch's exporter, onnxruntime), hidden by default. "
              "Same as -v 2."),
@@ -80,6 +89,10 @@ class Settings:
     remote_cache: str | None = None
     remote_readonly: bool = False
     pull_only: bool = False
+    frozen: bool = False
+    signing_key: str | None = None
+    # Absolute paths, comma-separated (as the variable has them).
+    trusted_keys: str | None = None
     verbose: bool = False
     jobs: int = 0
     s3_endpoint: str | None = None
@@ -124,6 +137,10 @@ class Settings:
     def remote_cache_disabled(self) -> bool:
         return self.remote_cache == REMOTE_CACHE_OFF
 
+    @property
+    def trusted_key_paths(self) -> list[str]:
+        return [path for path in (self.trusted_keys or "").split(",") if path]
+
 
 def _parse(variable: Variable, text: str, cwd: Path | None) -> Any:
     if variable.type == "switch":
@@ -147,6 +164,11 @@ def _parse(variable: Variable, text: str, cwd: Path | None) -> Any:
         return seconds
     if variable.type == "path":
         return _absolute(text, cwd)
+    if variable.type == "paths":
+        parts = [part.strip() for part in text.split(",")]
+        if any(not part for part in parts):
+            raise ConfigError(f"{variable.name}: expected paths separated by commas, found an empty one in {text!r}")
+        return ",".join(_absolute(part, cwd) for part in parts)
     if variable.type == "location":
         return text if text == REMOTE_CACHE_OFF or "://" in text else _absolute(text, cwd)
     return text

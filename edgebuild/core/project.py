@@ -166,6 +166,7 @@ class Project:
         self._records: dict[tuple[str, str], BuildRecord] = {}
         self._checked: set[str] = set()
         self._built_outputs: dict[str, tuple[tuple[int, ...], str, dict[str, str]]] = {}
+        self._frozen: tuple[dict[str, Any], str] | None = None
 
     @classmethod
     def load(cls, manifest_path: str | os.PathLike[str] | None = None, root: Path | None = None) -> "Project":
@@ -271,6 +272,8 @@ class Project:
         per the bytes of its sources). :class:`SourceNotBuilt` while a source's bytes
         are unknown."""
         artifact = self.artifact(artifact)
+        if self._frozen is not None:
+            return self._frozen_record(artifact)
         params = artifact.params
         kind = artifact.kind
         checkpoints = self.checkpoints_for(params)
@@ -337,6 +340,32 @@ class Project:
 
     def fingerprint(self, artifact: "str | Artifact") -> str:
         return self.record(artifact).fingerprint
+
+    # --- frozen: fingerprints from the committed lock file ------------------------------
+
+    def freeze(self, entries: dict[str, Any] | None, shown: str = "") -> None:
+        """Take every build record from ``entries`` (the lock file's, as committed; named
+        ``shown`` in messages) instead of the checkpoints, which are then never read
+        (``edgebuild/core/frozen.py``); ``None``: compute them again."""
+        self._frozen = (entries, shown) if entries is not None else None
+        self._records.clear()
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen is not None
+
+    def _frozen_record(self, artifact: Artifact) -> BuildRecord:
+        from edgebuild.core.frozen import frozen_record
+
+        assert self._frozen is not None
+        memo = (artifact.name, "frozen")
+        if memo not in self._records:
+            entries, shown = self._frozen
+            kind = artifact.kind
+            code = code_digests(kind.build_module, packages=kind_code_packages(kind))
+            self._records[memo] = frozen_record(artifact, _roles("source", artifact.sources), entries, shown, code,
+                                                tool_versions(_version_packages(kind)))
+        return self._records[memo]
 
     def _source_key(self, artifact: Artifact, source: Artifact) -> dict[str, Any]:
         """What ``artifact``'s fingerprint holds of ``source``: the digests of the files its

@@ -26,7 +26,9 @@ from edgebuild.core.project import Artifact
 from edgebuild.core.record import BuildRecord, output_manifest, read_record_or_none
 from edgebuild.core.report import Report
 from edgebuild.core.timing import peak_rss_bytes
-from edgebuild.errors import EdgebuildError, ExportError, FilesystemError, RemoteError, VerificationFailed
+from edgebuild.errors import (
+    EdgebuildError, ExportError, FilesystemError, RemoteError, UnvouchedEntry, VerificationFailed,
+)
 from edgebuild.run.state import changed_outputs, current_record
 from edgebuild.run.verification import judge
 
@@ -104,8 +106,13 @@ def _make_current(workspace: "Workspace", artifact: Artifact, log: Log, export: 
             return _remember_outputs(workspace, artifact, restored)
         remote = workspace.remote
         if remote is not None:
+            # A gather step that trusts keys takes only what they signed: it judges nothing.
+            vouched_only = workspace.settings.pull_only and remote.trust.configured
             try:
-                pulled = remote.pull(artifact.name, fingerprint, workspace.store, target, layout.scratch_dir, log)
+                pulled = remote.pull(artifact.name, fingerprint, workspace.store, target, layout.scratch_dir, log,
+                                     vouched_only=vouched_only)
+            except UnvouchedEntry:
+                raise
             except RemoteError as error:
                 raise RemoteError(
                     f"{artifact.name}: {error} (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"

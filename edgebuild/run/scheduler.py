@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from edgebuild.core.project import Artifact
-from edgebuild.errors import EdgebuildError
+from edgebuild.core.atomic import scratch_prefix
+from edgebuild.core.config import REMOTE_CACHE_OFF
+from edgebuild.errors import EdgebuildError, VerificationFailed
 from edgebuild.run.builder import ExportRequired, keep_verified, make_current, refused_export, stderr_log
 from edgebuild.run.state import VerificationState, is_built, verification_state
-from edgebuild.run.workers import Relay, run_worker
+from edgebuild.run.workers import Relay, run_worker, run_worker_at
 
 if TYPE_CHECKING:
     from edgebuild.run.workspace import Workspace
@@ -86,6 +88,47 @@ def verify(workspace: "Workspace", artifact: Artifact, log: Log | None = None, r
         log("verified already: its report passed at this verification fingerprint; not judged again")
         keep_verified(workspace, artifact, log)
         return artifact.verify_fingerprint
+    if workspace.frozen:
+        raise VerificationFailed(
+            f"{artifact.name}: the build pulled by the committed lock file's fingerprint has no passing report at this "
+            f"checkout's verification fingerprint {artifact.verify_fingerprint[:12]} (thresholds, judging code or "
+            "held-out files changed since), and --frozen judges nothing here: run doit verify without --frozen"
+        )
+    try:
+        return str(run_worker("verify", workspace, artifact, relay)["verify_fingerprint"])
+    except VerificationFailed as failed:
+        pulled = workspace.store.unvouched(artifact.fingerprint)
+        if pulled is None:
+            raise
+        return _export_instead_of(workspace, artifact, pulled, failed, log, relay)
+
+
+def _export_instead_of(workspace: "Workspace", artifact: Artifact, pulled: str, failed: VerificationFailed,
+                       log: Log, relay: Relay | None) -> str:
+    """A build pulled unvouched failed verification here: it is thrown away (here, and
+    from a writable remote, so the next push replaces it), exported here with the remote
+    cache left out, and verified again."""
+    import shutil
+    import tempfile
+
+    log(f"the pulled build failed verification here ({pulled}); it is thrown away and exported here instead")
+    remote = workspace.remote
+    if remote is not None and not remote.readonly:
+        remote.drop(artifact.fingerprint)
+    workspace.store.remove(artifact.fingerprint)
+    if workspace.settings.pull_only:
+        raise VerificationFailed(f"{failed} (the build was pulled: {pulled}; --pull-only exports nothing)") from None
+    # Renamed away first, like every removal here: build/<name>/ is the pulled build or nothing.
+    layout = workspace.layout
+    layout.scratch_dir.mkdir(parents=True, exist_ok=True)
+    doomed = tempfile.mkdtemp(prefix=scratch_prefix(artifact.name) + "rejected~", dir=layout.scratch_dir)
+    artifact.directory.rename(f"{doomed}/content")
+    shutil.rmtree(doomed, ignore_errors=True)
+    # The build must not pull the same entry again from a read-only remote.
+    without_remote = workspace.settings.replace(manifest=str(workspace.manifest.path), remote_cache=REMOTE_CACHE_OFF)
+    run_worker_at("build", str(workspace.manifest.path), str(layout.root), artifact.name, without_remote.environ(),
+                  relay, expect=artifact.fingerprint)
+    adopt_output_digests(workspace, artifact)
     return str(run_worker("verify", workspace, artifact, relay)["verify_fingerprint"])
 
 

@@ -43,6 +43,8 @@ class Workspace(Project):
         self._remote: Any = _UNSET
         self._lock: tuple[tuple[int, ...] | None, dict[str, Any]] | None = None
         prefer_numba_cache(self.layout.numba_cache_dir)
+        if self.settings.frozen:
+            self._freeze_at_head()
 
     @classmethod
     def open(cls, manifest: str | os.PathLike[str] | None = None, root: Path | None = None,
@@ -61,6 +63,8 @@ class Workspace(Project):
     def configure(self, **changes: Any) -> Settings:
         """Replace some settings (a command's options); the remote cache is opened again."""
         self.settings = self.settings.replace(**changes)
+        if "frozen" in changes:
+            self._freeze_at_head() if self.settings.frozen else self.freeze(None)
         if self._remote is not _UNSET and self._remote is not None and set(changes) == {"remote_readonly"}:
             self._remote.readonly = self.settings.remote_readonly
         else:
@@ -89,12 +93,31 @@ class Workspace(Project):
                 self._remote = None
             else:
                 from edgebuild.cache.remote import RemoteCache
+                from edgebuild.cache.signing import Trust
 
                 # A relative directory in the manifest is relative to the manifest, like every path there.
                 base = self.manifest.root if spec == self.manifest.remote_cache else Path.cwd()
                 self._remote = RemoteCache.open(spec, base, readonly=self.settings.remote_readonly,
-                                                s3_endpoint=self.settings.s3_endpoint)
+                                                s3_endpoint=self.settings.s3_endpoint,
+                                                trust=Trust.from_settings(self.settings))
         return self._remote
+
+    def _freeze_at_head(self) -> None:
+        """Take every fingerprint from the lock file as committed at ``HEAD`` (the
+        ``frozen`` setting): what the commit says was built, whatever this checkout wrote since."""
+        from edgebuild.core.files import LOCK_BYTES
+        from edgebuild.core.lockfile import parse_lock
+        from edgebuild.errors import LockfileError
+        from edgebuild.run.vcs import committed_bytes
+
+        name = self.lock_path.name
+        committed = committed_bytes(self.lock_path, LOCK_BYTES)
+        if committed is None:
+            raise LockfileError(
+                f"{self.lock_path}: not committed at HEAD (or not in a git work tree); --frozen takes every fingerprint "
+                f"from the committed lock file: build and verify with the checkpoints, then commit {name}"
+            )
+        self.freeze(parse_lock(committed, f"{name} at HEAD"), f"{name} at HEAD")
 
     # --- what a source's build wrote, when it is not in build/ ------------------------------
 

@@ -86,6 +86,7 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
     The cluster worker's own settings (its environment) apply, but for what the job
     decides: where the remote cache is, that it is written, and that this worker builds."""
     from edgebuild.cache.remote import RemoteCache
+    from edgebuild.cache.signing import Trust
     from edgebuild.core.config import Settings
     from edgebuild.core.hashing import digest_bytes
     from edgebuild.run.workers import run_worker_at
@@ -94,7 +95,8 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
     settings = Settings.from_environ().replace(
         remote_cache=job.remote_cache, remote_readonly=False, pull_only=False, manifest=job.manifest_path
     )
-    if job.fingerprint is not None and RemoteCache.open(job.remote_cache, s3_endpoint=settings.s3_endpoint).has(job.fingerprint):
+    remote = RemoteCache.open(job.remote_cache, s3_endpoint=settings.s3_endpoint, trust=Trust.from_settings(settings))
+    if job.fingerprint is not None and remote.has(job.fingerprint) and not remote.takes_pushes(job.fingerprint):
         # An earlier attempt (on a worker lost after it pushed) or another driver got there first.
         emit("in the remote cache already: nothing to do")
         return {"seconds": time.perf_counter() - started}
