@@ -12,7 +12,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("ArtifactStatus", "Project", "VerificationReport", "VerifyResult", "open_project")
+_API = ("ArtifactStatus", "Project", "VerificationReport", "VerifyResult", "fetch", "open_project")
 __all__ = ["__version__", *_API]
 
 

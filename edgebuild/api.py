@@ -233,6 +233,20 @@ def _manifest_path(manifest: str | os.PathLike[str] | None, settings: Any) -> Pa
     return manifest_path(manifest or settings.manifest)
 
 
+def fetch(name: str, source: str, to: str | os.PathLike[str], fingerprint: str | None = None, commit: str | None = None,
+          trusted_keys: list[str] | None = None, log: Log | None = None) -> Path:
+    """Download the published build of ``name`` from ``source`` (where ``doit publish --to``
+    put it) into the directory ``to``: the latest one, or the one with ``fingerprint``, or
+    the newest published from ``commit``. Every byte is checked against its
+    ``SHA256SUMS`` and the release's signature against ``trusted_keys`` (public key paths;
+    default ``EDGEBUILD_TRUSTED_KEYS``) before anything is written; raises
+    :class:`~edgebuild.errors.FetchError` otherwise. Returns ``to``."""
+    from edgebuild.run.fetch import fetch as fetch_artifact
+
+    return fetch_artifact(name, source, to, fingerprint=fingerprint, commit=commit, trusted_keys=trusted_keys,
+                          log=log or (lambda message: None))
+
+
 def _log(log: Log | None) -> Callable[[str, str], None] | None:
     if log is None:
         return None
@@ -240,4 +254,4 @@ def _log(log: Log | None) -> Callable[[str, str], None] | None:
 
 
 __all__ = ["ArtifactStatus", "EdgebuildError", "Project", "VerificationFailed", "VerificationReport", "VerifyResult",
-           "open_project"]
+           "fetch", "open_project"]

@@ -75,6 +75,11 @@ class PublishError(EdgebuildError):
     holds different content under the same key."""
 
 
+class FetchError(EdgebuildError):
+    """A published artifact could not be fetched: not published, or not what its
+    checksums and signature say. Nothing was written."""
+
+
 class LockfileError(EdgebuildError):
     """The lock file (``<manifest stem>.lock``) exists but is not one this version can read."""
 

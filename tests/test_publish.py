@@ -60,10 +60,13 @@ def test_publish_twice_publishes_once(remote_url: str, verified_seed: Path, tmp_
     assert row["path"] == f"t/{fingerprint}/"
     assert row["checksum"] == "sha256:" + sha256(checksums)
     assert row["kind"] == "qwen3_5_vision_tower"
+    assert (row["commit"], row["signed"], index["latest"]) == (commit, False, {"t": fingerprint})
 
     # SHA256SUMS covers every published file, in `sha256sum -c` form, and each matches.
     listed = dict(line.split("  ")[::-1] for line in checksums.decode().splitlines())
-    assert set(listed) == {"model.onnx", "model.onnx.data", "tower.json", "report.json", "report.md", "provenance.json"}
+    # (Unsigned: this runner has no EDGEBUILD_SIGNING_KEY, so no model.sig; test_release.py signs.)
+    assert set(listed) == {"model.onnx", "model.onnx.data", "tower.json", "report.json", "report.md", "provenance.json",
+                           "provenance.intoto.json"}
     for name, digest in listed.items():
         assert sha256(destination.read(f"t/{fingerprint}/{name}")) == digest
     built = project.root / "build" / "t"

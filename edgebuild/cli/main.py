@@ -5,6 +5,8 @@
     python -m edgebuild check [--deep]    validate the manifest and print what it declares
     python -m edgebuild fixture NAME DIR  write a generated tiny checkpoint to DIR
     python -m edgebuild keygen PREFIX     write a signing key pair: PREFIX.key (private) and PREFIX.pub
+    python -m edgebuild fetch NAME --from DEST --to DIR [--fingerprint FP | --commit SHA]
+                                          download a published artifact, checked and signed
 """
 
 from __future__ import annotations
@@ -39,6 +41,18 @@ def main(argv: list[str] | None = None) -> int:
         "and PREFIX.pub (never overwrites)",
     )
     keygen.add_argument("prefix", type=Path, metavar="PREFIX")
+    fetch = commands.add_parser(
+        "fetch", help="download a published artifact into DIR after checking every byte against SHA256SUMS and its "
+        "signature against EDGEBUILD_TRUSTED_KEYS (the latest published, unless --fingerprint or --commit)",
+    )
+    fetch.add_argument("name", metavar="NAME")
+    fetch.add_argument("--from", dest="source", required=True, metavar="DEST",
+                       help="where it was published: a directory or an fsspec URL (doit publish --to)")
+    fetch.add_argument("--to", dest="target", required=True, type=Path, metavar="DIR",
+                       help="a directory to create (or an empty one)")
+    which = fetch.add_mutually_exclusive_group()
+    which.add_argument("--fingerprint", metavar="FP", help="this published build (at least 7 hex digits)")
+    which.add_argument("--commit", metavar="SHA", help="the newest build published from this commit")
     args = parser.parse_args(argv)
     try:
         if args.command == "init":
@@ -63,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
             print(args.directory)
         elif args.command == "check":
             return _check(args.manifest, args.deep)
+        elif args.command == "fetch":
+            from edgebuild.core.config import Settings
+            from edgebuild.run.fetch import fetch as fetch_artifact
+
+            settings = Settings.from_environ()
+            fetch_artifact(args.name, args.source, args.target, fingerprint=args.fingerprint, commit=args.commit,
+                           trusted_keys=settings.trusted_key_paths, s3_endpoint=settings.s3_endpoint)
         elif args.command == "keygen":
             from edgebuild.cache.signing import generate, key_id, load_public_key
 

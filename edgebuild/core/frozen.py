@@ -16,13 +16,14 @@ checkout computes (thresholds, judging code and verification-only files are all 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgebuild.core.record import BuildRecord
 from edgebuild.errors import LockfileError
 
-if TYPE_CHECKING:
-    from edgebuild.core.project import Artifact
+# An artifact handle (``edgebuild.core.project.Artifact``, which calls this module: not
+# imported here, even for annotations).
+Artifact = Any
 
 
 def _differences(locked: Any, here: Any) -> list[str]:
@@ -36,7 +37,7 @@ def _listed(keys: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def frozen_record(artifact: "Artifact", sources: list[tuple[str, "Artifact"]], entries: dict[str, Any], shown: str,
+def frozen_record(artifact: Artifact, sources: list[tuple[str, Artifact]], entries: dict[str, Any], shown: str,
                   code: dict[str, str], versions: dict[str, str]) -> BuildRecord:
     """The build record of ``artifact`` from its lock entry in ``entries`` (``shown``: how
     the lock is named in messages), checked against the manifest, its ``sources`` (role,

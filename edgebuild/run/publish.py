@@ -2,10 +2,13 @@
 
 Layout at the destination (a directory or any fsspec URL)::
 
-    index.json                          every published artifact: fingerprint, checksum, when
+    index.json                          every published artifact: fingerprint, checksum, commit, when;
+                                        and the latest fingerprint of each
     <artifact>/<fingerprint>/           the output files, as in build/<artifact>/
     <artifact>/<fingerprint>/report.json, report.md    its verification report
     <artifact>/<fingerprint>/provenance.json           what produced it (see ``provenance``)
+    <artifact>/<fingerprint>/provenance.intoto.json    the same as an in-toto SLSA statement (``release.py``)
+    <artifact>/<fingerprint>/model.sig                 its model-signing signature, with a signing key
     <artifact>/<fingerprint>/SHA256SUMS                ``sha256sum -c`` format, written last
 
 The path is content-addressed: the fingerprint covers every input, so one key
@@ -49,6 +52,7 @@ artifact again, a no-op for its files, puts the row back.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -77,6 +81,7 @@ from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report
 from edgebuild.errors import EdgebuildError, PublishError, RemoteError
 from edgebuild.run.state import VerificationState, verification_state
 from edgebuild.run.lockfile import lock_names
+from edgebuild.run.release import SIGNATURE_FILE, STATEMENT_FILE, sign_entry, statement
 from edgebuild.run.vcs import git_state, is_ignored, work_tree_top
 
 if TYPE_CHECKING:
@@ -93,7 +98,7 @@ STAGING_SUFFIX = ".partial"
 UNLOCKED_STAGING_SECONDS = 24 * 3600
 PROVENANCE_FILE = "provenance.json"
 CHECKSUMS_FILE = "SHA256SUMS"
-METADATA_FILES = (REPORT_JSON, REPORT_MD, PROVENANCE_FILE, CHECKSUMS_FILE)
+METADATA_FILES = (REPORT_JSON, REPORT_MD, PROVENANCE_FILE, STATEMENT_FILE, SIGNATURE_FILE, CHECKSUMS_FILE)
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 Log = Callable[[str], None]
@@ -107,6 +112,9 @@ class Published:
     checksum: str
     # True when this run wrote the entry; False when it was already there.
     written: bool
+    # The commit it was published from, and whether the entry holds a signature.
+    commit: str | None = None
+    signed: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,8 +151,12 @@ def publish(workspace: "Workspace", names: list[str], destination: str, log: Log
     location = check_destination(workspace, destination)
     git = check_work_tree(workspace, allow_dirty, names)
     check_publishable(workspace, names)
+    if workspace.settings.signing_key is None:
+        log("releases are unsigned (no EDGEBUILD_SIGNING_KEY): `python -m edgebuild fetch` refuses them")
     prepared = [_prepare(workspace, workspace.artifact(name), git) for name in names]
     results = [put_entry(location, item, log) for item in prepared]
+    results = [dataclasses.replace(result, commit=git.get("commit"), signed=SIGNATURE_FILE in item.files)
+               for result, item in zip(results, prepared)]
     _update_index(location, workspace, results, log)
     return results
 
@@ -219,7 +231,12 @@ def _prepare(workspace: "Workspace", artifact: Artifact, git: dict[str, Any]) ->
     files[REPORT_JSON] = directory / REPORT_JSON
     files[REPORT_MD] = directory / REPORT_MD
     files[PROVENANCE_FILE] = (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode()
-    return EntryFiles.of(name, record.fingerprint, files, sha256)
+    subjects = EntryFiles.of(name, record.fingerprint, files, sha256).sha256
+    files[STATEMENT_FILE] = (json.dumps(statement(provenance, subjects), indent=2, sort_keys=True) + "\n").encode()
+    signing_key = workspace.settings.signing_key
+    if signing_key is not None:
+        files[SIGNATURE_FILE] = sign_entry(files, Path(signing_key), workspace.layout.scratch_dir)
+    return EntryFiles.of(name, record.fingerprint, files, subjects)
 
 
 def provenance_record(
@@ -420,8 +437,16 @@ def _update_index(location: Location, workspace: "Workspace", results: list[Publ
                 "checksum": result.checksum,
                 "kind": workspace.manifest.artifacts[result.artifact].kind,
                 "published_at": now,
+                "commit": result.commit,
+                "signed": result.signed,
             }
             changed = True
+        latest = index.setdefault("latest", {})
+        for result in results:
+            # What a consumer's `fetch NAME` takes: the fingerprint published last.
+            if latest.get(result.artifact) != result.fingerprint:
+                latest[result.artifact] = result.fingerprint
+                changed = True
         if changed:
             location.write(INDEX_KEY, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
             log(f"updated {location.where(INDEX_KEY)}")
@@ -446,9 +471,14 @@ def read_index(location: Location) -> dict[str, Any]:
 
 
 def latest_published(index: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
-    """Artifact -> (fingerprint, index row) of its most recently published build."""
+    """Artifact -> (fingerprint, index row) of its most recently published build: the
+    index's ``latest`` pointer, or (an index written before it had one) the newest row."""
     latest = {}
+    pointers = index.get("latest", {})
     for name, rows in index["artifacts"].items():
+        if pointers.get(name) in rows:
+            latest[name] = (pointers[name], rows[pointers[name]])
+            continue
         dated = [(str(row.get("published_at", "")), fingerprint, row) for fingerprint, row in rows.items()]
         if dated:
             _, fingerprint, row = max(dated, key=lambda item: (item[0], item[1]))
@@ -506,6 +536,12 @@ def _index_problem(index: Any) -> str | None:
         for fingerprint, row in rows.items():
             if not isinstance(row, dict):
                 return f"artifacts[{quoted(name)}][{quoted(fingerprint)}] is {json_kind(row)}, expected an object"
+    latest = index.get("latest", {})
+    if not isinstance(latest, dict):
+        return f"'latest' is {json_kind(latest)}, expected an object of fingerprints"
+    for name, fingerprint in latest.items():
+        if not isinstance(fingerprint, str) or fingerprint not in artifacts.get(name, {}):
+            return f"latest[{quoted(name)}] is {quoted(fingerprint)}, not a fingerprint the index lists for it"
     return None
 
 
