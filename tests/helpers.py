@@ -105,6 +105,16 @@ def clone_project(seed: Path, target: Path) -> ProjectDir:
     return ProjectDir.existing(target)
 
 
+def fresh_clone(seed: Path, target: Path) -> ProjectDir:
+    """The seed's checkout without anything it built, cached or locked: a new clone, as a
+    fresh CI runner or another machine has it."""
+    clone = clone_project(seed, target)
+    for name in ("build", "cache", "artifacts.lock"):
+        path = clone.root / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    return clone
+
+
 def lay_out_siglip_inputs(root: Path, checkpoint: Path) -> Path:
     """A copy of the SigLIP fixture at ``root/ckpt`` and the shipped images at
     ``root/images`` (calibration) and ``root/held_out``."""

@@ -22,7 +22,7 @@ from edgebuild.cache.location import Location, quoted
 from edgebuild.cache.remote import RemoteCache, blob_key, entry_key
 from edgebuild.cache.store import Store
 
-from helpers import TOWER_MANIFEST, clone_project, signing_env
+from helpers import TOWER_MANIFEST, clone_project, fresh_clone, signing_env
 
 
 @pytest.fixture
@@ -446,15 +446,6 @@ def test_misspelt_remote_cache_key_is_an_error(tmp_path: Path) -> None:
 
 
 # --- two clones, one remote, the real CLI --------------------------------------------
-
-
-def fresh_clone(seed: Path, target: Path):
-    """The seed's checkout without anything it built or cached (a new clone)."""
-    clone = clone_project(seed, target)
-    for name in ("build", "cache", "artifacts.lock"):
-        path = clone.root / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return clone
 
 
 @pytest.mark.slow

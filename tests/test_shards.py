@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from edgebuild.core.manifest import load_manifest
 from edgebuild.cache.remote import RemoteCache
 from edgebuild.run.shards import groups, parse_shard, partition, select_shard
 
-from helpers import TOWER_MANIFEST, ProjectDir, clone_project, commit, pretend_built, signing_env
+from helpers import TOWER_MANIFEST, ProjectDir, clone_project, commit, fresh_clone, pretend_built, signing_env
 
 # Twelve artifacts: six towers, a QDQ tower and its QNN context on one of them, two
 # SigLIP encoders and an ONNX graph of one; two chains and eight loners.
@@ -220,14 +219,6 @@ def test_an_empty_shard_runs_nothing(project_dir: ProjectDir) -> None:
 
 
 TWO_TOWERS = TOWER_MANIFEST + "  u:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 96\n"
-
-
-def fresh_clone(seed: Path, target: Path) -> ProjectDir:
-    clone = clone_project(seed, target)
-    for name in ("build", "cache", "artifacts.lock"):
-        path = clone.root / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-    return clone
 
 
 @pytest.mark.slow

@@ -9,9 +9,7 @@ verified unless a trusted key signed it. Against a directory and the real S3 API
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +25,7 @@ from edgebuild.core.hashing import canonical_json, digest_bytes
 from edgebuild.core.record import RECORD_FILE
 from edgebuild.errors import ConfigError, UnvouchedEntry
 
-from helpers import ProjectDir, clone_project, signer, trusting
+from helpers import clone_project, fresh_clone, signer, trusting
 from test_remote_cache import stored_build
 
 TOWER = "t"
@@ -201,14 +199,6 @@ def poison_the_tower(remote: RemoteCache, fingerprint: str, scratch: Path) -> No
     location.write(entry_key(fingerprint), (canonical_json(entry) + "\n").encode())
 
 
-def fresh_runner(seed: Path, target: Path) -> ProjectDir:
-    runner = clone_project(seed, target)
-    for name in ("build", "cache", "artifacts.lock"):
-        path = runner.root / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-    return runner
-
-
 @pytest.mark.slow
 def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runner(
     verified_seed: Path, keys: dict[str, Path], tmp_path: Path
@@ -227,7 +217,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
     assert re.search(rf"\[t\] remote cache: pushed {fingerprint[:12]} to {re.escape(remote)} \(6 files, signed by key ", pushed.stderr)
 
     # An honest signed entry: a gather that trusts the key pulls it and judges nothing.
-    honest = fresh_runner(verified_seed, tmp_path / "honest")
+    honest = fresh_clone(verified_seed, tmp_path / "honest")
     pulled = honest.doit("verify", "--pull-only", env=gather_env)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
     assert f"[t] pulled from the remote cache {remote} in " in pulled.stderr
@@ -236,7 +226,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
     poison_the_tower(RemoteCache.open(remote), fingerprint, tmp_path / "attack")
 
     # A gather that trusts the team's key: one line naming the artifact and why; nothing written.
-    gather = fresh_runner(verified_seed, tmp_path / "gather")
+    gather = fresh_clone(verified_seed, tmp_path / "gather")
     refused = gather.doit("verify", "--pull-only", env=gather_env)
     output = refused.stdout + refused.stderr
     assert refused.returncode != 0
@@ -247,7 +237,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
     assert "verified" not in status.stdout.replace("not verified", ""), status.stdout
 
     # A gather with no trusted key judges the pulled build here: it fails, and nothing is exported.
-    keyless = fresh_runner(verified_seed, tmp_path / "keyless")
+    keyless = fresh_clone(verified_seed, tmp_path / "keyless")
     judged = keyless.doit("verify", "--pull-only", env={"EDGEBUILD_REMOTE_CACHE": remote, "EDGEBUILD_REMOTE_CACHE_READONLY": "1"})
     output = judged.stdout + judged.stderr
     assert judged.returncode != 0
@@ -258,7 +248,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
 
     # The signing runner without --pull-only: pulled, judged here, failed, thrown away,
     # exported here, verified, and pushed signed in place of the poisoned entry.
-    repair = fresh_runner(verified_seed, tmp_path / "repair")
+    repair = fresh_clone(verified_seed, tmp_path / "repair")
     repaired = repair.doit("verify", env=ci)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "[t] the pulled build failed verification here (pulled from " in repaired.stderr
@@ -266,7 +256,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
     assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote} (6 files, signed by key " in repaired.stderr
     assert (repair.root / "build" / TOWER / "model.onnx.data").read_bytes() == (
         first.root / "build" / TOWER / "model.onnx.data").read_bytes()
-    again = fresh_runner(verified_seed, tmp_path / "again")
+    again = fresh_clone(verified_seed, tmp_path / "again")
     trusted = again.doit("verify", "--pull-only", env=gather_env)
     assert trusted.returncode == 0, trusted.stdout + trusted.stderr
     assert "-- verify:t\n" in trusted.stdout
