@@ -194,6 +194,15 @@ def variable_of(field: str) -> str:
 
 # --- process-wide switches that are not settings of a run --------------------------------
 
+FORK_SERVER_VARIABLE = "EDGEBUILD_FORK_SERVER"
+
+
+def fork_server_enabled(environ: Mapping[str, str]) -> bool:
+    """Whether workers are forked from a fork server (``edgebuild/run/forkserver.py``):
+    yes unless ``EDGEBUILD_FORK_SERVER=0`` (each worker a fresh interpreter then)."""
+    return environ.get(FORK_SERVER_VARIABLE, "").strip().lower() not in ("0", "false", "no", "off")
+
+
 FAULT_VARIABLE = "EDGEBUILD_FAULT"
 FAULT_STALL_VARIABLE = "EDGEBUILD_FAULT_STALL_SECONDS"
 

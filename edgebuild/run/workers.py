@@ -49,6 +49,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 from edgebuild import errors
 from edgebuild.core.config import Settings
 from edgebuild.errors import EdgebuildError, PlanChanged, WorkerError
+from edgebuild.run.forkserver import RESULT_FD_PLACEHOLDER, server_for
 
 if TYPE_CHECKING:
     from edgebuild.core.project import Artifact
@@ -96,18 +97,23 @@ def run_worker_at(
     if not Settings.from_environ(environment).verbose:
         relay = _without_library_noise(relay)
     reader, writer = os.pipe()
-    command = [sys.executable, "-m", "edgebuild.run.workers", mode, manifest_path, root, name, "--result-fd", str(writer)]
+    arguments = [mode, manifest_path, root, name, "--result-fd", RESULT_FD_PLACEHOLDER]
     if expect:
-        command += ["--expect", expect]
+        arguments += ["--expect", expect]
+    environment = _process_environment(environment)
+    server = server_for(environment)
+    process: Any = None
+    if server is not None:
+        try:
+            process = server.fork(arguments, environment, writer)
+        except OSError:
+            process = None  # a fresh interpreter instead
     try:
-        process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            env=_process_environment(environment),
-            pass_fds=(writer,),
-        )
+        if process is None:
+            command = [sys.executable, "-m", "edgebuild.run.workers",
+                       *[str(writer) if part == RESULT_FD_PLACEHOLDER else part for part in arguments]]
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                       env=environment, pass_fds=(writer,))
     except OSError as error:
         os.close(reader)
         os.close(writer)

@@ -1,0 +1,115 @@
+"""The fixed cost of a worker process: forked from the fork server vs a fresh interpreter.
+
+    .venv/bin/python bench/worker_startup.py [--repeats N]
+
+The fixed cost is everything a worker does outside an artifact's recorded phases:
+start, import torch, transformers and onnxruntime, open the project, fingerprint the
+artifact. It is measured as a ``build`` worker run on an artifact that is already up
+to date (it does exactly that, then says "up to date" and exits), from this process
+through ``edgebuild.run.workers.run_worker``, alternating the two ways in one run
+(``EDGEBUILD_FORK_SERVER=0`` for fresh interpreters); the server's own start is
+reported apart (paid once per doit process). Then, end to end, ``doit verify`` of
+six tiny artifacts from nothing (six builds and six verifications: 12 workers), each
+way, with the remote cache off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+SIX = """\
+checkpoints:
+  qwen:
+    fixture: qwen3_5_vl_tiny
+artifacts:
+""" + "".join(
+    f"  t{size}:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: {size}\n"
+    for size in (32, 64, 96, 128, 160, 192)
+)
+
+
+def fixed_costs(root: Path, repeats: int) -> dict[str, list[float]]:
+    from edgebuild.core.config import Settings
+    from edgebuild.run import forkserver
+    from edgebuild.run.workers import run_worker
+    from edgebuild.run.workspace import Workspace
+
+    workspace = Workspace.open(root / "artifacts.yaml", root, Settings.from_environ().replace(remote_cache="off"))
+    artifact = workspace.artifact("t64")
+    quiet = lambda stream, line: None  # noqa: E731
+    started = time.perf_counter()
+    run_worker("build", workspace, artifact, quiet)  # the first one starts the server
+    first = time.perf_counter() - started
+    assert forkserver._SERVER and forkserver._SERVER[0] is not None, "the fork server did not start"
+    times: dict[str, list[float]] = {"forked": [], "fresh": [], "first (starts the server)": [first]}
+    for _ in range(repeats):
+        for way, env in (("forked", dict(os.environ)), ("fresh", dict(os.environ, EDGEBUILD_FORK_SERVER="0"))):
+            started = time.perf_counter()
+            run_worker("build", workspace, artifact, quiet, env=env)
+            times[way].append(time.perf_counter() - started)
+    return times
+
+
+def end_to_end(parent: Path) -> dict[str, float]:
+    seconds = {}
+    for way, extra in (("fresh", {"EDGEBUILD_FORK_SERVER": "0"}), ("forked", {})):
+        root = common.project_dir(parent / way, SIX)
+        env = dict(os.environ, EDGEBUILD_REMOTE_CACHE="off", **extra)
+        common.run([common.DOIT, "build", "t64"], root, env)  # the fixture, generated once per project
+        shutil.rmtree(root / "build")
+        shutil.rmtree(root / "cache" / "store", ignore_errors=True)
+        (root / "cache" / "doit.json").unlink(missing_ok=True)
+        started = time.perf_counter()
+        result = common.run([common.DOIT, "verify"], root, env)
+        seconds[way] = time.perf_counter() - started
+        assert result.returncode == 0, result.stdout + result.stderr
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    parent = Path(tempfile.mkdtemp(prefix="edgebuild-worker-startup-"))
+    try:
+        root = common.project_dir(parent / "fixed", SIX)
+        result = common.run([common.DOIT, "build", "t64"], root, dict(os.environ, EDGEBUILD_REMOTE_CACHE="off"))
+        assert result.returncode == 0, result.stdout + result.stderr
+        os.chdir(root)
+        times = fixed_costs(root, args.repeats)
+        whole = end_to_end(parent)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+    forked, fresh = statistics.median(times["forked"]), statistics.median(times["fresh"])
+    rows = [
+        ["fresh interpreter (EDGEBUILD_FORK_SERVER=0)", f"{fresh:.2f}", "1.00x"],
+        ["forked from the fork server", f"{forked:.2f}", f"{fresh / forked:.2f}x faster"],
+        ["the first worker of a process (starts the server)", f"{times['first (starts the server)'][0]:.2f}", ""],
+    ]
+    markdown = (
+        "## Worker fixed cost: forked from a fork server (issue: performance)\n\n"
+        f"{common.machine()}. `bench/worker_startup.py`: a `build` worker on an up-to-date tiny tower "
+        "(start, imports, project, fingerprint; nothing built), median of "
+        f"{args.repeats}, the two ways alternated in one run.\n\n"
+        + common.table(["worker", "seconds", "vs fresh"], rows)
+        + f"\n\n`doit verify` of six tiny towers from nothing (12 workers): fresh interpreters {whole['fresh']:.1f} s, "
+        f"forked {whole['forked']:.1f} s ({whole['fresh'] / whole['forked']:.2f}x).\n"
+        f"\nGoal (issue 25): at most 1 s per artifact outside its recorded phases: "
+        f"{'met' if forked <= 1.0 else 'not met'} ({forked:.2f} s per worker forked).\n"
+    )
+    print(markdown)
+    common.write_section("worker_startup", markdown)
+
+
+if __name__ == "__main__":
+    main()
