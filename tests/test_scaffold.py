@@ -3,6 +3,7 @@ starter manifest with one artifact of every kind that verifies at once."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -201,3 +202,84 @@ def test_readme_walks_a_new_user_through() -> None:
         # The test set-up installs the example plugin too: its tests run with the suite.
         "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -e ./examples/safetensors-subset && .venv/bin/python -m pytest -n auto --dist worksteal",
     ]
+
+
+# --- CI for the user's repository ---------------------------------------------------------
+
+
+def test_init_ci_github_writes_the_workflow_the_readme_describes(tmp_path: Path) -> None:
+    import re
+
+    import yaml
+
+    from edgebuild.cli.ci_template import WORKFLOW_JOBS
+
+    result = init("proj", "--ci", "github", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ci/edgebuild.sh, .github/workflows/edgebuild.yml" in result.stdout
+    project = tmp_path / "proj"
+    script = project / "ci" / "edgebuild.sh"
+    assert script.stat().st_mode & 0o111
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "edgebuild.yml").read_text())
+    jobs = workflow["jobs"]
+    # The README's table lists the jobs, in order, and what each runs of the script.
+    section = (REPO / "README.md").read_text().split("### CI for your repository\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| (.*?) \| .* \|$", section, flags=re.M)
+    assert tuple(jobs) == WORKFLOW_JOBS == tuple(name for name, _ in rows)
+    for name, runs in rows:
+        options = set(re.findall(r"--[a-z]+", runs))
+        called = {option for step in jobs[name]["steps"] for option in re.findall(r"ci/edgebuild\.sh (--[a-z]+)", step.get("run", ""))}
+        assert called == options, (name, called, options)
+    # Every option the workflow passes is one the script handles.
+    handled = set(re.findall(r"^    (--[a-z]+)\)", script.read_text(), flags=re.M))
+    assert {option for _, runs in rows for option in re.findall(r"--[a-z]+", runs)} <= handled
+    # Pull requests never write the shared cache; only main signs, and gathers.
+    shard_steps = "\n".join(step.get("run", "") for step in jobs["shard"]["steps"])
+    assert 'if [ "$TRUSTED_BUILD" != true ]; then echo "EDGEBUILD_REMOTE_CACHE_READONLY=1"' in shard_steps
+    assert workflow["env"]["TRUSTED_BUILD"] == "${{ github.event_name == 'push' && github.ref == 'refs/heads/main' }}"
+    assert jobs["gather"]["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
+    assert jobs["shard"]["env"]["SIGNING_KEY_PEM"] == "${{ secrets.EDGEBUILD_SIGNING_KEY }}"
+    assert "EDGEBUILD_SIGNING_KEY" not in workflow["env"]
+
+
+@pytest.mark.slow
+def test_the_ci_script_runs_a_check_a_shard_and_a_frozen_gather_that_publishes(tmp_path: Path, keys) -> None:
+    """The script `init --ci script` writes, run as the CI jobs run it, on the tiny tower:
+    the shard signs and pushes, the gather (frozen, trusting the key) pulls, exports and
+    judges nothing, and publishes a signed release."""
+    import json
+    import os
+
+    from helpers import TOWER_MANIFEST, commit
+
+    assert init("proj", "--ci", "script", cwd=tmp_path).returncode == 0
+    project = tmp_path / "proj"
+    assert not (project / ".github").exists()
+    (project / "artifacts.yaml").write_text(TOWER_MANIFEST)
+    remote, published = tmp_path / "remote", tmp_path / "published"
+    remote.mkdir()
+    base = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+    base |= {"PYTHON": sys.executable, "EDGEBUILD_REMOTE_CACHE": str(remote),
+             "EDGEBUILD_TRUSTED_KEYS": f"{keys['team']}.pub"}
+
+    def step(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(["bash", "ci/edgebuild.sh", *args], cwd=project, env=base | extra,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    step("--check")
+    signing = {"EDGEBUILD_SIGNING_KEY": f"{keys['team']}.key"}
+    shard = step("--shard", "1/1", **signing)
+    assert "[t] built in" in shard.stderr and "signed by key" in shard.stderr
+    commit(project, "artifacts.yaml", "artifacts.lock", "dodo.py", ".gitignore", "ci/edgebuild.sh",
+           "edgebuild.schema.json", "data", message="the shard's lock")
+    for name in ("build", "cache"):
+        shutil.rmtree(project / name)
+    gather = step("--gather", EDGEBUILD_FROZEN="1", EDGEBUILD_PUBLISH_TO=str(published), **signing)
+    assert "built in" not in gather.stderr and "# t (qwen3_5_vision_tower)" not in gather.stderr
+    assert "-- verify:t" in gather.stdout
+    index = json.loads((published / "index.json").read_text())
+    fingerprint = index["latest"]["t"]
+    assert index["artifacts"]["t"][fingerprint]["signed"] is True

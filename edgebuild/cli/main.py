@@ -1,6 +1,7 @@
 """``python -m edgebuild``: helpers around the doit tasks.
 
-    python -m edgebuild init [DIR]        start a project: dodo.py, a starter manifest, its schema
+    python -m edgebuild init [DIR] [--ci github|script]
+                                          start a project: dodo.py, a starter manifest, its schema (and CI)
     python -m edgebuild schema            the manifest's JSON Schema (editor completion)
     python -m edgebuild check [--deep]    validate the manifest and print what it declares
     python -m edgebuild fixture NAME DIR  write a generated tiny checkpoint to DIR
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         "init", help="write dodo.py, a starter artifacts.yaml and its schema into DIR (never overwrites)"
     )
     init.add_argument("directory", nargs="?", default=".", type=Path, metavar="DIR")
+    init.add_argument("--ci", choices=("github", "script"), default=None,
+                      help="also write CI for the repository: ci/edgebuild.sh, and with 'github' the workflow "
+                      ".github/workflows/edgebuild.yml that runs it")
     commands.add_parser("schema", help="print the manifest's JSON Schema")
     fixture = commands.add_parser("fixture", help="write a generated tiny checkpoint")
     fixture.add_argument("name")
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "init":
             from edgebuild.cli.scaffold import describe, init_project
 
-            result = init_project(args.directory)
+            result = init_project(args.directory, ci=args.ci)
             print(describe(result, str(args.directory)))
         elif args.command == "schema":
             from edgebuild.core.manifest import manifest_json_schema

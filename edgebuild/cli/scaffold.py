@@ -9,7 +9,9 @@
 - the sample input files the starter entries calibrate and verify with (each
   starter's ``samples``: for the built-in kinds, ``data/calibration/*.png`` and
   ``data/held_out/*.png``);
-- ``.gitignore`` lines for ``build/`` and ``cache/``, appended to an existing one.
+- ``.gitignore`` lines for ``build/`` and ``cache/``, appended to an existing one;
+- with ``--ci github`` or ``--ci script``, the CI files for the repository
+  (``ci_template.py``).
 
 Nothing that exists is overwritten: an existing file is kept as it is and named
 in the summary, with what would have been written. Everything is checked before
@@ -121,12 +123,15 @@ def sample_files() -> dict[str, Any]:
     return files
 
 
-def init_project(directory: Path) -> InitResult:
-    """Write the starter files into ``directory`` (created if missing); keep every
-    file that exists. :class:`InitError` before anything is written when a path is in
-    the way."""
+def init_project(directory: Path, ci: str | None = None) -> InitResult:
+    """Write the starter files into ``directory`` (created if missing), with the CI files
+    of ``ci`` (``github``, ``script`` or ``None``); keep every file that exists.
+    :class:`InitError` before anything is written when a path is in the way."""
+    from edgebuild.cli.ci_template import CI_CHOICES, ci_files
     from edgebuild.core.manifest import manifest_json_schema
 
+    if ci is not None and ci not in CI_CHOICES:
+        raise InitError(f"--ci: expected one of {', '.join(CI_CHOICES)}, found {ci!r}")
     _check_directory(directory)
     files: dict[str, tuple[str, Callable[[], bytes]]] = {
         DODO_FILE: ("the doit entry point", lambda: DODO.encode()),
@@ -135,6 +140,8 @@ def init_project(directory: Path) -> InitResult:
     }
     for relative, content in sample_files().items():
         files[relative] = ("a generated sample input", content)
+    for relative, (what, text) in (ci_files(ci) if ci else {}).items():
+        files[relative] = (what, lambda text=text: text.encode())
     result = InitResult(directory)
     planned = {}
     for relative, (what, content) in files.items():
@@ -159,6 +166,8 @@ def init_project(directory: Path) -> InitResult:
             if _create(path, content()):
                 written.append(path)
                 result.written.append(relative)
+                if relative.endswith(".sh"):
+                    path.chmod(0o755)
             else:
                 result.kept[relative] = files[relative][0]
         if gitignore is not None:
@@ -311,21 +320,30 @@ def describe(result: InitResult, shown: str) -> str:
 
 
 def _grouped(paths: list[str]) -> list[str]:
-    """Files in folders (the sample inputs) as one ``data/calibration/*.png``-style item per
-    folder and suffix; files at the top as they are."""
-    shown: list[str] = []
-    for path in paths:
+    """Several files of one folder and suffix (the sample inputs) as one
+    ``data/calibration/*.png``-style item; any other file as it is."""
+    items = _items(paths)
+    return list(dict.fromkeys(items[path] for path in paths))
+
+
+def _items(paths: list[str]) -> dict[str, str]:
+    """Each path -> how it is shown: its folder-and-suffix pattern when several of ``paths``
+    share it, else itself (a folder's one file, the CI script, by its name)."""
+
+    def pattern(path: str) -> str:
         folder, _, name = path.rpartition("/")
         suffix = Path(name).suffix
-        item = f"{folder}/*{suffix}" if folder and suffix else path
-        if item not in shown:
-            shown.append(item)
-    return shown
+        return f"{folder}/*{suffix}" if folder and suffix else path
+
+    counts: dict[str, int] = {}
+    for path in paths:
+        counts[pattern(path)] = counts.get(pattern(path), 0) + 1
+    return {path: pattern(path) if counts[pattern(path)] > 1 else path for path in paths}
 
 
 def _grouped_kept(kept: dict[str, str]) -> dict[str, str]:
     grouped: dict[str, str] = {}
+    items = _items(list(kept))
     for path, what in kept.items():
-        (item,) = _grouped([path])
-        grouped.setdefault(item, what if item == path else "generated sample inputs")
+        grouped.setdefault(items[path], what if items[path] == path else "generated sample inputs")
     return grouped
