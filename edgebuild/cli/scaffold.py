@@ -320,25 +320,26 @@ def describe(result: InitResult, shown: str) -> str:
 
 
 def _grouped(paths: list[str]) -> list[str]:
-    """Several files of one folder and suffix (the sample inputs) as one
-    ``data/calibration/*.png``-style item; any other file as it is."""
+    """The sample inputs as one ``data/calibration/*.png``-style item per folder and suffix;
+    any other file as it is."""
     items = _items(paths)
     return list(dict.fromkeys(items[path] for path in paths))
 
 
 def _items(paths: list[str]) -> dict[str, str]:
-    """Each path -> how it is shown: its folder-and-suffix pattern when several of ``paths``
-    share it, else itself (a folder's one file, the CI script, by its name)."""
+    """Each path -> how it is shown: a sample input as its folder-and-suffix pattern, any
+    other file (the CI files among them) by its name."""
+
+    from edgebuild.cli.ci_template import ci_files
+
+    named = set(ci_files("github"))
 
     def pattern(path: str) -> str:
         folder, _, name = path.rpartition("/")
         suffix = Path(name).suffix
-        return f"{folder}/*{suffix}" if folder and suffix else path
+        return f"{folder}/*{suffix}" if folder and suffix and path not in named else path
 
-    counts: dict[str, int] = {}
-    for path in paths:
-        counts[pattern(path)] = counts.get(pattern(path), 0) + 1
-    return {path: pattern(path) if counts[pattern(path)] > 1 else path for path in paths}
+    return {path: pattern(path) for path in paths}
 
 
 def _grouped_kept(kept: dict[str, str]) -> dict[str, str]:

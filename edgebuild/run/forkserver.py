@@ -19,11 +19,12 @@ of its stdout, stderr and result pipes, and a status socket; the server forks, t
 child makes those its fds 1, 2 and the result fd, takes the environment as its own and
 runs ``edgebuild.run.workers.main``; the server answers the child's pid on the status
 socket at once and its exit status (negative for a signal, as ``Popen`` says) when it
-ends. A server that does not come up (an import that fails under a memory limit, say)
-is not retried: workers then start as fresh interpreters, as before. So does every
-worker whose environment differs from the server's in anything but edgebuild's own
-settings (a library may read a variable at import), and every worker when
-``EDGEBUILD_FORK_SERVER=0``.
+ends. A worker whose environment differs from a server's in anything but edgebuild's
+own settings (a library may read a variable at import) gets a server of its own
+(a process keeps the last :data:`MAX_SERVERS`). A server that does not come up (an
+import that fails under a memory limit, say) is not retried, and one that died is not
+restarted: workers then start as fresh interpreters, as before; so does every worker
+when ``EDGEBUILD_FORK_SERVER=0``.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ import threading
 import time
 from typing import IO, Any
 
+WORKER_MODULE = "edgebuild.run.workers"
 # What a worker imports before it can build or verify anything (not numba: see above).
-PRELOAD = ("torch", "transformers", "onnxruntime", "onnx", "safetensors", "edgebuild.run.workers",
-           "edgebuild.run.workspace")
+PRELOAD = ("torch", "transformers", "onnxruntime", "onnx", "safetensors", WORKER_MODULE, "edgebuild.run.workspace")
 # How long the server may take to import PRELOAD before workers start without it.
 START_TIMEOUT_SECONDS = 120.0
 MESSAGE_BYTES = 4 << 20
@@ -117,9 +118,6 @@ class ForkServer:
             self.close()
             raise OSError("the fork server did not start")
 
-    def usable_for(self, environment: dict[str, str]) -> bool:
-        return self.process.poll() is None and _comparable(environment) == _comparable(self.environment)
-
     def fork(self, argv: list[str], environment: dict[str, str], result_writer: int) -> ForkedWorker:
         """Fork a worker running ``edgebuild.run.workers.main(argv)`` in ``environment``;
         ``result_writer`` becomes its result fd (named in ``argv`` by the placeholder)."""
@@ -161,30 +159,43 @@ class ForkServer:
                     self.process.wait()
 
 
-_SERVER: list[ForkServer | None] = []
-_SERVER_LOCK = threading.Lock()
+# A process normally runs every worker in one environment, so it has one server; one
+# that runs them in several (the test suite, an API user with per-project variables)
+# keeps the servers of the last few, each holding the libraries' memory.
+MAX_SERVERS = 2
+# Comparable environment (as JSON) -> its server, or None when it would not start.
+_SERVERS: "dict[str, ForkServer | None]" = {}
+_SERVERS_LOCK = threading.Lock()
 
 
 def server_for(environment: dict[str, str]) -> ForkServer | None:
-    """This process's fork server, started on first use, when it can serve a worker with
-    ``environment``; ``None`` when workers start as fresh interpreters instead."""
+    """The fork server for workers in ``environment``, started on first use; ``None`` when
+    workers start as fresh interpreters instead (switched off, or it would not start)."""
     from edgebuild.core.config import fork_server_enabled
 
     if not fork_server_enabled(environment):
         return None
-    with _SERVER_LOCK:
-        if not _SERVER:
+    key = json.dumps(_comparable(environment), sort_keys=True)
+    with _SERVERS_LOCK:
+        if key in _SERVERS:
+            server = _SERVERS.pop(key)  # and back at the end: the most recently used
+            if server is not None and server.process.poll() is not None:
+                server = None  # it died: workers go on as fresh interpreters
+        else:
             try:
-                server: ForkServer | None = ForkServer(environment)
+                server = ForkServer(environment)
             except OSError:
                 server = None
-            _SERVER.append(server)
-            if server is not None:
+            else:
                 import atexit
 
                 atexit.register(server.close)
-        server = _SERVER[0]
-    return server if server is not None and server.usable_for(environment) else None
+        _SERVERS[key] = server
+        while len(_SERVERS) > MAX_SERVERS:
+            oldest = _SERVERS.pop(next(iter(_SERVERS)))
+            if oldest is not None:
+                oldest.close()
+    return server
 
 
 # --- the server ---------------------------------------------------------------------------
@@ -266,9 +277,12 @@ def _run_child(request: dict[str, Any], stdout_writer: int, stderr_writer: int, 
         os.environ.clear()
         os.environ.update(request["env"])
         argv = [str(result_writer) if part == RESULT_FD_PLACEHOLDER else part for part in request["argv"]]
-        from edgebuild.run.workers import main
+        # What `python -m edgebuild.run.workers ARGV` runs, by name as `-m` does: the
+        # module (imported already, PRELOAD) calls this one, never the other way round.
+        import importlib
 
-        code = main(argv)
+        sys.argv = [WORKER_MODULE, *argv]
+        code = importlib.import_module(WORKER_MODULE).main(argv)
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else 1
     except BaseException:
