@@ -128,11 +128,17 @@ class RemoteCache:
         readable entry yet, or (with a signing key) one that no trusted key signed."""
         if self.readonly:
             return False
-        try:
-            entry = self.entry(fingerprint)
-        except CorruptEntry:
-            return True
+        entry = self.readable_entry(fingerprint)
         return entry is None or self._replaces(entry)
+
+    def settled(self, fingerprint: str) -> bool:
+        """Whether the remote holds ``fingerprint`` as this runner would leave it: a readable
+        entry with every blob present, that a push would not replace. One entry read."""
+        entry = self.readable_entry(fingerprint)
+        return entry is not None and self._settles(entry)
+
+    def _settles(self, entry: dict[str, Any]) -> bool:
+        return not self._replaces(entry) and not self._missing_blobs(entry)
 
     def _replaces(self, entry: dict[str, Any]) -> bool:
         """Whether a push replaces ``entry``: this runner signs, and nobody it trusts signed it."""
@@ -182,10 +188,7 @@ class RemoteCache:
             fingerprint = key.rsplit("/", 1)[-1].removesuffix(".json")
             if not key.endswith(".json") or not is_digest(fingerprint):
                 continue
-            try:
-                entry = self.entry(fingerprint)
-            except CorruptEntry:
-                continue
+            entry = self.readable_entry(fingerprint)
             if entry is None:
                 continue
             artifact = None
@@ -208,10 +211,7 @@ class RemoteCache:
         file is checked against the digest the entry gives it, and the record against the
         fingerprint (a corrupt entry is treated as absent here; a pull drops it). For
         reading only -- `doit diff` shows what a build was; nothing trusts it as verified."""
-        try:
-            entry = self.entry(fingerprint)
-        except CorruptEntry:
-            return None, None
+        entry = self.readable_entry(fingerprint)
         if entry is None:
             return None, None
 
@@ -243,18 +243,19 @@ class RemoteCache:
 
     def has_entry(self, fingerprint: str) -> bool:
         """Whether a readable entry is there (one read; blobs not checked)."""
-        try:
-            return self.entry(fingerprint) is not None
-        except CorruptEntry:
-            return False
+        return self.readable_entry(fingerprint) is not None
 
     def has(self, fingerprint: str) -> bool:
         """Whether a complete entry is there: readable, and every blob present at its size."""
-        try:
-            entry = self.entry(fingerprint)
-        except CorruptEntry:
-            return False
+        entry = self.readable_entry(fingerprint)
         return entry is not None and not self._missing_blobs(entry)
+
+    def readable_entry(self, fingerprint: str) -> dict[str, Any] | None:
+        """:meth:`entry`, with a corrupt entry taken as absent (a pull reports and drops it)."""
+        try:
+            return self.entry(fingerprint)
+        except CorruptEntry:
+            return None
 
     def pull(self, name: str, fingerprint: str, store: Store, target: Path, scratch_root: Path, log: Log,
              vouched_only: bool = False) -> BuildRecord | None:
@@ -357,14 +358,11 @@ class RemoteCache:
             raise StoreError(
                 f"store entry {fingerprint[:12]}: {', '.join(changed)} changed since build; not pushed to {self.label}"
             )
-        try:
-            existing = self.entry(fingerprint)
-        except CorruptEntry:
-            existing = None
-        replacing = existing is not None and self._replaces(existing)
-        if existing is not None and not replacing and not self._missing_blobs(existing):
+        existing = self.readable_entry(fingerprint)
+        if existing is not None and self._settles(existing):
             log(f"remote cache: {fingerprint[:12]} already in {self.label}")
             return False
+        replacing = existing is not None and self._replaces(existing)
         files = record.to_json(only=("outputs",))["outputs"]
         for name in (RECORD_FILE, *REPORT_FILES):
             path = directory / name

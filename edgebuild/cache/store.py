@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from edgebuild.core.atomic import copy_file, new_directory
+from edgebuild.core.atomic import copy_file, new_directory, remove_directory
 from edgebuild.errors import RecordError
 from edgebuild.core.faults import fault_point
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, read_record
@@ -184,14 +183,9 @@ class Store:
             pass
 
     def remove(self, fingerprint: str) -> None:
-        entry = self.entry_dir(fingerprint)
-        if entry.exists():
-            # Renamed out of the way first: a removal killed half-way leaves a
-            # directory under .tmp/ (which gc clears), never half an entry.
-            self.scratch_dir.mkdir(parents=True, exist_ok=True)
-            doomed = Path(tempfile.mkdtemp(prefix=f"{fingerprint}~removing~", dir=self.scratch_dir))
-            os.rename(entry, doomed / "content")
-            shutil.rmtree(doomed, ignore_errors=True)
+        # Renamed out of the way first: a removal killed half-way leaves a directory
+        # under .tmp/ (which gc clears), never half an entry.
+        remove_directory(self.entry_dir(fingerprint), self.scratch_dir)
 
     def remove_leftovers(self, older_than_seconds: float = 3600.0) -> int:
         """Remove what killed writes and removals left under ``.tmp/`` (only directories

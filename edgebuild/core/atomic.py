@@ -77,13 +77,29 @@ def new_directory(target: Path, scratch_root: Path, replace: bool = True) -> Ite
 
 def replace_directory(new: Path, target: Path, scratch_root: Path) -> None:
     """Rename ``new`` to ``target``; an old ``target`` is moved aside first and removed after."""
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=scratch_prefix(target.name) + "old~", dir=scratch_root))
-        os.rename(target, old / "content")
+    old = move_aside(target, scratch_root)
     os.rename(new, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def move_aside(target: Path, scratch_root: Path) -> Path | None:
+    """Rename ``target`` into a fresh directory under ``scratch_root`` and return that
+    directory (``None`` when there is no ``target``): ``target`` is gone at once, and
+    whatever kills the removal that follows leaves a leftover there, never half of it."""
+    if not target.exists():
+        return None
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    aside = Path(tempfile.mkdtemp(prefix=scratch_prefix(target.name) + "old~", dir=scratch_root))
+    os.rename(target, aside / "content")
+    return aside
+
+
+def remove_directory(target: Path, scratch_root: Path) -> None:
+    """Remove the directory ``target``: moved aside first (:func:`move_aside`), then deleted."""
+    aside = move_aside(target, scratch_root)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def remove_leftovers(name: str, scratch_root: Path) -> None:

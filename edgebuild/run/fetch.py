@@ -27,7 +27,7 @@ from typing import Callable
 
 from edgebuild.cache.location import FROM_SETTINGS, Location
 from edgebuild.errors import FetchError, PublishError
-from edgebuild.run.publish import CHECKSUMS_FILE, _parse_checksums, file_sha256, latest_published, read_index
+from edgebuild.run.publish import CHECKSUMS_FILE, parse_checksums, file_sha256, latest_published, read_index
 from edgebuild.run.release import release_distrust
 
 # A SHA256SUMS lists a few files: kilobytes. Read no more than this.
@@ -92,7 +92,7 @@ def fetch(name: str, source: str, to: str | os.PathLike[str], fingerprint: str |
     if "sha256:" + hashlib.sha256(listed).hexdigest() != row.get("checksum"):
         raise FetchError(f"{where}/{CHECKSUMS_FILE} does not match the checksum the index gives it; nothing fetched")
     try:
-        checksums = _parse_checksums(listed, f"{where}/{CHECKSUMS_FILE}")
+        checksums = parse_checksums(listed, f"{where}/{CHECKSUMS_FILE}")
     except PublishError as error:
         raise FetchError(str(error).removesuffix("; not overwritten")) from None
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.fetch~", dir=target.parent))

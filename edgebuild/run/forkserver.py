@@ -54,6 +54,11 @@ RESULT_FD_PLACEHOLDER = "{result_fd}"
 _VOLATILE = ("PYTEST_CURRENT_TEST",)
 
 
+def with_result_fd(argv: list[str], descriptor: int) -> list[str]:
+    """``argv`` with :data:`RESULT_FD_PLACEHOLDER` replaced by ``descriptor``."""
+    return [str(descriptor) if part == RESULT_FD_PLACEHOLDER else part for part in argv]
+
+
 def _comparable(env: dict[str, str]) -> dict[str, str]:
     """What of an environment a library may have read at import: all but edgebuild's own
     settings (each worker reads its own) and what changes by itself."""
@@ -276,7 +281,7 @@ def _run_child(request: dict[str, Any], stdout_writer: int, stderr_writer: int, 
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(request["env"])
-        argv = [str(result_writer) if part == RESULT_FD_PLACEHOLDER else part for part in request["argv"]]
+        argv = with_result_fd(request["argv"], result_writer)
         # What `python -m edgebuild.run.workers ARGV` runs, by name as `-m` does: the
         # module (imported already, PRELOAD) calls this one, never the other way round.
         import importlib

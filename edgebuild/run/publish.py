@@ -399,7 +399,7 @@ def _check_published(location: Location, item: EntryFiles) -> bytes:
             f"{where}: holds files but no {CHECKSUMS_FILE} (a publish that was interrupted or is still running); "
             f"not overwritten (delete {where}/ if no publish is running)"
         )
-    published = _parse_checksums(existing, f"{where}/{CHECKSUMS_FILE}")
+    published = parse_checksums(existing, f"{where}/{CHECKSUMS_FILE}")
     ours = {relative: item.sha256[relative] for relative in item.files if relative not in METADATA_FILES}
     theirs = {relative: digest for relative, digest in published.items() if relative not in METADATA_FILES}
     if theirs != ours:
@@ -494,7 +494,7 @@ def published_build(location: Location, name: str, fingerprint: str) -> tuple[di
     prefix = f"{name}/{fingerprint}"
     try:
         listed = location.read(f"{prefix}/{CHECKSUMS_FILE}", limit=RECORD_BYTES)
-        checksums = _parse_checksums(listed, location.where(prefix)) if listed is not None else {}
+        checksums = parse_checksums(listed, location.where(prefix)) if listed is not None else {}
     except (UnfitObject, PublishError):
         return None, None
 
@@ -545,7 +545,7 @@ def _index_problem(index: Any) -> str | None:
     return None
 
 
-def _parse_checksums(data: bytes, where: str) -> dict[str, str]:
+def parse_checksums(data: bytes, where: str) -> dict[str, str]:
     """The file -> sha256 of a ``SHA256SUMS`` read from a destination, whose file names
     become keys: anything but ``<64 hex>  <plain relative path>`` lines is refused."""
     try:

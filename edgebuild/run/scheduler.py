@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from edgebuild.core.project import Artifact
-from edgebuild.core.atomic import scratch_prefix
+from edgebuild.core.atomic import remove_directory
 from edgebuild.core.config import REMOTE_CACHE_OFF
 from edgebuild.errors import EdgebuildError, VerificationFailed
 from edgebuild.run.builder import ExportRequired, keep_verified, make_current, refused_export, stderr_log
@@ -108,9 +108,6 @@ def _export_instead_of(workspace: "Workspace", artifact: Artifact, pulled: str, 
     """A build pulled unvouched failed verification here: it is thrown away (here, and
     from a writable remote, so the next push replaces it), exported here with the remote
     cache left out, and verified again."""
-    import shutil
-    import tempfile
-
     log(f"the pulled build failed verification here ({pulled}); it is thrown away and exported here instead")
     remote = workspace.remote
     if remote is not None and not remote.readonly:
@@ -118,12 +115,9 @@ def _export_instead_of(workspace: "Workspace", artifact: Artifact, pulled: str, 
     workspace.store.remove(artifact.fingerprint)
     if workspace.settings.pull_only:
         raise VerificationFailed(f"{failed} (the build was pulled: {pulled}; --pull-only exports nothing)") from None
-    # Renamed away first, like every removal here: build/<name>/ is the pulled build or nothing.
+    # Moved aside first, like every removal here: build/<name>/ is the pulled build or nothing.
     layout = workspace.layout
-    layout.scratch_dir.mkdir(parents=True, exist_ok=True)
-    doomed = tempfile.mkdtemp(prefix=scratch_prefix(artifact.name) + "rejected~", dir=layout.scratch_dir)
-    artifact.directory.rename(f"{doomed}/content")
-    shutil.rmtree(doomed, ignore_errors=True)
+    remove_directory(artifact.directory, layout.scratch_dir)
     # The build must not pull the same entry again from a read-only remote.
     without_remote = workspace.settings.replace(manifest=str(workspace.manifest.path), remote_cache=REMOTE_CACHE_OFF)
     run_worker_at("build", str(workspace.manifest.path), str(layout.root), artifact.name, without_remote.environ(),

@@ -49,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 from edgebuild import errors
 from edgebuild.core.config import Settings
 from edgebuild.errors import EdgebuildError, PlanChanged, WorkerError
-from edgebuild.run.forkserver import RESULT_FD_PLACEHOLDER, server_for
+from edgebuild.run.forkserver import RESULT_FD_PLACEHOLDER, server_for, with_result_fd
 
 if TYPE_CHECKING:
     from edgebuild.core.project import Artifact
@@ -110,8 +110,7 @@ def run_worker_at(
             process = None  # a fresh interpreter instead
     try:
         if process is None:
-            command = [sys.executable, "-m", "edgebuild.run.workers",
-                       *[str(writer) if part == RESULT_FD_PLACEHOLDER else part for part in arguments]]
+            command = [sys.executable, "-m", "edgebuild.run.workers", *with_result_fd(arguments, writer)]
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                        env=environment, pass_fds=(writer,))
     except OSError as error:

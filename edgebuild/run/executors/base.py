@@ -96,7 +96,7 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
         remote_cache=job.remote_cache, remote_readonly=False, pull_only=False, manifest=job.manifest_path
     )
     remote = RemoteCache.open(job.remote_cache, s3_endpoint=settings.s3_endpoint, trust=Trust.from_settings(settings))
-    if job.fingerprint is not None and remote.has(job.fingerprint) and not remote.takes_pushes(job.fingerprint):
+    if job.fingerprint is not None and remote.settled(job.fingerprint):
         # An earlier attempt (on a worker lost after it pushed) or another driver got there first.
         emit("in the remote cache already: nothing to do")
         return {"seconds": time.perf_counter() - started}
