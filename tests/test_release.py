@@ -141,3 +141,6 @@ def test_an_unsigned_release_is_refused(verified_seed: Path, keys: dict[str, Pat
     assert not (tmp_path / "out").exists()
     missing = fetch("u", "--from", str(destination), "--to", str(tmp_path / "out"), trusted=keys["team"])
     assert missing.stderr == f"edgebuild: error: u: not published at {destination} (its index lists: t)\n"
+    nowhere = fetch("t", "--from", str(tmp_path / "nowhere"), "--to", str(tmp_path / "out"), trusted=keys["team"])
+    assert nowhere.stderr == (f"edgebuild: error: t: nothing is published at {tmp_path / 'nowhere'} (no index.json "
+                              "there: is it where `doit publish --to` published?)\n")

@@ -260,3 +260,21 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
     trusted = again.doit("verify", "--pull-only", env=gather_env)
     assert trusted.returncode == 0, trusted.stdout + trusted.stderr
     assert "-- verify:t\n" in trusted.stdout
+
+
+def test_a_bad_key_setting_stops_the_command_before_any_task_runs(verified_seed: Path, keys: dict[str, Path],
+                                                                   tmp_path: Path) -> None:
+    """A private key named as trusted: one line naming the variable and file, before
+    anything is judged or written (the report of the built `t` is untouched)."""
+    project = clone_project(verified_seed, tmp_path / "p")
+    (tmp_path / "remote").mkdir()
+    report = project.root / "build" / "t" / "report.json"
+    before = report.read_bytes()
+    result = project.doit("verify", env={"EDGEBUILD_REMOTE_CACHE": str(tmp_path / "remote"),
+                                         "EDGEBUILD_TRUSTED_KEYS": f"{keys['team']}.key"})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert (f"EDGEBUILD_TRUSTED_KEYS: {keys['team']}.key: expected a PEM public key of ECDSA P-256 (that is the "
+            "private key: name PREFIX.pub)") in output, output
+    assert "Traceback" not in output and "# t (" not in output and "TaskFailed" not in output
+    assert report.read_bytes() == before

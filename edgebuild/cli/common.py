@@ -44,7 +44,13 @@ def open_workspace(command: DoitCmdBase, params: Any) -> Any:
     # about to change into the dodo file's directory (and workers start there): the
     # settings, read here, hold them absolute from now on.
     try:
-        Settings.from_environ().apply(os.environ)
+        settings = Settings.from_environ()
+        settings.apply(os.environ)
+        # The keys named are readable ECDSA P-256 keys, before any task runs (the remote
+        # cache, which uses them, is opened only when a task first needs it).
+        from edgebuild.cache.signing import Trust
+
+        Trust.from_settings(settings)
     except EdgebuildError as error:
         raise InvalidCommand(str(error)) from None
     command.loader.setup(params)

@@ -41,6 +41,9 @@ def choose(index: dict, name: str, where: str, fingerprint: str | None = None, c
     """The fingerprint of ``name`` to fetch: ``fingerprint`` (or a unique prefix of it),
     the newest published from ``commit`` (or a prefix of at least 7 hex digits), or the
     latest published."""
+    if not index["artifacts"]:
+        raise FetchError(f"{name}: nothing is published at {where} (no index.json there: is it where `doit publish --to` "
+                         "published?)")
     rows = index["artifacts"].get(name)
     if not rows:
         listed = ", ".join(sorted(index["artifacts"])[:10]) or "none"
