@@ -385,7 +385,13 @@ def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path:
     if retry:
         assert process.returncode == 0, stdout + output
         w2 = cluster.worker_address("w2")
-        assert f"  [t] worker {w1} was lost while it ran; the scheduler runs it again on {w2}" in output, output
+        # The driver names the next worker when the restart reaches it first, and says
+        # "another worker" when it notices the loss first (which comes first is timing).
+        assert re.search(
+            rf"^  \[t\] worker {re.escape(w1)} was lost while it ran; the scheduler runs it again on "
+            rf"({re.escape(w2)} |another worker if it may )",
+            output, re.MULTILINE,
+        ), output
         assert f"  [t @ {w2}] started" in output
         assert "cluster: 1 of 1 built and verified" in output
         # The retried build gave the same bytes as the seed's.

@@ -60,3 +60,29 @@ def test_a_server_per_environment_and_none_where_switched_off() -> None:
     assert other is not None and other is not server
     assert forkserver.server_for(environment) is server
     assert forkserver.server_for(environment | {"EDGEBUILD_FORK_SERVER": "0"}) is None
+
+
+def test_a_kinds_worker_imports_are_imported_once_in_the_server(tmp_path: Path) -> None:
+    """The modules a fork asks for are imported by the server, once: the next worker
+    starts with them. One that does not import is left to the worker; the fork goes on."""
+    (tmp_path / "marker_module.py").write_text(
+        "import os\nwith open(os.environ['MARKER_FILE'], 'a') as file:\n    file.write(f'{os.getpid()}\\n')\n"
+    )
+    marker = tmp_path / "imported-by"
+    environment = _process_environment(dict(os.environ, PYTHONPATH=str(tmp_path), MARKER_FILE=str(marker)))
+    server = forkserver.server_for(environment)
+    if server is None:
+        pytest.skip("no fork server could start in this process")
+    statuses = []
+    for _ in range(2):
+        reader, writer = os.pipe()
+        worker = server.fork(["no-such-mode"], environment, writer, ("no_such_module_anywhere", "marker_module"))
+        os.close(writer)
+        with os.fdopen(reader, "rb") as result:
+            result.read()
+        statuses.append(worker.wait(timeout=60))
+        worker.stdout.close()
+        worker.stderr.close()
+    # argparse refuses the mode: each worker ran (and exited 2) after the imports.
+    assert statuses == [2, 2]
+    assert marker.read_text().split() == [str(server.process.pid)]

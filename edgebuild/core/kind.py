@@ -233,6 +233,11 @@ class ArtifactKind:
     # Packages besides edgebuild and the kind's own whose source code the code digests
     # follow (a helper library of the plugin's that changes what it builds).
     code_packages: ClassVar[tuple[str, ...]] = ()
+    # Modules a worker of this kind imports that take seconds (``transformers.modeling_utils``
+    # does): the fork server imports them once, when the first worker of the kind starts,
+    # so every later worker of a run starts with them. Nothing else changes: a module
+    # that fails to import there is imported (and fails) in the worker, as without it.
+    worker_imports: ClassVar[tuple[str, ...]] = ()
 
     # --- optional hooks --------------------------------------------------------------
     # The entry ``python -m edgebuild init`` writes for this kind, with what it needs.

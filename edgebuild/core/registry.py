@@ -120,6 +120,9 @@ def check_kind(cls: type[ArtifactKind], name: str) -> None:
         raise TypeError(f"{cls.__qualname__}.Params.kind must be Literal[{cls.name!r}], found {allowed!r}")
     if not isinstance(cls.outputs, tuple) or not cls.outputs or not all(isinstance(output, str) for output in cls.outputs):
         raise TypeError(f"artifact kind {cls.name!r}: outputs must be a non-empty tuple of file names")
+    imports = cls.worker_imports
+    if not isinstance(imports, tuple) or not all(isinstance(module, str) and module for module in imports):
+        raise TypeError(f"artifact kind {cls.name!r}: worker_imports must be a tuple of module names, found {imports!r}")
     for attribute in ("build_module", "verify_module"):
         module = getattr(cls, attribute)
         try:

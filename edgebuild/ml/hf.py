@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from edgebuild.core.checkpoint import Checkpoint
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
+# What a worker that runs a transformers model or image processor imports first, for
+# seconds (the kinds' ``worker_imports``): ``import transformers`` is lazy, these are not.
+TRANSFORMERS_IMPORTS = ("transformers.modeling_utils", "transformers.image_processing_utils")
 
 
 @contextmanager

@@ -11,6 +11,9 @@ from typing import Any
 
 from edgebuild.errors import ExportError
 
+# What torch's ONNX exporter imports on its first export (the kinds' ``worker_imports``).
+EXPORT_IMPORTS = ("onnxscript", "torch.onnx._internal.exporter._core")
+
 # The opsets torch's dynamo exporter can write: it exports at 18 and converts with
 # onnxscript's version converter (up to 25), falling back to onnx's own converter up
 # to the highest opset onnx knows (28 in onnx 1.23; a test checks the installed one).

@@ -45,6 +45,8 @@ WEIGHTS_FILE = "model.onnx.data"
 # 16-bit QuantizeLinear / DequantizeLinear exist in the ai.onnx domain from opset 21;
 # below it onnxruntime falls back to com.microsoft contrib ops, which an NPU stack
 # expecting standard ONNX does not take.
+# What quantizing imports (the kinds' ``worker_imports``).
+QUANTIZE_IMPORTS = ("onnxruntime.quantization",)
 SIXTEEN_BIT_OPSET = 21
 SIXTEEN_BIT_TYPES = frozenset({"uint16", "int16"})
 

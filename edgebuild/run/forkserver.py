@@ -123,13 +123,16 @@ class ForkServer:
             self.close()
             raise OSError("the fork server did not start")
 
-    def fork(self, argv: list[str], environment: dict[str, str], result_writer: int) -> ForkedWorker:
+    def fork(self, argv: list[str], environment: dict[str, str], result_writer: int,
+             imports: tuple[str, ...] = ()) -> ForkedWorker:
         """Fork a worker running ``edgebuild.run.workers.main(argv)`` in ``environment``;
-        ``result_writer`` becomes its result fd (named in ``argv`` by the placeholder)."""
+        ``result_writer`` becomes its result fd (named in ``argv`` by the placeholder).
+        The server imports ``imports`` first (once each), so this worker and every later
+        one start with them (a kind's ``worker_imports``)."""
         stdout_reader, stdout_writer = os.pipe()
         stderr_reader, stderr_writer = os.pipe()
         status_parent, status_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        message = json.dumps({"argv": argv, "env": environment}).encode()
+        message = json.dumps({"argv": argv, "env": environment, "imports": list(imports)}).encode()
         try:
             with self._lock:
                 socket.send_fds(self._socket, [message],
@@ -227,6 +230,7 @@ def serve(descriptor: int) -> None:
                 break  # the parent is gone
             request = json.loads(message)
             stdout_writer, stderr_writer, result_writer, status = descriptors
+            _import_quietly(request.get("imports", ()))
             pid = os.fork()
             if pid == 0:
                 connection.close()
@@ -251,6 +255,23 @@ def serve(descriptor: int) -> None:
     while children and time.monotonic() < deadline:
         _reap(children)
         time.sleep(0.05)
+
+
+def _import_quietly(modules: "list[str] | tuple[str, ...]") -> None:
+    """Import what a kind's workers import, once each. One that fails (a plugin's missing
+    library, a private module gone in another torch) is left to the worker, which
+    imports it itself and reports what it finds; what it printed is dropped here (the
+    server's own streams go nowhere)."""
+    for module in modules:
+        if module in sys.modules or module in _FAILED_IMPORTS:
+            continue
+        try:
+            __import__(module)
+        except Exception:
+            _FAILED_IMPORTS.add(module)
+
+
+_FAILED_IMPORTS: set[str] = set()
 
 
 def _reap(children: dict[int, socket.socket]) -> None:

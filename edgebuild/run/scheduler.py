@@ -121,7 +121,7 @@ def _export_instead_of(workspace: "Workspace", artifact: Artifact, pulled: str, 
     # The build must not pull the same entry again from a read-only remote.
     without_remote = workspace.settings.replace(manifest=str(workspace.manifest.path), remote_cache=REMOTE_CACHE_OFF)
     run_worker_at("build", str(workspace.manifest.path), str(layout.root), artifact.name, without_remote.environ(),
-                  relay, expect=artifact.fingerprint)
+                  relay, expect=artifact.fingerprint, imports=artifact.kind.worker_imports)
     adopt_output_digests(workspace, artifact)
     return str(run_worker("verify", workspace, artifact, relay)["verify_fingerprint"])
 

@@ -75,7 +75,8 @@ def run_worker(mode: str, workspace: "Workspace", artifact: "Artifact", relay: R
     the artifact when it crashed. ``relay(stream, line)`` receives its output (default:
     this process's ``sys.stdout``/``sys.stderr``)."""
     return run_worker_at(mode, str(workspace.manifest.path), str(workspace.layout.root), artifact.name,
-                         workspace.worker_environment(env), relay, expect=artifact.fingerprint)
+                         workspace.worker_environment(env), relay, expect=artifact.fingerprint,
+                         imports=artifact.kind.worker_imports)
 
 
 def run_worker_at(
@@ -86,10 +87,11 @@ def run_worker_at(
     env: dict[str, str] | None = None,
     relay: Relay | None = None,
     expect: str | None = None,
+    imports: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """:func:`run_worker` by manifest path and root, in the environment ``env`` (which
     holds the settings; default: this process's); ``expect``: the fingerprint the
-    caller planned with."""
+    caller planned with; ``imports``: the kind's ``worker_imports``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     relay = relay or _relay_to_own_streams
@@ -105,7 +107,7 @@ def run_worker_at(
     process: Any = None
     if server is not None:
         try:
-            process = server.fork(arguments, environment, writer)
+            process = server.fork(arguments, environment, writer, imports)
         except OSError:
             process = None  # a fresh interpreter instead
     try:

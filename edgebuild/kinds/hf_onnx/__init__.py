@@ -14,7 +14,9 @@ build refuses a class that reads one outside them.
 
 from __future__ import annotations
 
+from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
 from edgebuild.ml.hf_fixtures import FIXTURES
+from edgebuild.ml.onnx_tools import EXPORT_IMPORTS
 from edgebuild.ml.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
 
@@ -32,6 +34,7 @@ class HfOnnx(ArtifactKind):
     verify_module = "edgebuild.kinds.hf_onnx.verify"
     # Like the tower: an export and onnxruntime sessions beside the model.
     memory_factor = 3.0
+    worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS
     fixtures = FIXTURES
     starter = Starter(
         checkpoints={"clip": "clip_vision_tiny"},

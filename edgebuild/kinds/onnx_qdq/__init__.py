@@ -15,7 +15,8 @@ is its own :meth:`tensor_selection`.
 
 from __future__ import annotations
 
-from edgebuild.ml.qdq import SIXTEEN_BIT_OPSET, SIXTEEN_BIT_TYPES
+from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
+from edgebuild.ml.qdq import QUANTIZE_IMPORTS, SIXTEEN_BIT_OPSET, SIXTEEN_BIT_TYPES
 from edgebuild.ml.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
 
@@ -34,6 +35,7 @@ class OnnxQdq(ArtifactKind):
     source_kinds = ("hf_onnx",)
     # Like the tower's QDQ: calibration sessions over the float graph.
     memory_factor = 3.0
+    worker_imports = TRANSFORMERS_IMPORTS + QUANTIZE_IMPORTS
     starter = Starter(
         entry="""\
   # That graph quantized for an NPU: 16-bit activations, 8-bit weights (A16W8) as QDQ

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
+from edgebuild.ml.onnx_tools import EXPORT_IMPORTS
 from edgebuild.ml.qwen3_5_fixtures import FIXTURES
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
 
@@ -25,6 +27,7 @@ class Qwen3_5VisionTower(ArtifactKind):
     verify_module = "edgebuild.kinds.qwen3_5_tower.verify"
     # Full-size tower (1.72 GiB float32): verification peaked at 2.95x, the build at 1.65x.
     memory_factor = 3.0
+    worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS
     fixtures = FIXTURES
     starter = Starter(
         checkpoints={"qwen3_5": "qwen3_5_vl_tiny"},

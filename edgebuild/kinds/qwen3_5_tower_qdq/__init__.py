@@ -18,7 +18,8 @@ checkpoint behind the source.
 
 from __future__ import annotations
 
-from edgebuild.ml.qdq import SIXTEEN_BIT_OPSET, SIXTEEN_BIT_TYPES
+from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
+from edgebuild.ml.qdq import QUANTIZE_IMPORTS, SIXTEEN_BIT_OPSET, SIXTEEN_BIT_TYPES
 from edgebuild.ml.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
 
@@ -36,6 +37,7 @@ class Qwen3_5TowerQdq(ArtifactKind):
     verify_module = "edgebuild.kinds.qwen3_5_tower_qdq.verify"
     # Full-size QDQ at 224: 2.62x the float32 weights.
     memory_factor = 3.0
+    worker_imports = TRANSFORMERS_IMPORTS + QUANTIZE_IMPORTS
     starter = Starter(
         entry="""\
   # The float tower quantized for an NPU: 16-bit activations, 8-bit weights (A16W8)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
 from edgebuild.ml.sample_images import starter_samples
 from edgebuild.ml.siglip import PREPROCESSOR_FILE, siglip_layout
 from edgebuild.ml.siglip_fixtures import FIXTURES
@@ -38,6 +39,7 @@ class SiglipF143(ArtifactKind):
     verify_module = "edgebuild.kinds.siglip_f143.verify"
     # SigLIP-so400m-shaped GPTQ: 2.91 GiB peak for 1.6 GiB of float32 weights, baseline included.
     memory_factor = 2.0
+    worker_imports = TRANSFORMERS_IMPORTS
     # Calibration images are what GPTQ fitted; the held-out ones say how it generalises.
     headline_check = "held_out.cosine"
     fixtures = FIXTURES

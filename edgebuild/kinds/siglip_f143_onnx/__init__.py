@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
+from edgebuild.ml.onnx_tools import EXPORT_IMPORTS
 from edgebuild.ml.siglip import PREPROCESSOR_FILE, siglip_layout
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
 
@@ -36,6 +38,7 @@ class SiglipF143Onnx(ArtifactKind):
     verify_module = "edgebuild.kinds.siglip_f143_onnx.verify"
     # Not measured at full size; an export plus onnxruntime sessions, like the tower.
     memory_factor = 3.0
+    worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS
     source_kinds = ("siglip_f143",)
     starter = Starter(
         entry="""\

@@ -116,6 +116,7 @@ def run_on_cluster(workspace: "Workspace", names: list[str], address: str, verif
                 resource_basis=basis,
                 manifest_path=str(workspace.manifest.path.resolve()),
                 remote_cache=remote.location.url,
+                worker_imports=artifact.kind.worker_imports,
             )
         )
     workspace.save_caches()

@@ -31,6 +31,8 @@ class Job:
     resource_basis: str
     manifest_path: str
     remote_cache: str
+    # The kind's worker_imports: a cluster worker's fork server imports them once.
+    worker_imports: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
             emit(text)
 
     try:
-        built = run_worker_at("build", job.manifest_path, str(root), job.name, environment, relay, expect=job.fingerprint)
+        built = run_worker_at("build", job.manifest_path, str(root), job.name, environment, relay, expect=job.fingerprint,
+                              imports=job.worker_imports)
     except PlanChanged:
         if job.fingerprint is not None:
             raise ClusterError(
@@ -125,5 +128,6 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
                 "it sees other inputs, code or tool versions (another checkout or environment?); nothing was pushed"
             ) from None
         raise
-    run_worker_at("verify", job.manifest_path, str(root), job.name, environment, relay, expect=built.get("fingerprint"))
+    run_worker_at("verify", job.manifest_path, str(root), job.name, environment, relay, expect=built.get("fingerprint"),
+                  imports=job.worker_imports)
     return {"seconds": time.perf_counter() - started}
