@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TOWER_MANIFEST, ProjectDir
+from helpers import TOWER_MANIFEST, ProjectDir, made_once
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,7 +44,7 @@ def _no_ambient_remote(monkeypatch: pytest.MonkeyPatch) -> None:
 def qwen_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from edgebuild.core.fixtures import write_fixture
 
-    return write_fixture(tmp_path_factory.mktemp("qwen") / "ckpt", "qwen3_5_vl_tiny")
+    return made_once(tmp_path_factory, "qwen", lambda directory: write_fixture(directory / "ckpt", "qwen3_5_vl_tiny")) / "ckpt"
 
 
 @pytest.fixture
@@ -58,11 +58,13 @@ def project_dir(tmp_path: Path) -> ProjectDir:
 def verified_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project whose one artifact ``t`` (the tiny tower at 64x64) is built and
     verified, with no remote: exported once per session, copied by tests."""
-    seed = ProjectDir(tmp_path_factory.mktemp("seed"))
-    seed.manifest(TOWER_MANIFEST)
-    result = seed.doit("verify", env={"EDGEBUILD_REMOTE_CACHE": "off"})
-    assert result.returncode == 0, result.stdout + result.stderr
-    return seed.root
+    def make(directory: Path) -> None:
+        seed = ProjectDir(directory)
+        seed.manifest(TOWER_MANIFEST)
+        result = seed.doit("verify", env={"EDGEBUILD_REMOTE_CACHE": "off"})
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    return made_once(tmp_path_factory, "seed", make)
 
 
 @pytest.fixture(scope="session")
@@ -171,15 +173,17 @@ def _wait_until_serving(endpoint: str, process: subprocess.Popen, log_path: Path
 def siglip_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from edgebuild.core.fixtures import write_fixture
 
-    return write_fixture(tmp_path_factory.mktemp("siglip") / "ckpt", "siglip_tiny")
+    return made_once(tmp_path_factory, "siglip", lambda directory: write_fixture(directory / "ckpt", "siglip_tiny")) / "ckpt"
 
 
 @pytest.fixture(scope="session")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two key pairs, as ``python -m edgebuild keygen`` writes them: the team's and another's."""
-    directory = tmp_path_factory.mktemp("keys")
-    for name in ("team", "other"):
-        made = subprocess.run([sys.executable, "-m", "edgebuild", "keygen", str(directory / name)],
-                              capture_output=True, text=True, timeout=120)
-        assert made.returncode == 0, made.stderr
+    def make(directory: Path) -> None:
+        for name in ("team", "other"):
+            made = subprocess.run([sys.executable, "-m", "edgebuild", "keygen", str(directory / name)],
+                                  capture_output=True, text=True, timeout=120)
+            assert made.returncode == 0, made.stderr
+
+    directory = made_once(tmp_path_factory, "keys", make)
     return {name: directory / name for name in ("team", "other")}

@@ -9,6 +9,10 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -283,3 +287,25 @@ def signing_env(keys: dict, remote: str | None = None) -> dict[str, str]:
     trusts) -- what every runner that shares through a remote is given in these tests."""
     env = {"EDGEBUILD_SIGNING_KEY": f"{keys['team']}.key", "EDGEBUILD_TRUSTED_KEYS": f"{keys['team']}.pub"}
     return env | ({"EDGEBUILD_REMOTE_CACHE": remote} if remote is not None else {})
+
+
+def made_once(tmp_path_factory: "pytest.TempPathFactory", name: str, make: Callable[[Path], object]) -> Path:
+    """A directory ``make(directory)`` fills once for the whole run: under pytest-xdist the
+    first worker to ask makes it in the run's shared temporary folder while the others
+    wait on a lock, then all read it (tests copy what they change). Made fresh if an
+    earlier attempt failed half-way."""
+    import fcntl
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        directory = tmp_path_factory.mktemp(name)
+        make(directory)
+        return directory
+    directory = tmp_path_factory.getbasetemp().parent / f"made-once-{name}"
+    with open(f"{directory}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (directory / ".made").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            make(directory)
+            (directory / ".made").touch()
+    return directory

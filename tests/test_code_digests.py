@@ -18,7 +18,7 @@ from edgebuild.core.fingerprint import NEUTRAL_MODULES, _module_file, code_diges
 from edgebuild.core.project import VERIFICATION_MODULE
 from edgebuild.core.registry import get_kind, kind_names
 
-from helpers import REPO, build_digest, verify_digest
+from helpers import REPO, build_digest, made_once, verify_digest
 
 PACKAGE_ROOT = package_roots("edgebuild")[0]
 # In every build digest: the kind interface (its contexts hand a kind its checkpoints).
@@ -273,14 +273,17 @@ KIND_EDITS = [
 def changed_by_edit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[set[str], set[str]]]:
     """Each edited file of a copy of the package -> the kinds whose build and verify
     digests an unused function added to it changes."""
-    root = tmp_path_factory.mktemp("copy")
-    shutil.copytree(PACKAGE_ROOT, root / "edgebuild", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
-    edits = sorted({edited for edited, *_ in GENERIC_EDITS} | {edited for edited, _ in KIND_EDITS})
-    result = subprocess.run([sys.executable, "-c", _EDITS_SCRIPT, json.dumps(KINDS), json.dumps(edits)], cwd=root,
-                            capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-                            timeout=300)
-    assert result.returncode == 0, result.stderr
-    return {edited: (set(build), set(verify)) for edited, (build, verify) in json.loads(result.stdout).items()}
+    def make(root: Path) -> None:
+        shutil.copytree(PACKAGE_ROOT, root / "edgebuild", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+        edits = sorted({edited for edited, *_ in GENERIC_EDITS} | {edited for edited, _ in KIND_EDITS})
+        result = subprocess.run([sys.executable, "-c", _EDITS_SCRIPT, json.dumps(KINDS), json.dumps(edits)], cwd=root,
+                                capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+                                timeout=300)
+        assert result.returncode == 0, result.stderr
+        (root / "changed.json").write_text(result.stdout)
+
+    changed = json.loads((made_once(tmp_path_factory, "code-digest-edits", make) / "changed.json").read_text())
+    return {edited: (set(build), set(verify)) for edited, (build, verify) in changed.items()}
 
 
 @pytest.mark.parametrize(("edited", "build_changes", "verify_changes"), GENERIC_EDITS)
