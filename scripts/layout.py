@@ -1,8 +1,8 @@
 """Print the package's layout, one line per package and module, from their docstrings.
 
-    python scripts/layout.py            # the tree README.md's "Layout" section shows
+    python scripts/layout.py            # the tree docs/contributing/layout.md shows
 
-The README's block is this script's output (``tests/test_readme.py`` holds them
+The block in docs/contributing/layout.md is this script's output (``tests/test_readme.py`` holds them
 equal), so the layout a newcomer reads is the one the code has.
 """
 

@@ -1,4 +1,4 @@
-"""What the README says about the code is what the code is."""
+"""What the README and the documentation say about the code is what the code is."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 from helpers import REPO
 
 
-def test_the_layout_in_the_readme_is_the_packages() -> None:
+def test_the_documented_layout_is_the_packages() -> None:
     tree = subprocess.run([sys.executable, str(REPO / "scripts" / "layout.py")], capture_output=True, text=True,
                           check=True).stdout
-    assert tree in (REPO / "README.md").read_text(), "README's Layout is stale: paste `python scripts/layout.py`"
+    layout = REPO / "docs" / "contributing" / "layout.md"
+    assert tree in layout.read_text(), f"{layout.relative_to(REPO)} is stale: paste `python scripts/layout.py`"

@@ -189,6 +189,9 @@ def test_readme_walks_a_new_user_through() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## In your own repository\n", 1)[1].split("\n## ", 1)[0]
     (commands,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    # Getting started gives the same three steps.
+    getting_started = (REPO / "docs" / "getting-started.md").read_text()
+    assert f"```sh\n{commands}```" in getting_started
     steps = [line.split("#")[0].strip() for line in commands.splitlines()]
     assert steps == [
         "python3 -m venv .venv && .venv/bin/pip install /path/to/edgebuild",
@@ -223,8 +226,8 @@ def test_init_ci_github_writes_the_workflow_the_readme_describes(tmp_path: Path)
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     workflow = yaml.safe_load((project / ".github" / "workflows" / "edgebuild.yml").read_text())
     jobs = workflow["jobs"]
-    # The README's table lists the jobs, in order, and what each runs of the script.
-    section = (REPO / "README.md").read_text().split("### CI for your repository\n", 1)[1].split("\n## ", 1)[0]
+    # The documentation's table lists the jobs, in order, and what each runs of the script.
+    section = (REPO / "docs" / "how-to" / "ci-for-your-repository.md").read_text()
     rows = re.findall(r"^\| `(\w+)` \| (.*?) \| .* \|$", section, flags=re.M)
     assert tuple(jobs) == WORKFLOW_JOBS == tuple(name for name, _ in rows)
     for name, runs in rows:

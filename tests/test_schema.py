@@ -58,23 +58,34 @@ def loader_error(tmp_path: Path, text: str) -> str | None:
     return None
 
 
+def documented_yaml() -> list[str]:
+    """Every YAML snippet of the README and the documentation's hand-written pages (the
+    generated reference quotes the starter entries, which are checked as the starter)."""
+    pages = [REPO / "README.md", *sorted(path for path in (REPO / "docs").rglob("*.md") if "reference" not in path.parts)]
+    return [block for page in pages for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), flags=re.S)]
+
+
+def whole_manifests() -> list[str]:
+    """The snippets that are a manifest of their own (checkpoints and artifacts)."""
+    return [block for block in documented_yaml() if block.startswith("checkpoints:") and "\nartifacts:" in block]
+
+
 def readme_manifest() -> str:
-    """One manifest made of every YAML snippet in the README: the full manifest, the
-    artifact entries of each kind's section, and the top-level ``remote_cache``."""
-    blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    """One manifest made of the documentation's snippets: the full manifest, the artifact
+    entries of each kind's page, and the top-level ``remote_cache``."""
+    blocks = documented_yaml()
     full = [block for block in blocks if block.startswith("version:")]
     entries = [block for block in blocks if block.startswith("  ")]
     top_level = [block for block in blocks if not block.startswith(("version:", "  ", "checkpoints:"))]
-    assert len(full) == 1 and entries and top_level, "the README's manifest snippets moved: update this test"
+    assert len(full) == 1 and entries and top_level, "the documentation's manifest snippets moved: update this test"
     text = full[0].replace("checkpoints:\n", "checkpoints:\n  siglip:\n    path: ckpt\n  clip:\n    path: ckpt\n", 1)
     return text + "".join(entries) + "".join(top_level)
 
 
 def readme_checkpoint_snippets() -> str:
-    """The README's ``checkpoints:`` examples (the Hugging Face form), as one manifest."""
-    blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
-    checkpoints = [block for block in blocks if block.startswith("checkpoints:")]
-    assert checkpoints, "the README's checkpoint snippets moved: update this test"
+    """The documentation's ``checkpoints:`` examples (the Hugging Face form), as one manifest."""
+    checkpoints = [block for block in documented_yaml() if block.startswith("checkpoints:") and block not in whole_manifests()]
+    assert checkpoints, "the documentation's checkpoint snippets moved: update this test"
     return "".join(checkpoints) + "artifacts: {}\n"
 
 
@@ -93,8 +104,9 @@ def test_the_command_prints_the_schema() -> None:
 
 VALID = {
     "the repository's artifacts.yaml": (REPO / "artifacts.yaml").read_text(),
-    "the README's snippets": readme_manifest(),
-    "the README's checkpoint snippets": readme_checkpoint_snippets(),
+    "the documentation's snippets": readme_manifest(),
+    "the documentation's checkpoint snippets": readme_checkpoint_snippets(),
+    **{f"the documentation's whole manifest #{number}": text for number, text in enumerate(whole_manifests(), 1)},
     "the starter manifest of init": starter_manifest(),
     "the tests' one-tower manifest": TOWER_MANIFEST,
     "a rectangular image": HEAD + TOWER.replace("448", "[224, 448]"),

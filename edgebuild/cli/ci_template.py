@@ -8,7 +8,7 @@
   read the remote cache and never write it; the signing key comes from a secret, the
   trusted keys from a committed ``.pub``.
 
-``tests/test_scaffold.py`` checks the workflow's layout against what the README says.
+``tests/test_scaffold.py`` checks the workflow's layout against what docs/how-to/ci-for-your-repository.md says.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 SCRIPT_FILE = "ci/edgebuild.sh"
 WORKFLOW_FILE = ".github/workflows/edgebuild.yml"
 CI_CHOICES = ("github", "script")
-# The jobs of the workflow, in order: what the README's table lists.
+# The jobs of the workflow, in order: what the documentation's table lists.
 WORKFLOW_JOBS = ("check", "shard", "gather")
 
 SCRIPT = r'''#!/usr/bin/env bash

@@ -20,7 +20,8 @@ from pathlib import Path
 from edgebuild.errors import EdgebuildError
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The commands and options of ``python -m edgebuild`` (the reference pages are made from it)."""
     parser = argparse.ArgumentParser(prog="python -m edgebuild", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     init = commands.add_parser(
@@ -57,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     which = fetch.add_mutually_exclusive_group()
     which.add_argument("--fingerprint", metavar="FP", help="this published build (at least 7 hex digits)")
     which.add_argument("--commit", metavar="SHA", help="the newest build published from this commit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "init":

@@ -77,7 +77,7 @@ class ArtifactParams(Strict):
     """Fields every artifact has. Kinds subclass it with ``kind: Literal[...]``."""
 
     kind: str
-    description: PrintableText = ""
+    description: PrintableText = Field(default="", description="Shown by doit list and the report; never makes an artifact stale.")
 
     # Fields that never change an artifact's bytes: left out of its build fingerprint.
     # ``verify`` thresholds are part of the verification fingerprint instead.

@@ -135,9 +135,13 @@ class CheckpointSpec(Strict):
 class ManifestDocument(Strict):
     """The top level of ``artifacts.yaml``. Artifacts are validated per kind afterwards."""
 
-    version: Literal[1] = MANIFEST_VERSION
-    checkpoints: dict[str, CheckpointSpec] = Field(default_factory=dict)
-    artifacts: dict[str, dict[str, Any]]
+    version: Literal[1] = Field(default=MANIFEST_VERSION, description="The manifest format; 1, the only one so far.")
+    checkpoints: dict[str, CheckpointSpec] = Field(
+        default_factory=dict, description="Checkpoints by the name artifacts use for them (their checkpoint: key)."
+    )
+    artifacts: dict[str, dict[str, Any]] = Field(
+        description="Artifacts by name: each a kind and its parameters (see the kinds' reference), or a matrix of them."
+    )
     defaults: list[str] | None = Field(
         default=None, description="Artifacts that a bare ``doit`` builds (all when omitted)."
     )

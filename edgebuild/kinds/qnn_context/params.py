@@ -29,8 +29,8 @@ class QnnVerify(Strict):
     """The HTP simulator's output against the QDQ graph on onnxruntime's CPU provider.
 
     Both run the same quantized graph, so they differ only by the backends' integer
-    arithmetic and requantization rounding. Measured on the tiny A16W8 tower (README,
-    kind ``qnn_context``): at 64x64 cosine 0.99997, mean abs 0.0040, max abs 0.016; at
+    arithmetic and requantization rounding. Measured on the tiny A16W8 tower (docs/kinds/qnn_context.md,
+    ``qnn_context``): at 64x64 cosine 0.99997, mean abs 0.0040, max abs 0.016; at
     224x224 cosine 0.999993, mean abs 0.0022, max abs 0.019 (outputs up to ~3).
     """
 

@@ -15,7 +15,7 @@ INFO_FILE = "export.json"
 
 # onnxruntime vs the quantized PyTorch encoder, relative to the output's largest
 # magnitude: the weights are identical, so only float rounding of the activations
-# differs (measured: see the README).
+# differs (measured: see docs/kinds/siglip_f143_onnx.md).
 DEFAULT_QUANTIZED_MAX_REL = {"float32": 1e-4, "float16": 1e-2}
 
 
