@@ -5,9 +5,13 @@ front door into it."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from helpers import REPO
 
@@ -51,7 +55,87 @@ def test_the_readme_is_a_front_door() -> None:
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 150
     # Every page it links to exists.
-    import re
-
     for target in re.findall(r"\]\((docs/[^)#]+|CHANGELOG\.md|BENCHMARKS\.md)", readme):
         assert (REPO / target).is_file(), target
+
+
+# --- the snippets ----------------------------------------------------------------------------
+
+RUNS = "<!-- runs in the tests -->"
+NOT_RUN = re.compile(r"<!-- not run(?: by the snippet tests)?: [^>]+ -->")
+
+
+@dataclass(frozen=True)
+class Snippet:
+    page: str
+    line: int
+    language: str
+    marker: str
+    code: str
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def snippets() -> list[Snippet]:
+    """Every ``python`` and ``sh`` block of the README and the hand-written pages, with
+    the HTML comment on the line before it."""
+    pages = [REPO / "README.md", *sorted(path for path in (REPO / "docs").rglob("*.md") if "reference" not in path.parts)]
+    found = []
+    for page in pages:
+        text = page.read_text()
+        for match in re.finditer(r"^```(python|sh)\n(.*?)^```", text, flags=re.S | re.M):
+            before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            found.append(Snippet(str(page.relative_to(REPO)), text[:match.start()].count("\n") + 1, match.group(1),
+                                 before if before.startswith("<!--") else "", match.group(2)))
+    return found
+
+
+def test_every_snippet_says_whether_it_runs() -> None:
+    """A snippet either runs in the tests or says why not (and which test covers it):
+    nothing in the documentation looks runnable without being checked."""
+    unmarked = [str(snippet) for snippet in snippets() if snippet.marker != RUNS and not NOT_RUN.fullmatch(snippet.marker)]
+    assert unmarked == [], f"mark each with {RUNS} or <!-- not run: why -->: {unmarked}"
+    assert len([snippet for snippet in snippets() if snippet.marker == RUNS]) >= 4
+
+
+@pytest.fixture(scope="module")
+def documented_project(verified_seed: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A committed copy of the verified seed (a tiny tower ``t`` at 64x64), and what the
+    snippets' constants become in it."""
+    from helpers import clone_project, git
+
+    root = clone_project(verified_seed, tmp_path_factory.mktemp("documented") / "project").root
+    git(root, "init", "-q")
+    (root / ".gitignore").write_text("/build/\n/cache/\n")
+    git(root, "add", "dodo.py", "artifacts.yaml", "artifacts.lock", ".gitignore")
+    git(root, "commit", "-q", "-m", "verified")
+    (checkpoint,) = (root / "cache" / "fixtures").glob("qwen3_5_vl_tiny-*")
+    return {"root": str(root), "MANIFEST": str(root / "artifacts.yaml"), "ARTIFACT": "t",
+            "TOWER": str(root / "build" / "t"), "CHECKPOINT": str(checkpoint)}
+
+
+@pytest.mark.parametrize("snippet", [snippet for snippet in snippets() if snippet.marker == RUNS], ids=str)
+def test_the_snippets_that_say_they_run_do(snippet: Snippet, documented_project: dict[str, str]) -> None:
+    """Python snippets run with their upper-case constants (``TOWER = "..."``) pointed at
+    the project; shell snippets run line by line in it, with this environment's
+    ``doit`` and ``python`` first on the PATH."""
+    root = Path(documented_project["root"])
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+    environment |= {"EDGEBUILD_REMOTE_CACHE": "off", "NO_MKDOCS_2_WARNING": "1",
+                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if snippet.language == "python":
+        def constant(match: re.Match) -> str:
+            name = match.group(1)
+            assert name in documented_project, f"{snippet}: no value for the constant {name} in the tests"
+            return f"{name} = {documented_project[name]!r}"
+
+        code = re.sub(r"^([A-Z][A-Z0-9_]*) = \"[^\"]*\"", constant, snippet.code, flags=re.M)
+        # Run from the repository, whose data/ the snippets name.
+        ran = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environment, capture_output=True, text=True,
+                             timeout=600)
+    else:
+        ran = subprocess.run(["bash", "-euo", "pipefail", "-c", snippet.code], cwd=root, env=environment,
+                             capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, f"{snippet}:\n{ran.stdout}\n{ran.stderr}"
+    assert "Traceback" not in ran.stderr

@@ -100,6 +100,8 @@ def starter_manifest() -> str:
         "",
         "# Each checkpoint is a directory; while its variable is unset, a tiny generated",
         "# checkpoint of the same architecture stands in, so everything runs at once.",
+        "# Instead of path, `hf: ORG/NAME` (with `revision: COMMIT`, default main) reads a",
+        "# Hugging Face repository from the local cache (`hf download ORG/NAME` first).",
         "checkpoints:",
     ]
     for name, fixture in checkpoints.items():
