@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -38,17 +39,56 @@ def test_a_stale_reference_page_is_named(tmp_path: Path) -> None:
     assert reference.stale(tmp_path) == ["environment.md", "kinds/retired_kind.md"]
 
 
-def test_the_site_builds_strictly(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``mkdocs build --strict``: a broken link, a missing anchor or a page not in the
     navigation is a warning, and a warning fails the build."""
+    target = tmp_path_factory.mktemp("docs") / "site"
     built = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(target)],
         cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
     )
     assert built.returncode == 0, built.stdout + built.stderr
-    landing = (tmp_path / "site" / "index.html").read_text()
+    return target
+
+
+def test_the_site_builds_strictly(site: Path) -> None:
+    landing = (site / "index.html").read_text()
     assert "<title>edgebuild</title>" in landing and "reference/commands/" in landing
-    assert (tmp_path / "site" / "reference" / "kinds" / "qwen3_5_vision_tower" / "index.html").is_file()
+    assert (site / "reference" / "kinds" / "qwen3_5_vision_tower" / "index.html").is_file()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium); "
+                                              "this test renders the documentation site in headless Chromium")
+def test_the_site_renders_in_a_browser(site: Path, tmp_path: Path) -> None:
+    """The landing page and a reference page, as a browser draws them from the files:
+    the title, the navigation to every section, and the reference's table."""
+    def dom(page: Path) -> str:
+        shown = subprocess.run(
+            [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={tmp_path / 'profile'}",
+             "--window-size=1400,1000", "--dump-dom", page.as_uri()],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        return shown.stdout
+
+    landing = dom(site / "index.html")
+    assert "<title>edgebuild</title>" in landing
+    navigation = re.findall(r'class="md-nav__link[^"]*"[^>]*>\s*(?:<span[^>]*>\s*)?([^<]+?)\s*<', landing)
+    for section in ("Getting started", "How-to", "Concepts", "Kinds", "Reference", "Changelog"):
+        assert section in navigation, navigation
+    commands = dom(site / "reference" / "commands" / "index.html")
+    assert "<title>Commands - edgebuild</title>" in commands
+    assert re.search(r"<table>.*?<code>--shard SHARD</code>", commands, flags=re.S)
+    screenshot = tmp_path / "commands.png"
+    subprocess.run([CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={tmp_path / 'profile'}",
+                    "--window-size=1400,1000", f"--screenshot={screenshot}", (site / "reference" / "commands" / "index.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    # A blank page compresses to a few kB; this one has a header, navigation and tables.
+    assert screenshot.stat().st_size > 40_000
 
 
 def test_the_readme_is_a_front_door() -> None:
