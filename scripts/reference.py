@@ -256,6 +256,57 @@ def environment_page() -> str:
     return HEADER + "\n".join(lines) + "\n"
 
 
+def _markdown(docstring: str) -> list[str]:
+    """A module docstring as Markdown: ````code```` as `code`, a paragraph ending in
+    ``::`` followed by its indented block as a code block."""
+    import re
+    import textwrap
+
+    text = textwrap.dedent(docstring).strip("\n")
+    out: list[str] = []
+    blocks = text.split("\n\n")
+    index = 0
+    while index < len(blocks):
+        block = blocks[index]
+        if block.startswith("    "):
+            out += ["```text", textwrap.dedent(block), "```", ""]
+        else:
+            literal = block.rstrip().endswith("::")
+            prose = re.sub(r"``([^`]+)``", r"`\1`", block.rstrip()[:-1] if literal else block)
+            prose = re.sub(r":(?:class|func|meth|data):`~?([^`]+)`", r"`\1`", prose)
+            out += [prose.replace("<", "&lt;").replace(">", "&gt;") if "`" not in prose else prose, ""]
+        index += 1
+    return out
+
+
+def formats_page() -> str:
+    """The files edgebuild writes and reads, each with its format number and what its own
+    module says of it."""
+    import importlib
+
+    from edgebuild.core.record import BuildRecord
+
+    formats = (
+        ("The build record", "build/<name>/.edgebuild.json, and in every store and remote entry", "edgebuild.core.record", "RECORD_FORMAT"),
+        ("The report", "build/<name>/report.json, report.md", "edgebuild.core.report", "REPORT_FORMAT"),
+        ("The lock file", "<manifest stem>.lock beside the manifest", "edgebuild.core.lockfile", "LOCK_FORMAT"),
+        ("The remote cache", "under the remote's root", "edgebuild.cache.remote", "REMOTE_FORMAT"),
+        ("A publish destination", "doit publish --to DEST", "edgebuild.run.publish", "PUBLISH_FORMAT"),
+    )
+    lines = ["# File formats", "",
+             "What edgebuild writes, each with the format number it carries (`\"format\"`); a format changes "
+             "only on purpose, with a changelog entry and a migration. Each section is the docstring of the module "
+             "that reads and writes the file.", ""]
+    for title, where, module_name, constant in formats:
+        module = importlib.import_module(module_name)
+        lines += [f"## {title}", "", f"{_cell(where)}; format {getattr(module, constant)}.", ""]
+        lines += _markdown(module.__doc__ or "")
+        if module_name == "edgebuild.core.record":
+            schema = BuildRecord.model_json_schema(ref_template="#/$defs/{model}")
+            lines += ["Its keys:", "", *properties_table(schema, schema.get("$defs", {})), ""]
+    return HEADER + "\n".join(lines).rstrip("\n") + "\n"
+
+
 def pages() -> dict[str, str]:
     """Every reference page, by its path under ``docs/reference/``: the built-in kinds
     only (a plugin installed here, the example's included, documents itself)."""
@@ -268,6 +319,7 @@ def pages() -> dict[str, str]:
         "manifest.md": manifest_page(),
         "commands.md": commands_page(),
         "environment.md": environment_page(),
+        "file-formats.md": formats_page(),
         "kinds/index.md": kinds_index(kinds),
     }
     made.update({f"kinds/{kind.name}.md": kind_page(kind) for kind in kinds})

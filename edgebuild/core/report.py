@@ -2,6 +2,14 @@
 
 A check is a measured value, a limit and a comparison. Verification collects
 every check, then fails once, naming each failed one with its numbers.
+
+``report.json`` holds ``format``, ``artifact``, ``kind``, ``fingerprint`` (the build
+judged), ``verify_fingerprint`` (the build's, the thresholds' and the judging code's:
+a report counts only at the current one), ``passed``, ``checks`` (each ``name``,
+``value``, ``limit``, ``comparison``, ``passed``, and an optional ``detail``),
+``metrics`` (what the kind measured beyond its checks), ``build`` (what the build
+recorded of itself) and ``verify`` (the manifest's ``verify:`` settings it was judged
+with). ``report.md`` is the same checks as a table.
 """
 
 from __future__ import annotations
