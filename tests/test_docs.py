@@ -179,3 +179,20 @@ def test_the_snippets_that_say_they_run_do(snippet: Snippet, documented_project:
                              capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, f"{snippet}:\n{ran.stdout}\n{ran.stderr}"
     assert "Traceback" not in ran.stderr
+
+
+def test_every_parameter_of_every_built_in_kind_is_described() -> None:
+    """The reference pages' "what" column comes from the field descriptions: none is blank."""
+    import importlib
+
+    from edgebuild.core.manifest import ManifestDocument
+    from edgebuild.core.registry import BUILTIN_LIST_MODULE, get_kind
+
+    models = [ManifestDocument] + [get_kind(name).Params for name in importlib.import_module(BUILTIN_LIST_MODULE).BUILTIN_KINDS]
+    blank = []
+    for model in models:
+        schema = model.model_json_schema()
+        for where, part in [(model.__name__, schema), *schema.get("$defs", {}).items()]:
+            blank += [f"{where}.{key}" for key, value in part.get("properties", {}).items()
+                      if key != "kind" and not value.get("description")]
+    assert blank == []

@@ -77,7 +77,10 @@ class ArtifactParams(Strict):
     """Fields every artifact has. Kinds subclass it with ``kind: Literal[...]``."""
 
     kind: str
-    description: PrintableText = Field(default="", description="Shown by doit list and the report; never makes an artifact stale.")
+    description: PrintableText = Field(
+        default="",
+        description="Shown by doit list and the report; never makes an artifact stale.",
+    )
 
     # Fields that never change an artifact's bytes: left out of its build fingerprint.
     # ``verify`` thresholds are part of the verification fingerprint instead.
@@ -143,8 +146,14 @@ class InputSet(InputFiles):
     """Calibration or held-out inputs: SafeTensors files with a ``pixel_values``
     tensor and/or images (paths or globs, relative to the manifest)."""
 
-    pixel_values: list[str] = Field(default_factory=list)
-    images: list[str] = Field(default_factory=list)
+    pixel_values: list[str] = Field(
+        default_factory=list,
+        description="SafeTensors files holding a pixel_values tensor [n, 3, H, W] (paths or globs).",
+    )
+    images: list[str] = Field(
+        default_factory=list,
+        description="Images (paths or globs), run through the checkpoint's own image processor.",
+    )
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class CheckpointSpec(Strict):
         default_factory=dict,
         description="Overrides of the fixture's config (e.g. ``vision_config: {depth: 3}``).",
     )
-    description: PrintableText = ""
+    description: PrintableText = Field(default="", description="A note for readers of the manifest; it changes nothing.")
 
     @field_validator("hf")
     @classmethod

@@ -35,8 +35,11 @@ class ModelInput(Strict):
     """One graph input: its fixed shape, and its dtype (floating inputs default to the
     export's dtype)."""
 
-    shape: list[PositiveInt] = Field(min_length=1, max_length=MAX_INPUT_DIMS)
-    dtype: InputDtype | None = None
+    shape: list[PositiveInt] = Field(min_length=1, max_length=MAX_INPUT_DIMS, description="The input's fixed shape.")
+    dtype: InputDtype | None = Field(
+        default=None,
+        description="Its element type; unset, a floating input takes the export's dtype.",
+    )
 
     @field_validator("shape")
     @classmethod
@@ -55,22 +58,31 @@ class HeldOut(InputFiles):
     """Held-out inputs for verification: images, run through the checkpoint's own image
     processor into the ``pixel_values`` input (resized to its fixed height and width)."""
 
-    images: list[str] = Field(default_factory=list)
+    images: list[str] = Field(default_factory=list, description="Images (paths or globs) for the pixel_values input.")
 
 
 class HfOnnxVerify(Strict):
     """Thresholds of ``verify:``, per output; unset ones take the per-dtype defaults."""
 
-    cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0)
-    max_abs: float | None = Field(default=None, ge=0.0)
-    mean_abs: float | None = Field(default=None, ge=0.0)
+    cosine_min: float | None = Field(
+        default=None, ge=-1.0, le=1.0,
+        description="Least cosine vs the model's forward (unset: 0.9999 float32, 0.999 float16).",
+    )
+    max_abs: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest absolute error (unset: 1e-4 float32, 5e-2 float16).",
+    )
+    mean_abs: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest mean absolute error (unset: not checked).",
+    )
     samples: int = Field(default=2, ge=1, le=64, description="Seeded random inputs compared (beside held-out images).")
-    seed: int = 0
+    seed: int = Field(default=0, description="Seed of the random inputs.")
 
 
 class HfOnnxParams(ArtifactParams):
     kind: Literal["hf_onnx"]
-    checkpoint: str
+    checkpoint: str = Field(description="The checkpoint (a name under checkpoints:).")
     model_class: str = Field(description="A transformers model class, by name (CLIPVisionModel, Dinov2Model, ...).")
     inputs: dict[str, Annotated[ModelInput, BeforeValidator(_input_spec, json_schema_input_type=list[PositiveInt] | ModelInput)]] = Field(
         min_length=1, description="Each forward() argument given: name -> shape, or {shape, dtype}."
@@ -79,8 +91,8 @@ class HfOnnxParams(ArtifactParams):
         default_factory=lambda: ["last_hidden_state"], min_length=1,
         description="Fields of the model's output, in the graph's order (pooler_output, last_hidden_state, ...).",
     )
-    dtype: Dtype = "float32"
-    opset: int = Field(default=21, ge=EXPORTER_MIN_OPSET, le=EXPORTER_MAX_OPSET)
+    dtype: Dtype = Field(default="float32", description="Export dtype.")
+    opset: int = Field(default=21, ge=EXPORTER_MIN_OPSET, le=EXPORTER_MAX_OPSET, description="ONNX opset.")
     attn_implementation: Literal["sdpa", "eager"] | None = Field(
         default=None, description="transformers' attention implementation (default: the model's own choice)."
     )
@@ -89,8 +101,11 @@ class HfOnnxParams(ArtifactParams):
         description="Read only the checkpoint tensors under these name prefixes (a vision encoder from a two-tower "
                     "checkpoint): the fingerprint covers just those, and the build fails if the class needs another.",
     )
-    held_out: HeldOut = Field(default_factory=HeldOut)
-    verify: HfOnnxVerify = Field(default_factory=HfOnnxVerify)
+    held_out: HeldOut = Field(
+        default_factory=HeldOut,
+        description="Images compared beside the random inputs (verification only).",
+    )
+    verify: HfOnnxVerify = Field(default_factory=HfOnnxVerify, description="Verification thresholds and inputs.")
 
     VERIFY_ONLY_INPUTS: ClassVar[frozenset[str]] = frozenset({"held_out"})
 

@@ -32,31 +32,52 @@ class GraphInputs(InputFiles):
     the graph's height and width), and/or SafeTensors files holding one tensor per graph
     input, named as the input, of shape ``[n * batch, ...]`` or ``[n, batch, ...]``."""
 
-    images: list[str] = Field(default_factory=list)
-    tensors: list[str] = Field(default_factory=list)
+    images: list[str] = Field(default_factory=list, description="Images (paths or globs) for the graph's pixel input.")
+    tensors: list[str] = Field(
+        default_factory=list,
+        description="SafeTensors files, one tensor per graph input, named as the input.",
+    )
 
 
 class OnnxQdqVerify(Strict):
     """Thresholds against the float graph on the held-out inputs, for every output."""
 
     cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0, description="Default: by activation type.")
-    mean_abs: float | None = Field(default=None, ge=0.0)
-    max_abs: float | None = Field(default=None, ge=0.0)
+    mean_abs: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest mean absolute error vs the float graph (unset: not checked).",
+    )
+    max_abs: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest absolute error vs the float graph (unset: not checked).",
+    )
 
 
 class OnnxQdqParams(ArtifactParams):
     kind: Literal["onnx_qdq"]
     source: str = Field(description="The float ONNX artifact to quantize (an hf_onnx artifact).")
-    calibration: GraphInputs
-    held_out: GraphInputs = Field(default_factory=GraphInputs, description="Verification inputs; default: the calibration inputs.")
+    calibration: GraphInputs = Field(description="Inputs the activation ranges are calibrated on.")
+    held_out: GraphInputs = Field(
+        default_factory=GraphInputs,
+        description="Verification inputs; default: the calibration inputs.",
+    )
     recipe: Literal["qnn", "generic"] = Field(
         default="qnn", description="qnn: onnxruntime's configuration for the QNN execution provider; "
                                    "generic: quantize_static in QDQ format, every op type onnxruntime quantizes.")
-    activation_type: Literal["uint16", "uint8", "int16", "int8"] = "uint16"
-    weight_type: Literal["uint8", "int8", "uint16", "int16"] = "uint8"
-    per_channel: bool = False
-    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
-    verify: OnnxQdqVerify = Field(default_factory=OnnxQdqVerify)
+    activation_type: Literal["uint16", "uint8", "int16", "int8"] = Field(
+        default="uint16",
+        description="Activation type (16-bit needs opset 21).",
+    )
+    weight_type: Literal["uint8", "int8", "uint16", "int16"] = Field(default="uint8", description="Weight type.")
+    per_channel: bool = Field(default=False, description="One scale per output channel instead of per tensor.")
+    calibration_method: Literal["minmax", "entropy", "percentile"] = Field(
+        default="minmax",
+        description="How activation ranges are chosen from the calibration inputs.",
+    )
+    verify: OnnxQdqVerify = Field(
+        default_factory=OnnxQdqVerify,
+        description="Verification thresholds (vs the float graph).",
+    )
 
     VERIFY_ONLY_INPUTS: ClassVar[frozenset[str]] = frozenset({"held_out"})
 

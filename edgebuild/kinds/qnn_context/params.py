@@ -39,12 +39,15 @@ class QnnVerify(Strict):
         description="Run the HTP simulator only for a source whose weights file is at most this large "
                     "(the x86 simulator is slow: seconds for the tiny tower, hours for a full-size one).",
     )
-    cosine_min: float = Field(default=0.9995, ge=-1.0, le=1.0)
-    mean_abs: float = Field(default=0.02, ge=0.0)
-    max_abs: float = Field(default=0.1, ge=0.0)
+    cosine_min: float = Field(
+        default=0.9995, ge=-1.0, le=1.0,
+        description="Least cosine, simulator vs the QDQ graph on the CPU.",
+    )
+    mean_abs: float = Field(default=0.02, ge=0.0, description="Largest mean absolute error, simulator vs CPU.")
+    max_abs: float = Field(default=0.1, ge=0.0, description="Largest absolute error, simulator vs CPU.")
     max_partitions: int = Field(default=1, ge=1, description="QNN partitions the graph may be split into.")
     samples: int = Field(default=2, ge=1, le=16, description="Random inputs: floats uniform in [-1, 1], integers zero.")
-    seed: int = 0
+    seed: int = Field(default=0, description="Seed of the random inputs.")
 
 
 class QnnParams(ArtifactParams):
@@ -52,4 +55,4 @@ class QnnParams(ArtifactParams):
     source: str = Field(description="The QDQ graph to compile (a qwen3_5_tower_qdq or onnx_qdq artifact).")
     soc_model: int = Field(default=SNAPDRAGON_X_SOC_MODEL, ge=0, description="QNN SoC model id (60: Snapdragon X).")
     htp_arch: int = Field(default=SNAPDRAGON_X_HTP_ARCH, ge=68, description="Hexagon HTP architecture (73: v73).")
-    verify: QnnVerify = Field(default_factory=QnnVerify)
+    verify: QnnVerify = Field(default_factory=QnnVerify, description="Verification thresholds and inputs.")

@@ -50,10 +50,18 @@ def _normalise_image_size(value: Any) -> Any:
 class TowerVerify(Strict):
     """Thresholds of ``verify:``; unset ones take the per-dtype defaults."""
 
-    cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0,
-                                     description="Least cosine of the graph's output vs the float32 model's (float32: 0.9999, float16: 0.999).")
-    max_abs: float | None = Field(default=None, ge=0.0, description="Largest absolute error allowed (float32: 1e-4, float16: 1e-2).")
-    mean_abs: float | None = Field(default=None, ge=0.0, description="Largest mean absolute error allowed (float32: 1e-5, float16: 1e-3).")
+    cosine_min: float | None = Field(
+        default=None, ge=-1.0, le=1.0,
+        description="Least cosine of the graph's output vs the float32 model's (float32: 0.9999, float16: 0.999).",
+    )
+    max_abs: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest absolute error allowed (float32: 1e-4, float16: 1e-2).",
+    )
+    mean_abs: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest mean absolute error allowed (float32: 1e-5, float16: 1e-3).",
+    )
     samples: int = Field(default=2, ge=1, le=64, description="Random inputs compared.")
     seed: int = Field(default=0, description="Seed of the random inputs.")
     providers: list[str] = Field(
@@ -68,16 +76,24 @@ class TowerVerify(Strict):
 
 class TowerParams(ArtifactParams):
     kind: Literal["qwen3_5_vision_tower"]
-    checkpoint: str = Field(description="The checkpoint (a name under checkpoints:) whose model.visual.* tensors are the tower.")
+    checkpoint: str = Field(
+        description="The checkpoint (a name under checkpoints:) whose model.visual.* tensors are the tower.",
+    )
     image_size: Annotated[
         tuple[int, int],
         BeforeValidator(_normalise_image_size, json_schema_input_type=PositiveInt | tuple[PositiveInt, PositiveInt]),
     ] = Field(description="Image side in pixels, or [height, width].")
-    dtype: Dtype = Field(default="float32", description="Export dtype (fp32 and float are float32; fp16 and half are float16).")
+    dtype: Dtype = Field(
+        default="float32",
+        description="Export dtype (fp32 and float are float32; fp16 and half are float16).",
+    )
     opset: int = Field(
         default=21, ge=EXPORTER_MIN_OPSET, le=EXPORTER_MAX_OPSET, description="ONNX opset (16-bit QDQ needs 21)."
     )
-    attn_implementation: Literal["sdpa", "eager"] = Field(default="sdpa", description="transformers' attention implementation the tower is exported with.")
+    attn_implementation: Literal["sdpa", "eager"] = Field(
+        default="sdpa",
+        description="transformers' attention implementation the tower is exported with.",
+    )
     verify: TowerVerify = Field(default_factory=TowerVerify, description="Verification thresholds and inputs.")
 
     @field_validator("image_size")

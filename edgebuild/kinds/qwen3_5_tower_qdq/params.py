@@ -39,31 +39,52 @@ class TowerInputs(InputFiles):
     SafeTensors files holding a ``patches`` tensor of ``[n * patches, patch_dim]``
     or ``[n, patches, patch_dim]`` (n images already turned into patches)."""
 
-    images: list[str] = Field(default_factory=list)
-    patches: list[str] = Field(default_factory=list)
+    images: list[str] = Field(
+        default_factory=list,
+        description="Images (paths or globs), through the checkpoint's image processor at the tower's size.",
+    )
+    patches: list[str] = Field(
+        default_factory=list,
+        description="SafeTensors files with a patches tensor [patches, patch_dim] or [n, patches, patch_dim].",
+    )
 
 
 class QdqVerify(Strict):
     """Thresholds against the float32 tower graph on the held-out inputs; unset ones
     take the defaults of the activation type."""
 
-    cosine_min: float | None = Field(default=None, ge=-1.0, le=1.0)
-    mean_abs: float | None = Field(default=None, ge=0.0)
-    max_abs: float | None = Field(default=None, ge=0.0)
+    cosine_min: float | None = Field(
+        default=None, ge=-1.0, le=1.0,
+        description="Least cosine vs the float graph (unset: 0.98 uint16, 0.975 uint8).",
+    )
+    mean_abs: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest mean absolute error (unset: 0.08 uint16, 0.1 uint8).",
+    )
+    max_abs: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest absolute error (unset: 0.6 uint16, 0.8 uint8).",
+    )
 
 
 class QdqParams(ArtifactParams):
     kind: Literal["qwen3_5_tower_qdq"]
     source: str = Field(description="The float32 qwen3_5_vision_tower artifact to quantize.")
-    calibration: TowerInputs
+    calibration: TowerInputs = Field(description="Inputs the activation ranges are calibrated on.")
     held_out: TowerInputs = Field(
         default_factory=TowerInputs, description="Verification inputs; default: the calibration inputs."
     )
-    activation_type: Literal["uint16", "uint8"] = "uint16"
-    weight_type: Literal["uint8", "int8", "uint16"] = "uint8"
-    per_channel: bool = False
-    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
-    verify: QdqVerify = Field(default_factory=QdqVerify)
+    activation_type: Literal["uint16", "uint8"] = Field(
+        default="uint16",
+        description="Activation type (uint16: A16W8, needs the source at opset 21).",
+    )
+    weight_type: Literal["uint8", "int8", "uint16"] = Field(default="uint8", description="Weight type.")
+    per_channel: bool = Field(default=False, description="One scale per output channel instead of per tensor.")
+    calibration_method: Literal["minmax", "entropy", "percentile"] = Field(
+        default="minmax",
+        description="How activation ranges are chosen from the calibration inputs.",
+    )
+    verify: QdqVerify = Field(default_factory=QdqVerify, description="Verification thresholds (vs the float graph).")
 
     # Held-out inputs only decide the verdict: in the verification fingerprint, not the build's.
     VERIFY_ONLY_INPUTS: ClassVar[frozenset[str]] = frozenset({"held_out"})

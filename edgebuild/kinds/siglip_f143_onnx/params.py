@@ -20,7 +20,10 @@ DEFAULT_QUANTIZED_MAX_REL = {"float32": 1e-4, "float16": 1e-2}
 
 
 class SiglipOnnxVerify(Strict):
-    cosine_min: float = Field(default=0.99, ge=-1.0, le=1.0, description="vs the float encoder: the quantization error.")
+    cosine_min: float = Field(
+        default=0.99, ge=-1.0, le=1.0,
+        description="vs the float encoder: the quantization error.",
+    )
     mean_abs: float | None = Field(default=None, ge=0.0, description="vs the float encoder.")
     quantized_max_rel: float | None = Field(
         default=None, ge=0.0, description="vs the quantized PyTorch encoder (float rounding only), relative."
@@ -29,7 +32,7 @@ class SiglipOnnxVerify(Strict):
         default=0.3, gt=0.0, description="bytes of FP8 codes + scales / bytes of the same weights in float32."
     )
     samples: int = Field(default=2, ge=1, le=16, description="Random inputs, when the source has no usable images.")
-    seed: int = 0
+    seed: int = Field(default=0, description="Seed of the random inputs.")
 
 
 class SiglipOnnxParams(ArtifactParams):
@@ -37,6 +40,12 @@ class SiglipOnnxParams(ArtifactParams):
     source: str = Field(description="The siglip_f143 artifact to export.")
     image_size: int | None = Field(default=None, gt=0, description="Default: the checkpoint's.")
     opset: int = Field(default=21, ge=21, le=EXPORTER_MAX_OPSET, description="Blocked DequantizeLinear needs 21.")
-    dtype: Dtype = "float32"
-    weights: Literal["fp8", "float"] = "fp8"
-    verify: SiglipOnnxVerify = Field(default_factory=SiglipOnnxVerify)
+    dtype: Dtype = Field(default="float32", description="Graph dtype of everything but the FP8 weights.")
+    weights: Literal["fp8", "float"] = Field(
+        default="fp8",
+        description="fp8: FLOAT8E4M3FNUZ codes and scales; float: the quantized weights dequantized.",
+    )
+    verify: SiglipOnnxVerify = Field(
+        default_factory=SiglipOnnxVerify,
+        description="Verification thresholds and inputs.",
+    )
