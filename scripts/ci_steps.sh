@@ -49,6 +49,13 @@ if [ "$tests" != skip ]; then
         exit 1
     fi
     [ "$status" -eq 0 ] || exit "$status"
+    # The install test, apart from the suite (README, "Quickstart").
+    "$venv/bin/python" -m pytest -m install || status=$?
+    if [ "$status" -eq 5 ]; then
+        echo "ci: pytest collected no install test; that is a failure, not a pass" >&2
+        exit 1
+    fi
+    [ "$status" -eq 0 ] || exit "$status"
     [ "$tests" != only ] || exit 0
 fi
 

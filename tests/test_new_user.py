@@ -18,7 +18,8 @@ import pytest
 
 from helpers import REPO, assert_quiet
 
-pytestmark = pytest.mark.slow
+# Minutes of installing: apart from the suite (`pytest -m install`; CI runs it after the suite).
+pytestmark = [pytest.mark.slow, pytest.mark.install]
 
 # What pip says when it cannot reach an index (or find a pinned wheel offline).
 UNREACHABLE = (
