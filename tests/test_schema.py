@@ -84,7 +84,8 @@ def readme_manifest() -> str:
 
 def readme_checkpoint_snippets() -> str:
     """The documentation's ``checkpoints:`` examples (the Hugging Face form), as one manifest."""
-    checkpoints = [block for block in documented_yaml() if block.startswith("checkpoints:") and block not in whole_manifests()]
+    whole = whole_manifests()
+    checkpoints = [block for block in documented_yaml() if block.startswith("checkpoints:") and block not in whole]
     assert checkpoints, "the documentation's checkpoint snippets moved: update this test"
     return "".join(checkpoints) + "artifacts: {}\n"
 
