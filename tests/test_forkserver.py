@@ -1,11 +1,18 @@
 """Workers forked from the fork server: each still a process of its own (killed alone,
 its exit status its own), the server kept for the next one, and a fresh interpreter
-wherever the server cannot serve (switched off, another environment)."""
+wherever the server cannot serve (switched off, another environment). The shared
+server (``EDGEBUILD_FORK_SERVER=shared``, what the rest of the suite runs on) serves
+several processes, stops a worker whose client is gone, and retires when the code it
+imported changes or its socket is removed."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +24,12 @@ from edgebuild.run.workers import _process_environment, run_worker
 from edgebuild.run.workspace import Workspace
 
 from helpers import clone_project
+
+
+@pytest.fixture(autouse=True)
+def _servers_of_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-process servers (the default) unless a test asks for the shared one."""
+    monkeypatch.setenv("EDGEBUILD_FORK_SERVER", "1")
 
 
 def lines() -> tuple[list[str], object]:
@@ -86,3 +99,153 @@ def test_a_kinds_worker_imports_are_imported_once_in_the_server(tmp_path: Path) 
     # argparse refuses the mode: each worker ran (and exited 2) after the imports.
     assert statuses == [2, 2]
     assert marker.read_text().split() == [str(server.process.pid)]
+
+
+def _marker_environment(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """An environment whose workers can import ``marker_module``, which appends its
+    importer's pid to ``imported-by``."""
+    (tmp_path / "marker_module.py").write_text(
+        "import os\nwith open(os.environ['MARKER_FILE'], 'a') as file:\n    file.write(f'{os.getpid()}\\n')\n"
+    )
+    return _process_environment(dict(os.environ, PYTHONPATH=str(tmp_path), MARKER_FILE=str(tmp_path / "imported-by"),
+                                      **extra))
+
+
+def _fork_and_wait(server, environment: dict[str, str], imports: tuple[str, ...] = ("marker_module",)) -> int:
+    reader, writer = os.pipe()
+    worker = server.fork(["no-such-mode"], environment, writer, imports)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as result:
+        result.read()
+    status = worker.wait(timeout=60)
+    worker.stdout.close()
+    worker.stderr.close()
+    return status
+
+
+def _shared(tmp_path: Path, **extra: str) -> dict[str, str]:
+    # A short directory of its own (mkdtemp: mode 0700): a Unix socket's path has at most
+    # 107 bytes, which pytest's temporary directories under xdist can pass.
+    import tempfile
+
+    sockets = Path(tempfile.mkdtemp(prefix="eb-"))
+    return _marker_environment(tmp_path, EDGEBUILD_FORK_SERVER="shared", EDGEBUILD_FORK_SERVER_DIR=str(sockets),
+                               EDGEBUILD_FORK_SERVER_IDLE="60", **extra)
+
+
+def _wait_for(condition, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def _stop_servers(sockets: Path) -> None:
+    """Remove the sockets: each server retires (the suite's own servers go the same way)."""
+    import shutil
+
+    shutil.rmtree(sockets, ignore_errors=True)
+
+
+def test_the_shared_server_serves_several_processes_and_retires_when_its_code_changes(tmp_path: Path) -> None:
+    environment = _shared(tmp_path)
+    sockets = Path(environment["EDGEBUILD_FORK_SERVER_DIR"])
+    marker = tmp_path / "imported-by"
+    try:
+        # Two clients (as two doit processes would be): one server, which imports once.
+        first = forkserver.SharedForkServer(environment, sockets, 60)
+        second = forkserver.SharedForkServer(environment, sockets, 60)
+        assert _fork_and_wait(first, environment) == 2 and _fork_and_wait(second, environment) == 2
+        assert len(marker.read_text().split()) == 1
+        [server_pid] = marker.read_text().split()
+        assert int(server_pid) not in (os.getpid(),)
+        # An edited module: the server retires, the next fork comes from a new one that imports it again.
+        time.sleep(0.01)
+        (tmp_path / "marker_module.py").write_text((tmp_path / "marker_module.py").read_text() + "# edited\n")
+        assert _fork_and_wait(second, environment) == 2
+        pids = marker.read_text().split()
+        assert len(pids) == 2 and pids[1] != server_pid, pids
+        # The retired server goes once no client holds a connection to it.
+        first.close()
+        assert _wait_for(lambda: not _alive(int(server_pid))), "the retired server is still running"
+        second.close()
+    finally:
+        _stop_servers(sockets)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (this process started it and has not reaped it) has stopped all the same.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_worker_whose_process_is_killed_is_stopped_and_the_server_goes_when_its_socket_does(
+        verified_seed: Path, tmp_path: Path) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    (project.root / "build" / "t" / "report.json").unlink()
+    environment = _shared(tmp_path, EDGEBUILD_REMOTE_CACHE="off", EDGEBUILD_FAULT="verify.after_report=stall")
+    sockets = Path(environment["EDGEBUILD_FORK_SERVER_DIR"])
+    # A client (as doit is) forks a verification that hangs, says the worker's pid once
+    # the worker is hanging, and is then killed: nobody waits for that worker any more.
+    (tmp_path / "client.py").write_text(
+        "import os, sys\n"
+        "from edgebuild.run import forkserver\n"
+        "server = forkserver.SharedForkServer(dict(os.environ), forkserver.Path(sys.argv[1]), 60)\n"
+        "reader, writer = os.pipe()\n"
+        "argv = ['verify', sys.argv[2], sys.argv[3], 't', '--result-fd', forkserver.RESULT_FD_PLACEHOLDER]\n"
+        "worker = server.fork(argv, dict(os.environ), writer, ('marker_module',))\n"
+        "for line in worker.stderr:\n"
+        "    if b'stall' in line:\n"
+        "        print(worker.pid, flush=True)\n"
+        "        break\n"
+        "while True:\n"
+        "    pass\n"
+    )
+    client = subprocess.Popen(
+        [sys.executable, str(tmp_path / "client.py"), str(sockets), str(project.root / "artifacts.yaml"), str(project.root)],
+        env=environment, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        worker_pid = int(client.stdout.readline())
+        server_pid = int((tmp_path / "imported-by").read_text().split()[0])
+        assert _alive(worker_pid)
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=30)
+        # The server sees the client's end close: the worker is interrupted (it cleans
+        # up) and gone long before its 600 s stall, and the server lives on.
+        assert _wait_for(lambda: not _alive(worker_pid), seconds=forkserver.ORPHAN_GRACE_SECONDS + 20)
+        assert _alive(server_pid)
+        scratch = project.root / "build" / ".tmp"
+        assert not scratch.exists() or not list(scratch.iterdir()), list(scratch.iterdir())
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.stdout.close()
+        _stop_servers(sockets)
+    assert _wait_for(lambda: not _alive(server_pid)), "the server outlived its socket"
+
+
+def test_a_socket_directory_open_to_others_or_too_deep_is_not_used(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir(mode=0o700)
+    assert forkserver.shared_directory({"EDGEBUILD_FORK_SERVER_DIR": str(deep)}) is None
+    sockets = tmp_path / "open"
+    sockets.mkdir()
+    sockets.chmod(0o755)
+    environment = _process_environment(dict(os.environ, EDGEBUILD_FORK_SERVER="shared",
+                                            EDGEBUILD_FORK_SERVER_DIR=str(sockets)))
+    assert forkserver.shared_directory(environment) is None
+    # Workers still fork, from a server of this process's own.
+    server = forkserver.server_for(environment)
+    assert server is None or isinstance(server, forkserver.ForkServer)
+    assert list(sockets.iterdir()) == []

@@ -197,10 +197,29 @@ def variable_of(field: str) -> str:
 FORK_SERVER_VARIABLE = "EDGEBUILD_FORK_SERVER"
 
 
-def fork_server_enabled(environ: Mapping[str, str]) -> bool:
-    """Whether workers are forked from a fork server (``edgebuild/run/forkserver.py``):
-    yes unless ``EDGEBUILD_FORK_SERVER=0`` (each worker a fresh interpreter then)."""
-    return environ.get(FORK_SERVER_VARIABLE, "").strip().lower() not in ("0", "false", "no", "off")
+FORK_SERVER_IDLE_VARIABLE = "EDGEBUILD_FORK_SERVER_IDLE"
+DEFAULT_FORK_SERVER_IDLE_SECONDS = 300.0
+
+
+def fork_server_mode(environ: Mapping[str, str]) -> str:
+    """How workers start (``edgebuild/run/forkserver.py``): ``"process"``, forked from a
+    server of this process (the default); ``"shared"``, from a server this user's
+    processes share and that outlives them (``EDGEBUILD_FORK_SERVER=shared``); ``"off"``,
+    each a fresh interpreter (``EDGEBUILD_FORK_SERVER=0``)."""
+    value = environ.get(FORK_SERVER_VARIABLE, "").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    return "shared" if value == "shared" else "process"
+
+
+def fork_server_idle_seconds(environ: Mapping[str, str]) -> float:
+    """How long a shared fork server waits for its next client before it exits
+    (``EDGEBUILD_FORK_SERVER_IDLE``, seconds; an unreadable value is the default)."""
+    try:
+        seconds = float(environ.get(FORK_SERVER_IDLE_VARIABLE, ""))
+    except ValueError:
+        return DEFAULT_FORK_SERVER_IDLE_SECONDS
+    return seconds if seconds > 0 else DEFAULT_FORK_SERVER_IDLE_SECONDS
 
 
 FAULT_VARIABLE = "EDGEBUILD_FAULT"

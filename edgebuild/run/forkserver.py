@@ -25,6 +25,17 @@ own settings (a library may read a variable at import) gets a server of its own
 import that fails under a memory limit, say) is not retried, and one that died is not
 restarted: workers then start as fresh interpreters, as before; so does every worker
 when ``EDGEBUILD_FORK_SERVER=0``.
+
+``EDGEBUILD_FORK_SERVER=shared`` keeps the server between runs, as Gradle's daemon and
+Bazel's server do: the next ``doit`` of this user, in the same comparable environment,
+forks from it instead of paying the imports again. It listens on a Unix socket in a
+directory of the user's own (mode 0700, refused otherwise), named by a digest of the
+interpreter, the comparable environment and the address-space limit; it runs in a
+session of its own (a terminal's Ctrl-C does not reach it); it sends a worker SIGINT,
+then SIGKILL, when the process that asked for it is gone (its status socket closed);
+it retires when a module file it imported changes on disk (an edited plugin, an
+upgraded library: workers would run the old code), when its socket is removed, or
+after ``EDGEBUILD_FORK_SERVER_IDLE`` seconds with no client (default 300).
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO, Any
 
 WORKER_MODULE = "edgebuild.run.workers"
@@ -47,11 +59,12 @@ PRELOAD = ("torch", "transformers", "onnxruntime", "onnx", "safetensors", WORKER
 START_TIMEOUT_SECONDS = 120.0
 MESSAGE_BYTES = 4 << 20
 RESULT_FD_PLACEHOLDER = "{result_fd}"
+SHARED_DIRECTORY_VARIABLE = "EDGEBUILD_FORK_SERVER_DIR"
 
 
 # Variables that change while a process runs and that no library reads at import:
 # pytest names the running test in one.
-_VOLATILE = ("PYTEST_CURRENT_TEST",)
+_VOLATILE = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
 
 def with_result_fd(argv: list[str], descriptor: int) -> list[str]:
@@ -103,7 +116,52 @@ class ForkedWorker:
         self.send_signal(signal.SIGKILL)
 
 
-class ForkServer:
+class StaleServer(OSError):
+    """A shared server refused to fork: a module it imported has changed on disk."""
+
+
+class _Client:
+    """What a process asks of a server over its connection: forks."""
+
+    _socket: socket.socket
+    _lock: threading.Lock
+
+    def fork(self, argv: list[str], environment: dict[str, str], result_writer: int,
+             imports: tuple[str, ...] = ()) -> ForkedWorker:
+        """Fork a worker running ``edgebuild.run.workers.main(argv)`` in ``environment``;
+        ``result_writer`` becomes its result fd (named in ``argv`` by the placeholder).
+        The server imports ``imports`` first (once each), so this worker and every later
+        one start with them (a kind's ``worker_imports``)."""
+        stdout_reader, stdout_writer = os.pipe()
+        stderr_reader, stderr_writer = os.pipe()
+        status_parent, status_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        message = json.dumps({"argv": argv, "env": environment, "imports": list(imports), "cwd": os.getcwd(),
+                              "umask": _umask()}).encode()
+        try:
+            with self._lock:
+                socket.send_fds(self._socket, [message],
+                                [stdout_writer, stderr_writer, result_writer, status_child.fileno()])
+        finally:
+            for descriptor in (stdout_writer, stderr_writer):
+                os.close(descriptor)
+            status_child.close()
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = status_parent.recv(1)
+            if not chunk:
+                break
+            line += chunk
+        if not line.strip().isdigit():
+            os.close(stdout_reader)
+            os.close(stderr_reader)
+            status_parent.close()
+            if line.strip() == b"stale":
+                raise StaleServer("the shared fork server imported code that has changed since")
+            raise OSError("the fork server did not fork the worker")
+        return ForkedWorker(int(line), os.fdopen(stdout_reader, "rb"), os.fdopen(stderr_reader, "rb"), status_parent)
+
+
+class ForkServer(_Client):
     """The parent's side: starts the server, then forks workers through it."""
 
     def __init__(self, environment: dict[str, str]) -> None:
@@ -123,36 +181,8 @@ class ForkServer:
             self.close()
             raise OSError("the fork server did not start")
 
-    def fork(self, argv: list[str], environment: dict[str, str], result_writer: int,
-             imports: tuple[str, ...] = ()) -> ForkedWorker:
-        """Fork a worker running ``edgebuild.run.workers.main(argv)`` in ``environment``;
-        ``result_writer`` becomes its result fd (named in ``argv`` by the placeholder).
-        The server imports ``imports`` first (once each), so this worker and every later
-        one start with them (a kind's ``worker_imports``)."""
-        stdout_reader, stdout_writer = os.pipe()
-        stderr_reader, stderr_writer = os.pipe()
-        status_parent, status_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        message = json.dumps({"argv": argv, "env": environment, "imports": list(imports)}).encode()
-        try:
-            with self._lock:
-                socket.send_fds(self._socket, [message],
-                                [stdout_writer, stderr_writer, result_writer, status_child.fileno()])
-        finally:
-            for descriptor in (stdout_writer, stderr_writer):
-                os.close(descriptor)
-            status_child.close()
-        line = b""
-        while not line.endswith(b"\n"):
-            chunk = status_parent.recv(1)
-            if not chunk:
-                break
-            line += chunk
-        if not line.strip().isdigit():
-            os.close(stdout_reader)
-            os.close(stderr_reader)
-            status_parent.close()
-            raise OSError("the fork server did not fork the worker")
-        return ForkedWorker(int(line), os.fdopen(stdout_reader, "rb"), os.fdopen(stderr_reader, "rb"), status_parent)
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
     def close(self) -> None:
         try:
@@ -167,33 +197,183 @@ class ForkServer:
                     self.process.wait()
 
 
+class SharedForkServer(_Client):
+    """A client of this user's shared server for ``environment``: connects to it, or
+    starts it (one process at a time, under a lock) when there is none."""
+
+    def __init__(self, environment: dict[str, str], directory: Path, idle_seconds: float) -> None:
+        self.environment = dict(environment)
+        self._lock = threading.Lock()
+        self.path = directory / f"{_shared_key(environment)}.sock"
+        self._lock_path = self.path.with_suffix(".lock")
+        self._idle_seconds = idle_seconds
+        self._socket = self._connect_or_start()
+
+    def _connect(self) -> socket.socket | None:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            connection.connect(str(self.path))
+        except OSError:
+            connection.close()
+            return None
+        return connection
+
+    def _connect_or_start(self) -> socket.socket:
+        import fcntl
+
+        connection = self._connect()
+        if connection is not None:
+            return connection
+        with open(self._lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            connection = self._connect()  # another process started it while this one waited
+            if connection is not None:
+                return connection
+            self.path.unlink(missing_ok=True)  # a server that is gone left it behind
+            reader, writer = os.pipe()
+            try:
+                subprocess.Popen(
+                    [sys.executable, "-m", "edgebuild.run.forkserver", "--shared", str(self.path),
+                     str(self._idle_seconds), str(writer)],
+                    env=self.environment, pass_fds=(writer,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, start_new_session=True, cwd="/",
+                )
+            finally:
+                os.close(writer)
+            with os.fdopen(reader, "rb") as ready_pipe:
+                ready, _, _ = select.select([ready_pipe], [], [], START_TIMEOUT_SECONDS)
+                answer = ready_pipe.read(5) if ready else b""
+            connection = self._connect() if answer == b"ready" else None
+        if connection is None:
+            raise OSError("the shared fork server did not start")
+        return connection
+
+    def fork(self, argv: list[str], environment: dict[str, str], result_writer: int,
+             imports: tuple[str, ...] = ()) -> ForkedWorker:
+        try:
+            return super().fork(argv, environment, result_writer, imports)
+        except StaleServer:
+            # It has retired (and removed its socket): a new one imports the code as it is now.
+            with self._lock:
+                self._socket.close()
+                self._socket = self._connect_or_start()
+            return super().fork(argv, environment, result_writer, imports)
+
+    def alive(self) -> bool:
+        # The server never sends on the connection: readable means it closed (it is gone).
+        readable, _, _ = select.select([self._socket], [], [], 0)
+        return not readable
+
+    def close(self) -> None:
+        self._socket.close()  # the server lives on for the next process, until it idles out
+
+
+def shared_directory(environ: "dict[str, str] | os._Environ[str]") -> Path | None:
+    """The directory of this user's shared servers' sockets (made with mode 0700); ``None``
+    when it is not this user's alone: another user could then connect and have code
+    run as this one."""
+    configured = environ.get(SHARED_DIRECTORY_VARIABLE, "").strip()
+    if configured:
+        directory = Path(configured)
+    else:
+        runtime = environ.get("XDG_RUNTIME_DIR", "").strip()
+        import tempfile
+
+        base = Path(runtime) if runtime and os.path.isdir(runtime) else Path(tempfile.gettempdir())
+        directory = base / f"edgebuild-forkservers-{os.getuid()}"
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = directory.lstat()
+    except OSError:
+        return None
+    import stat
+
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid() or status.st_mode & 0o077:
+        return None
+    if len(os.fsencode(directory)) + _SOCKET_NAME_BYTES > _UNIX_PATH_BYTES:
+        return None  # a socket's path there would be longer than a Unix socket's may be
+    return directory
+
+
+# sun_path holds 108 bytes with its terminating NUL; a socket's name is a 24-digit key + ".sock".
+_UNIX_PATH_BYTES = 107
+_SOCKET_NAME_BYTES = len("/") + 24 + len(".sock")
+
+
+def _shared_key(environment: dict[str, str]) -> str:
+    """One server per interpreter, comparable environment and process limits: a worker
+    runs under the resource limits, cgroup and niceness of the server it is forked from,
+    so a process under ``ulimit -v`` (or a full-disk ``ulimit -f``) gets a server of its
+    own that has them."""
+    import hashlib
+    import resource
+
+    try:
+        with open("/proc/self/cgroup") as cgroup:
+            group = cgroup.read()
+    except OSError:
+        group = ""
+    limits = {name: list(resource.getrlimit(getattr(resource, name))) for name in sorted(dir(resource))
+              if name.startswith("RLIMIT_")}
+    identity = {
+        # `python` and `python3` of one virtual environment are one interpreter.
+        "python": [os.path.realpath(sys.executable), sys.prefix, sys.version],
+        "env": _comparable(environment),
+        "limits": limits,
+        "cgroup": group,
+        "nice": os.nice(0),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _umask() -> int:
+    """This process's umask (read without setting it, which would race other threads)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
 # A process normally runs every worker in one environment, so it has one server; one
 # that runs them in several (the test suite, an API user with per-project variables)
 # keeps the servers of the last few, each holding the libraries' memory.
 MAX_SERVERS = 2
 # Comparable environment (as JSON) -> its server, or None when it would not start.
-_SERVERS: "dict[str, ForkServer | None]" = {}
+_SERVERS: "dict[str, ForkServer | SharedForkServer | None]" = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def server_for(environment: dict[str, str]) -> ForkServer | None:
+def server_for(environment: dict[str, str]) -> "ForkServer | SharedForkServer | None":
     """The fork server for workers in ``environment``, started on first use; ``None`` when
     workers start as fresh interpreters instead (switched off, or it would not start)."""
-    from edgebuild.core.config import fork_server_enabled
+    from edgebuild.core.config import fork_server_idle_seconds, fork_server_mode
 
-    if not fork_server_enabled(environment):
+    mode = fork_server_mode(environment)
+    if mode == "off":
         return None
-    key = json.dumps(_comparable(environment), sort_keys=True)
+    directory = shared_directory(environment) if mode == "shared" else None
+    key = json.dumps([_comparable(environment), str(directory)], sort_keys=True)
     with _SERVERS_LOCK:
         if key in _SERVERS:
             server = _SERVERS.pop(key)  # and back at the end: the most recently used
-            if server is not None and server.process.poll() is not None:
+            if server is not None and not server.alive():
                 server = None  # it died: workers go on as fresh interpreters
         else:
-            try:
-                server = ForkServer(environment)
-            except OSError:
-                server = None
+            server = None
+            if directory is not None:
+                try:
+                    server = SharedForkServer(environment, directory, fork_server_idle_seconds(environment))
+                except OSError:
+                    server = None  # a server of this process's own, then
+            if server is None:
+                try:
+                    server = ForkServer(environment)
+                except OSError:
+                    server = None
             else:
                 import atexit
 
@@ -229,20 +409,8 @@ def serve(descriptor: int) -> None:
             if not message:
                 break  # the parent is gone
             request = json.loads(message)
-            stdout_writer, stderr_writer, result_writer, status = descriptors
             _import_quietly(request.get("imports", ()))
-            pid = os.fork()
-            if pid == 0:
-                connection.close()
-                for other in children.values():
-                    other.close()
-                os.close(status)
-                _run_child(request, stdout_writer, stderr_writer, result_writer)
-            for own in (stdout_writer, stderr_writer, result_writer):
-                os.close(own)
-            status_socket = socket.socket(fileno=status)
-            status_socket.sendall(f"{pid}\n".encode())
-            children[pid] = status_socket
+            _fork_worker(request, descriptors, children, [connection])
         _reap(children)
         if os.getppid() != parent:
             break
@@ -255,6 +423,168 @@ def serve(descriptor: int) -> None:
     while children and time.monotonic() < deadline:
         _reap(children)
         time.sleep(0.05)
+
+
+def serve_shared(path: str, idle_seconds: float, ready_descriptor: int) -> None:
+    """The shared server: what :func:`serve` does, for any number of clients, each on a
+    connection of its own, until it idles out, retires or loses its socket."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for module in PRELOAD:
+        __import__(module)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    old_umask = os.umask(0o077)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old_umask)
+    listener.listen(16)
+    own_inode = os.stat(path).st_ino
+    loaded = _module_files()
+    os.write(ready_descriptor, b"ready")
+    os.close(ready_descriptor)
+    # A worker's exit wakes the loop at once (its client waits for the status).
+    wakeup_reader, wakeup_writer = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda number, frame: None)
+    signal.set_wakeup_fd(wakeup_writer)
+    connections: list[socket.socket] = []
+    children: dict[int, socket.socket] = {}
+    # Workers whose client is gone: pid -> when SIGKILL follows the SIGINT they were sent.
+    orphans: dict[int, float] = {}
+    retiring = False
+    last_busy = time.monotonic()
+
+    def retire() -> None:
+        nonlocal retiring
+        if not retiring:
+            retiring = True
+            _unlink_if_own(path, own_inode)
+            listener.close()
+
+    while True:
+        # (A worker whose client is gone is not watched: its socket stays readable.)
+        watched: list[Any] = [wakeup_reader, *connections, *(item for pid, item in children.items() if pid not in orphans)]
+        if not retiring:
+            watched.append(listener)
+        try:
+            ready, _, _ = select.select(watched, [], [], 1.0)
+        except InterruptedError:
+            ready = []
+        for item in ready:
+            if item == wakeup_reader:
+                try:
+                    os.read(wakeup_reader, 4096)
+                except BlockingIOError:
+                    pass
+            elif item is listener:
+                connection, _ = listener.accept()
+                connections.append(connection)
+            elif item in connections:
+                try:
+                    message, descriptors, _, _ = socket.recv_fds(item, MESSAGE_BYTES, 4)
+                except OSError:
+                    message, descriptors = b"", []
+                if not message:
+                    connections.remove(item)
+                    item.close()
+                    continue
+                status = descriptors[3]
+                request = json.loads(message)
+                if not retiring and _module_files(loaded) != loaded:
+                    retire()
+                if retiring:
+                    for own in descriptors:
+                        if own != status:
+                            os.close(own)
+                    with socket.socket(fileno=status) as status_socket:
+                        status_socket.sendall(b"stale\n")
+                    continue
+                _import_quietly(request.get("imports", ()))
+                loaded = _module_files(None)
+                _fork_worker(request, descriptors, children, [*connections, wakeup_reader, wakeup_writer,
+                                                              *([] if retiring else [listener])])
+            else:
+                # A worker's status socket is readable only when its client closed it: the
+                # process that asked for the worker is gone. Stop the worker as Ctrl-C would.
+                pid = next(pid for pid, status_socket in children.items() if status_socket is item)
+                if pid not in orphans:
+                    _signal(pid, signal.SIGINT)
+                    orphans[pid] = time.monotonic() + ORPHAN_GRACE_SECONDS
+        for pid, deadline in list(orphans.items()):
+            if pid not in children:
+                del orphans[pid]
+            elif time.monotonic() > deadline:
+                _signal(pid, signal.SIGKILL)
+        _reap(children)
+        now = time.monotonic()
+        if connections or children:
+            last_busy = now
+        if not retiring and (now - last_busy > idle_seconds or not _is_own(path, own_inode)):
+            retire()
+        if retiring and not connections and not children:
+            break
+
+
+# How long a worker whose client is gone has to clean up after its SIGINT.
+ORPHAN_GRACE_SECONDS = 10.0
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def _is_own(path: str, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
+def _unlink_if_own(path: str, inode: int) -> None:
+    if _is_own(path, inode):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _module_files(previous: "dict[str, int] | None" = None) -> dict[str, int]:
+    """The modification time of every imported module's file (of those in ``previous``,
+    when given: what changed since)."""
+    names = previous.keys() if previous is not None else [
+        module.__file__ for module in list(sys.modules.values())
+        if isinstance(getattr(module, "__file__", None), str) and os.path.isabs(module.__file__)
+    ]
+    files: dict[str, int] = {}
+    for name in names:
+        try:
+            files[name] = os.stat(name).st_mtime_ns
+        except OSError:
+            files[name] = -1
+    return files
+
+
+def _fork_worker(request: dict[str, Any], descriptors: list[int], children: dict[int, socket.socket],
+                 servers_own: "list[socket.socket | int]") -> None:
+    """Fork the worker ``request`` asks for with the client's ``descriptors`` (stdout,
+    stderr, result, status); answer its pid on the status socket and keep that socket
+    in ``children``. The child closes ``servers_own`` and every other child's socket
+    (nothing of the server's or of another worker's reaches a worker)."""
+    stdout_writer, stderr_writer, result_writer, status = descriptors
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        for own in (*servers_own, *children.values()):
+            own.close() if isinstance(own, socket.socket) else os.close(own)
+        os.close(status)
+        _run_child(request, stdout_writer, stderr_writer, result_writer)
+    for own in (stdout_writer, stderr_writer, result_writer):
+        os.close(own)
+    status_socket = socket.socket(fileno=status)
+    status_socket.sendall(f"{pid}\n".encode())
+    children[pid] = status_socket
 
 
 def _import_quietly(modules: "list[str] | tuple[str, ...]") -> None:
@@ -302,6 +632,10 @@ def _run_child(request: dict[str, Any], stdout_writer: int, stderr_writer: int, 
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(request["env"])
+        if "cwd" in request:
+            os.chdir(request["cwd"])
+        if request.get("umask", -1) >= 0:
+            os.umask(request["umask"])
         argv = with_result_fd(request["argv"], result_writer)
         # What `python -m edgebuild.run.workers ARGV` runs, by name as `-m` does: the
         # module (imported already, PRELOAD) calls this one, never the other way round.
@@ -325,4 +659,7 @@ def _run_child(request: dict[str, Any], stdout_writer: int, stderr_writer: int, 
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    if sys.argv[1] == "--shared":
+        serve_shared(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))
+    else:
+        serve(int(sys.argv[1]))
