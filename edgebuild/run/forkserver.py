@@ -30,7 +30,8 @@ when ``EDGEBUILD_FORK_SERVER=0``.
 Bazel's server do: the next ``doit`` of this user, in the same comparable environment,
 forks from it instead of paying the imports again. It listens on a Unix socket in a
 directory of the user's own (mode 0700, refused otherwise), named by a digest of the
-interpreter, the comparable environment and the address-space limit; it runs in a
+interpreter, the comparable environment, the resource limits, cgroup and niceness
+(:func:`_shared_key`); it runs in a
 session of its own (a terminal's Ctrl-C does not reach it); it sends a worker SIGINT,
 then SIGKILL, when the process that asked for it is gone (its status socket closed);
 it retires when a module file it imported changes on disk (an edited plugin, an
@@ -415,10 +416,7 @@ def serve(descriptor: int) -> None:
         if os.getppid() != parent:
             break
     for pid in list(children):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _signal(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while children and time.monotonic() < deadline:
         _reap(children)
@@ -498,8 +496,10 @@ def serve_shared(path: str, idle_seconds: float, ready_descriptor: int) -> None:
                     with socket.socket(fileno=status) as status_socket:
                         status_socket.sendall(b"stale\n")
                     continue
+                imported = len(sys.modules)
                 _import_quietly(request.get("imports", ()))
-                loaded = _module_files(None)
+                if len(sys.modules) != imported:
+                    loaded = _module_files()  # what a kind's worker_imports added is watched too
                 _fork_worker(request, descriptors, children, [*connections, wakeup_reader, wakeup_writer,
                                                               *([] if retiring else [listener])])
             else:
