@@ -88,3 +88,22 @@ def test_span_past_the_end_of_the_file_is_an_error(data_file: tuple[Path, bytes]
     path, data = data_file
     with pytest.raises(OSError, match="file ended"):
         dict(_hash_ranges(path, [(0, 10), (len(data) - 5, len(data) + 5)], "shard"))
+
+
+def test_tool_versions_are_read_once_a_process_and_afresh_after_a_fork() -> None:
+    """A worker forked from a long-lived (shared) fork server reads the versions itself:
+    the server may have outlived a ``pip install``."""
+    versions = fingerprint.tool_versions()
+    assert () in fingerprint._VERSIONS_CACHE
+    versions["torch"] = "edited by a caller"
+    assert fingerprint.tool_versions()["torch"] != "edited by a caller"
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.write(write_end, b"empty" if not fingerprint._VERSIONS_CACHE else b"inherited")
+        os._exit(0)
+    os.close(write_end)
+    _, status = os.waitpid(child, 0)
+    assert status == 0
+    assert os.read(read_end, 16) == b"empty"
+    os.close(read_end)

@@ -172,6 +172,29 @@ def test_corrupt_store_entry_is_dropped_and_rebuilt(root: Path) -> None:
     assert logs["tower_b"][0].startswith("restored from the store")
 
 
+def test_a_matrix_reads_its_checkpoint_once_yet_sees_it_change(root: Path) -> None:
+    """Artifacts on one checkpoint share what they read of it within a process (a
+    10,000-artifact matrix selects and digests the tower's tensors once), but a tensor
+    rewritten between two of them is in the next one's fingerprint: the memo holds only
+    while every file it covers keeps its stat."""
+    third = "  tower_c:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 96\n"
+    (root / "artifacts.yaml").write_text(MANIFEST.format(description="first", opset=21) + third)
+    project = fresh(root)
+    first = project.record("tower_a").inputs["checkpoint"]
+    hashed = project.stat_cache.bytes_hashed
+    assert hashed > 0
+    assert project.record("tower_b").inputs["checkpoint"] == first
+    assert project.stat_cache.bytes_hashed == hashed
+
+    tensor = "model.visual.blocks.0.attn.proj.weight"
+    patch_tensor_bytes(root / "ckpt", tensor)
+    changed = project.record("tower_c").inputs["checkpoint"]
+    assert changed["tensors"][tensor]["digest"] != first["tensors"][tensor]["digest"]
+    assert {name for name in first["tensors"] if changed["tensors"][name] != first["tensors"][name]} == {tensor}
+    # What a new process computes.
+    assert fresh(root).record("tower_c").inputs["checkpoint"] == changed
+
+
 def test_explain_names_code_and_tool_versions() -> None:
     built = {
         "kind": "k",

@@ -14,10 +14,12 @@ come through the environment the command wrote once, before doit started them).
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import sys
 from pathlib import Path
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from edgebuild.errors import EdgebuildError
@@ -47,7 +49,8 @@ def load_or_exit(manifest_path: str | None = None) -> Any:
     from edgebuild.core.manifest import manifest_path as resolve
 
     try:
-        workspace = workspace_for(str(resolve(manifest_path or Settings.from_environ().manifest)))
+        with _collection_paused():
+            workspace = workspace_for(str(resolve(manifest_path or Settings.from_environ().manifest)))
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -103,9 +106,35 @@ def _set_aside_unreadable_state(dep_file: Path) -> None:
               "(edgebuild's fingerprints decide what is stale)", file=sys.stderr)
 
 
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: loading a manifest and generating its tasks
+    allocate tens of thousands of objects that live as long as the command, and each
+    collection on the way traverses all of them again (1.2 s of a 10,000-artifact
+    `doit list`, 35% of it). Reference counting still frees what is dropped."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def artifact_tasks(workspace: Any) -> Iterator[dict[str, Any]]:
+    """Two tasks an artifact (its build, ``verify:NAME``) and the ``verify`` group. doit
+    makes each task from its dict before asking for the next, so the pause covers both;
+    at the end the tasks and the manifest move out of the collector's sight for good
+    (``gc.freeze``): they live until the command exits."""
+    with _collection_paused():
+        yield from _task_dicts(workspace)
+    gc.freeze()
+
+
+def _task_dicts(workspace: Any) -> Iterator[dict[str, Any]]:
     manifest_path = str(workspace.manifest.path)
-    for artifact in workspace.order():
+    ordered = workspace.order()
+    for artifact in ordered:
         kind = artifact.kind
         description = artifact.params.description or kind.summary
         yield {
@@ -118,7 +147,7 @@ def artifact_tasks(workspace: Any) -> Iterator[dict[str, Any]]:
             "verbosity": 2,
         }
     yield {"basename": "verify", "name": None, "doc": "build what is stale, then verify every artifact"}
-    for artifact in workspace.order():
+    for artifact in ordered:
         yield {
             "basename": "verify",
             "name": artifact.name,

@@ -278,6 +278,7 @@ class Checkpoint:
         self._tensors: dict[str, TensorEntry] | None = None
         self._config: dict[str, Any] | None = None
         self._weight_map: dict[str, str] | None = None
+        self._selections: dict[tuple[str, ...], dict[str, TensorEntry]] = {}
         # What kinds read, by name (tensors through ``load``, other files through
         # ``file``): the fingerprint-coverage tests compare these with the fingerprints.
         self.tensors_read: set[str] = set()
@@ -481,6 +482,9 @@ class Checkpoint:
 
     def select(self, prefixes: tuple[str, ...]) -> dict[str, TensorEntry]:
         """Tensors whose names start with one of ``prefixes``; an empty selection is an error."""
+        # Once per prefixes: a matrix of thousands of artifacts selects from one checkpoint.
+        if prefixes in self._selections:
+            return dict(self._selections[prefixes])
         selected = {name: entry for name, entry in self.tensors.items() if name.startswith(prefixes)}
         if not selected:
             raise CheckpointError(
@@ -488,7 +492,8 @@ class Checkpoint:
                 f"{self.directory} ({len(self.tensors)} tensors in "
                 f"{', '.join(path.name for path in self.shard_files())})"
             )
-        return dict(sorted(selected.items()))
+        self._selections[prefixes] = dict(sorted(selected.items()))
+        return dict(self._selections[prefixes])
 
     @staticmethod
     def check_float_tensors(entries: dict[str, TensorEntry]) -> None:

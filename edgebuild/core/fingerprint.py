@@ -488,10 +488,28 @@ def kind_code_packages(kind: Any) -> tuple[str, ...]:
     return tuple(sorted(tops))
 
 
+# Per process: reading a distribution's version scans sys.path (about 1 ms a package),
+# once per artifact that was 10 s of a 10,000-artifact `doit status`. A forked child
+# (a worker from a shared fork server that outlived a `pip install`) starts empty.
+_VERSIONS_CACHE: dict[tuple[str, ...], dict[str, str]] = {}
+os.register_at_fork(after_in_child=_VERSIONS_CACHE.clear)
+
+
 def tool_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     """Versions of :data:`TOOL_PACKAGES`, and of a kind's ``extra`` tool packages (the
     QNN SDK for a QNN context, a plugin kind's own distribution): a tool only one kind
     uses is in only its fingerprints, so upgrading it rebuilds nothing else."""
+    if extra not in _VERSIONS_CACHE:
+        _VERSIONS_CACHE[extra] = _read_tool_versions(extra)
+    return dict(_VERSIONS_CACHE[extra])
+
+
+def known_code_and_versions(roots: tuple[str, ...], packages: tuple[str, ...], extra: tuple[str, ...]) -> bool:
+    """Whether :func:`code_digests` and :func:`tool_versions` would answer from memory."""
+    return (roots, packages) in _CODE_CACHE and extra in _VERSIONS_CACHE
+
+
+def _read_tool_versions(extra: tuple[str, ...]) -> dict[str, str]:
     versions = {}
     for package in (*TOOL_PACKAGES, *extra):
         try:

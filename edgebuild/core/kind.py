@@ -113,18 +113,27 @@ class ArtifactParams(Strict):
             for role, patterns in inputs.roles().items()
         }
 
+    def _optional(self, name: str) -> Any:
+        """The field or property ``name``, ``None`` where the kind has neither. Fields are
+        read from the instance's dict: pydantic answers a missing attribute by raising
+        inside ``__getattr__`` (~13 us), and task generation asks three times an artifact."""
+        values = self.__dict__
+        if name in values:
+            return values[name]
+        return getattr(self, name) if hasattr(type(self), name) else None
+
     def verify_parameters(self) -> dict[str, Any]:
-        verify = getattr(self, "verify", None)
+        verify = self._optional("verify")
         return verify.model_dump(mode="json") if verify is not None else {}
 
     def checkpoint_names(self) -> list[str]:
         """Names of the manifest checkpoints this artifact reads."""
-        name = getattr(self, "checkpoint", None)
+        name = self._optional("checkpoint")
         return [name] if name else []
 
     def source_artifacts(self) -> list[str]:
         """Names of the artifacts whose outputs this artifact consumes."""
-        name = getattr(self, "source", None)
+        name = self._optional("source")
         return [name] if name else []
 
 
