@@ -9,11 +9,17 @@ its own process (peak RSS is that process's): edgebuild's ``siglip_f143``
 build, and ``tests/seed_pipeline.py`` (the seed's script restated: its four
 full passes, per-column GPTQ). The weights must be identical, or the benchmark
 fails instead of reporting a speed.
+
+edgebuild builds twice from an empty store: first with no compiled kernels (as the
+first build in a clone: numba compiles the F143/GPTQ kernels, about 10 s), then with
+the kernels ``cache/numba`` kept (every later build). Both sides import transformers'
+model code before the clock starts, as a worker forked from the fork server has.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import resource
 import subprocess
@@ -71,6 +77,10 @@ def run_side(side: str, root: Path, layers: int, images: int) -> dict:
     from edgebuild.run.workspace import Workspace
 
     project = Workspace.load(root / "artifacts.yaml", root)
+    # What a worker forked from the fork server has imported (the kind's worker_imports),
+    # and SigLIP's modeling module: imports are not what either side is measured on.
+    for module in (*project.kind("so400m").worker_imports, "transformers.models.siglip.modeling_siglip"):
+        importlib.import_module(module)
     started = time.perf_counter()
     if side == "edgebuild":
         record = make_current(project, "so400m", log=lambda message: None)
@@ -114,35 +124,48 @@ def main() -> None:
         f"    calibration:\n      images: {json.dumps([str(path) for path in images])}\n"
     )
     common.project_dir(root, manifest)
-    for stale in (root / "build", root / "cache"):
-        subprocess.run(["rm", "-rf", str(stale)], check=True)
+    subprocess.run(["rm", "-rf", str(root / "build"), str(root / "cache")], check=True)
 
-    results = {}
-    for side in ("seed", "edgebuild"):
-        output = common.run([sys.executable, __file__, "--side", side, "--root", str(root), "--layers", str(args.layers),
+    def side(name: str) -> dict:
+        output = common.run([sys.executable, __file__, "--side", name, "--root", str(root), "--layers", str(args.layers),
                              "--images", str(args.images)], common.REPO)
-        results[side] = json.loads(output.stdout.strip().splitlines()[-1])
-        print(side, json.dumps(results[side]), flush=True)
+        result = json.loads(output.stdout.strip().splitlines()[-1])
+        print(name, json.dumps(result), flush=True)
+        return result
 
     import torch
     from safetensors.torch import load_file
 
+    results = {"seed": side("seed"), "first": side("edgebuild")}
+    first_build = load_file(str(root / "build" / "so400m" / "model.safetensors"))
+    # A later build: the same inputs, an empty store, the compiled kernels kept.
+    subprocess.run(["rm", "-rf", str(root / "build"), str(root / "cache" / "store"), str(root / "cache" / "statcache.json")],
+                   check=True)
+    results["later"] = side("edgebuild")
     ours = load_file(str(root / "build" / "so400m" / "model.safetensors"))
+    assert sorted(ours) == sorted(first_build)
+    assert all(torch.equal(ours[name], first_build[name]) for name in ours), "the second build's weights differ"
+
     theirs = load_file(str(root / "seed_state.safetensors"))
     assert sorted(ours) == sorted(theirs)
     different = [name for name in ours if not torch.equal(ours[name], theirs[name])]
     assert not different, f"weights differ: {different[:5]}"
 
-    seed, edge = results["seed"], results["edgebuild"]
+    seed, first, edge = results["seed"], results["first"], results["later"]
     reconstruction_ratio = seed["timings"]["reconstruction_s"] / edge["timings"]["reconstruction_s"]
     total_ratio = seed["total_s"] / edge["total_s"]
+    first_ratio = seed["total_s"] / first["total_s"]
     rows = [
-        ["end to end (s)", f"{seed['total_s']:.1f}", f"{edge['total_s']:.1f}", f"{total_ratio:.2f}x", ">= 2x"],
-        ["reconstruction phase (s)", f"{seed['timings']['reconstruction_s']:.2f}", f"{edge['timings']['reconstruction_s']:.2f}",
+        ["end to end (s)", f"{seed['total_s']:.1f}", f"{first['total_s']:.1f} ({first_ratio:.2f}x)",
+         f"{edge['total_s']:.1f}", f"{total_ratio:.2f}x", ">= 3x"],
+        ["reconstruction phase (s)", f"{seed['timings']['reconstruction_s']:.2f}",
+         f"{first['timings']['reconstruction_s']:.2f}", f"{edge['timings']['reconstruction_s']:.2f}",
          f"{reconstruction_ratio:.1f}x", ">= 10x"],
-        ["full forward passes over the calibration set", seed["forward_passes"], edge["forward_passes"], "", ""],
-        ["peak RSS (GiB)", f"{seed['peak_rss'] / 2**30:.2f}", f"{edge['peak_rss'] / 2**30:.2f}",
-         f"{seed['peak_rss'] / edge['peak_rss']:.2f}x", ""],
+        # edgebuild's count is its calibration passes; its final measurement is one more.
+        ["full forward passes over the calibration set", seed["forward_passes"], first["forward_passes"] + 1,
+         edge["forward_passes"] + 1, "", ""],
+        ["peak RSS (GiB)", f"{seed['peak_rss'] / 2**30:.2f}", f"{first['peak_rss'] / 2**30:.2f}",
+         f"{edge['peak_rss'] / 2**30:.2f}", f"{seed['peak_rss'] / edge['peak_rss']:.2f}x", "<= the seed's"],
     ]
     parts = ", ".join(f"{key} {value:.1f} s" for key, value in edge["timings"].items())
     markdown = f"""## SigLIP F143 GPTQ: edgebuild vs the seed's algorithm (issue: SigLIP F143 kind)
@@ -153,9 +176,13 @@ seeded random weights), {args.images} calibration images, GPTQ with the seed's d
 Each side in its own process; torch threads: {edge['threads']}. The benchmark asserts that all {len(ours)} tensors of
 the two results are identical (`torch.equal`) before it reports a time.
 
-{common.table(["", "seed algorithm (tests/seed_pipeline.py)", "edgebuild", "speed-up", "target"], rows)}
+{common.table(["", "seed algorithm (tests/seed_pipeline.py)", "edgebuild, first build in a clone",
+               "edgebuild, later builds", "speed-up (later builds)", "target"], rows)}
 
-edgebuild's phases: {parts}.
+edgebuild's phases (later build): {parts}; outside them (fingerprint, hashing the outputs, the store's copy):
+{edge['total_s'] - sum(edge['timings'].values()):.1f} s. The first build in a clone also compiles the numba kernels
+(`bench/numba_cache.py`); both sides import transformers' model code before the clock starts, as a worker forked
+from the fork server has.
 """
     common.write_section("siglip_gptq", markdown)
     print(markdown)

@@ -10,7 +10,9 @@ through ``edgebuild.run.workers.run_worker``, alternating the two ways in one ru
 (``EDGEBUILD_FORK_SERVER=0`` for fresh interpreters); the server's own start is
 reported apart (paid once per doit process). Then, end to end, ``doit verify`` of
 six tiny artifacts from nothing (six builds and six verifications: 12 workers), each
-way, with the remote cache off.
+way, with the remote cache off: fresh interpreters, the command's own fork server (the
+default), and a shared fork server (``EDGEBUILD_FORK_SERVER=shared``) that an earlier
+command started.
 """
 
 from __future__ import annotations
@@ -63,25 +65,41 @@ def fixed_costs(root: Path, repeats: int) -> dict[str, list[float]]:
 
 def end_to_end(parent: Path) -> dict[str, float]:
     seconds = {}
-    for way, extra in (("fresh", {"EDGEBUILD_FORK_SERVER": "0"}), ("forked", {})):
-        root = common.project_dir(parent / way, SIX)
-        env = dict(os.environ, EDGEBUILD_REMOTE_CACHE="off", **extra)
-        common.run([common.DOIT, "build", "t64"], root, env)  # the fixture, generated once per project
-        shutil.rmtree(root / "build")
-        shutil.rmtree(root / "cache" / "store", ignore_errors=True)
-        (root / "cache" / "doit.json").unlink(missing_ok=True)
-        started = time.perf_counter()
-        result = common.run([common.DOIT, "verify"], root, env)
-        seconds[way] = time.perf_counter() - started
-        assert result.returncode == 0, result.stdout + result.stderr
-        # What the builds and verifications themselves recorded; the rest is fixed cost.
-        recorded = 0.0
-        for directory in (root / "build").iterdir():
-            if directory.name.startswith("."):
-                continue
-            recorded += json.loads((directory / ".edgebuild.json").read_text())["build_seconds"]
-            recorded += json.loads((directory / "report.json").read_text())["metrics"]["verify_seconds"]
-        seconds[f"{way} recorded"] = recorded
+    # A socket directory of this run's own (0700, as mkdtemp makes it): removing it at the
+    # end retires the shared server.
+    sockets = tempfile.mkdtemp(prefix="ebfs-")
+    shared = {"EDGEBUILD_FORK_SERVER": "shared", "EDGEBUILD_FORK_SERVER_DIR": sockets}
+    ways = (("fresh", {"EDGEBUILD_FORK_SERVER": "0"}), ("forked", {}), ("shared", shared))
+    try:
+        for way, extra in ways:
+            seconds |= _verify_from_nothing(parent, way, extra)
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    return seconds
+
+
+def _verify_from_nothing(parent: Path, way: str, extra: dict[str, str]) -> dict[str, float]:
+    """``doit verify`` of the six towers from nothing, after a ``doit build t64`` that
+    generates the fixture (and, shared, leaves the server running with the kinds' imports)."""
+    seconds = {}
+    root = common.project_dir(parent / way, SIX)
+    env = dict(os.environ, EDGEBUILD_REMOTE_CACHE="off", **extra)
+    common.run([common.DOIT, "build", "t64"], root, env)  # the fixture, generated once per project
+    shutil.rmtree(root / "build")
+    shutil.rmtree(root / "cache" / "store", ignore_errors=True)
+    (root / "cache" / "doit.json").unlink(missing_ok=True)
+    started = time.perf_counter()
+    result = common.run([common.DOIT, "verify"], root, env)
+    seconds[way] = time.perf_counter() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    # What the builds and verifications themselves recorded; the rest is fixed cost.
+    recorded = 0.0
+    for directory in (root / "build").iterdir():
+        if directory.name.startswith("."):
+            continue
+        recorded += json.loads((directory / ".edgebuild.json").read_text())["build_seconds"]
+        recorded += json.loads((directory / "report.json").read_text())["metrics"]["verify_seconds"]
+    seconds[f"{way} recorded"] = recorded
     return seconds
 
 
@@ -101,11 +119,13 @@ def main() -> None:
         shutil.rmtree(parent, ignore_errors=True)
     forked, fresh = statistics.median(times["forked"]), statistics.median(times["fresh"])
     workers = 12
-    overhead = {way: (whole[way] - whole[f"{way} recorded"]) / workers for way in ("fresh", "forked")}
+    overhead = {way: (whole[way] - whole[f"{way} recorded"]) / workers for way in ("fresh", "forked", "shared")}
     rows = [
         ["fresh interpreters (EDGEBUILD_FORK_SERVER=0)", f"{whole['fresh']:.1f}", f"{overhead['fresh']:.2f}", "1.00x"],
-        ["forked from the fork server", f"{whole['forked']:.1f}", f"{overhead['forked']:.2f}",
+        ["forked from the command's fork server (the default)", f"{whole['forked']:.1f}", f"{overhead['forked']:.2f}",
          f"{whole['fresh'] / whole['forked']:.2f}x faster"],
+        ["forked from a shared fork server already running (EDGEBUILD_FORK_SERVER=shared)", f"{whole['shared']:.1f}",
+         f"{overhead['shared']:.2f}", f"{whole['fresh'] / whole['shared']:.2f}x faster"],
     ]
     markdown = (
         "## Worker fixed cost: forked from a fork server (issue: performance)\n\n"
@@ -118,9 +138,11 @@ def main() -> None:
         + f"\n\nA `build` worker on an up-to-date tower (start, project, fingerprint; it imports no torch): "
         f"fresh {fresh:.2f} s, forked {forked:.2f} s, median of {args.repeats}; the first worker of a "
         f"process, which starts the server: {times['first (starts the server)'][0]:.2f} s.\n"
-        f"\nGoal (issue 25): at most 1 s per artifact outside its recorded phases: "
-        f"{'met' if overhead['forked'] <= 1.0 else 'not met'} ({overhead['forked']:.2f} s per worker forked, "
-        f"{overhead['fresh']:.2f} s fresh).\n"
+        f"\nGoal (issue 25): at most 1 s per artifact outside its recorded phases: with the command's own server "
+        f"{'met' if overhead['forked'] <= 1.0 else 'not met'} ({overhead['forked']:.2f} s per worker), with a shared "
+        f"one {'met' if overhead['shared'] <= 1.0 else 'not met'} ({overhead['shared']:.2f} s); fresh interpreters "
+        f"{overhead['fresh']:.2f} s. The shared server had started in the `doit build` before (it generated the "
+        "fixture), as it would have in a developer's earlier command.\n"
     )
     print(markdown)
     common.write_section("worker_startup", markdown)

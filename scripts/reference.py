@@ -251,7 +251,7 @@ def commands_page() -> str:
 
 
 def environment_page() -> str:
-    from edgebuild.core.config import VARIABLES
+    from edgebuild.core.config import PROCESS_SWITCHES, VARIABLES
 
     lines = ["# Environment variables", "",
              "edgebuild's settings, read once per process (worker processes, doit's `-n` processes and cluster jobs "
@@ -261,6 +261,11 @@ def environment_page() -> str:
              "`0`/`false`/`no`/`off`), `count`, `seconds`, `text`.", "",
              "| variable | value | what |", "| --- | --- | --- |"]
     lines += [f"| `{variable.name}` | {variable.type} | {_cell(variable.help)} |" for variable in VARIABLES]
+    lines += ["", "## Process-wide switches", "",
+              "Not settings of a run: read where they act, by every process that inherits them (see "
+              "[Processes](../concepts/processes.md)).", "",
+              "| variable | value | what |", "| --- | --- | --- |"]
+    lines += [f"| `{switch.name}` | {switch.type} | {_cell(switch.help)} |" for switch in PROCESS_SWITCHES]
     return HEADER + "\n".join(lines) + "\n"
 
 

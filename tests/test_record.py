@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,15 @@ def test_output_digest_must_be_a_digest(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match=r"outputs -> model.bin -> digest: Value error, expected a blake3 digest"):
         read_record(tmp_path)
 
+
+
+@pytest.mark.parametrize("size", [0, 1, 1024 * 1024 + 7, 40 * 1024 * 1024 + 3])
+def test_output_digests_through_a_mapping_are_the_file_digests(tmp_path: Path, size: int) -> None:
+    """Outputs are hashed through a file mapping on every core; the digest is the one
+    ``file_digest`` (reading) gives, whatever the size."""
+    from edgebuild.core.hashing import file_digest, written_file_digest
+
+    path = tmp_path / "out.bin"
+    path.write_bytes(os.urandom(size))
+    assert written_file_digest(path) == file_digest(path)
+    assert output_manifest(tmp_path)["out.bin"].digest == file_digest(path)

@@ -104,6 +104,42 @@ def test_weights_identical_to_the_seed_algorithm(root: Path, mode: str) -> None:
         }
 
 
+def test_linears_reading_one_tensor_share_their_hessians(siglip_checkpoint: Path) -> None:
+    """q, k and v read layer_norm1's output: their Hessians are accumulated once and
+    shared, and equal what each linear's own accumulation gives; out_proj and the MLP
+    have their own."""
+    from edgebuild.kinds.siglip_f143.calibration import Collector, encoder_linears
+    from edgebuild.ml.quant.gptq import accumulate_block_hessians, empty_block_hessians
+    from edgebuild.ml.siglip import encoder_outputs
+
+    model, config = load_vision_model(Checkpoint(siglip_checkpoint), writable=True)
+    modules = encoder_linears(model, config.num_hidden_layers)
+    inputs: dict[str, list[torch.Tensor]] = {name: [] for name in modules}
+    own = [module.register_forward_pre_hook(lambda _m, args, name=name: inputs[name].append(args[0].clone()))
+           for name, module in modules.items()]
+    collector = Collector(16).hessians_of(modules)
+    generator = torch.Generator().manual_seed(3)
+    size = config.image_size
+    encoder_outputs(model, [torch.randn(2, 3, size, size, generator=generator) for _ in range(2)])
+    collector.close()
+    for hook in own:
+        hook.remove()
+    for layer in range(config.num_hidden_layers):
+        prefix = f"encoder.layers.{layer}."
+        shared = collector.hessians[prefix + "self_attn.q_proj"]
+        assert collector.hessians[prefix + "self_attn.k_proj"] is shared
+        assert collector.hessians[prefix + "self_attn.v_proj"] is shared
+        assert collector.hessians[prefix + "self_attn.out_proj"] is not shared
+        assert collector.hessians[prefix + "mlp.fc1"] is not shared
+    for name, module in modules.items():
+        expected = empty_block_hessians(module.in_features, 16)
+        for batch in inputs[name]:
+            expected = accumulate_block_hessians(expected, batch)
+        assert torch.equal(collector.hessians[name].hessians, expected.hessians), name
+        assert torch.equal(collector.hessians[name].input_sum, expected.input_sum), name
+        assert collector.hessians[name].count == expected.count
+
+
 @pytest.mark.slow
 def test_artifact_verifies_reloads_and_packs(root: Path) -> None:
     project = manifest(root, "equalize_layernorm: true")

@@ -222,6 +222,34 @@ def fork_server_idle_seconds(environ: Mapping[str, str]) -> float:
     return seconds if seconds > 0 else DEFAULT_FORK_SERVER_IDLE_SECONDS
 
 
+FORK_SERVER_DIR_VARIABLE = "EDGEBUILD_FORK_SERVER_DIR"
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A process-wide environment variable that is not a setting of a run: read where it
+    acts, not through :class:`Settings` (workers inherit it with the environment)."""
+
+    name: str
+    type: str
+    help: str
+
+
+PROCESS_SWITCHES = (
+    Switch(FORK_SERVER_VARIABLE, "text",
+           "How worker processes start: unset, forked from a fork server the command starts (it has imported torch, "
+           "transformers and onnxruntime); 'shared', from a server this user's commands share, which outlives them "
+           "(see Processes in the concepts); '0' (or off), a fresh interpreter each."),
+    Switch(FORK_SERVER_IDLE_VARIABLE, "seconds",
+           f"How long a shared fork server waits for its next command before it exits (default "
+           f"{DEFAULT_FORK_SERVER_IDLE_SECONDS:.0f})."),
+    Switch(FORK_SERVER_DIR_VARIABLE, "path",
+           "Where shared fork servers listen (default: edgebuild-forkservers-<uid> in $XDG_RUNTIME_DIR, else in the "
+           "temporary directory). It must be the user's own, mode 0700, and short enough for a Unix socket's path; "
+           "otherwise each command starts a server of its own."),
+)
+
+
 FAULT_VARIABLE = "EDGEBUILD_FAULT"
 FAULT_STALL_VARIABLE = "EDGEBUILD_FAULT_STALL_SECONDS"
 

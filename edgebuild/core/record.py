@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from edgebuild.core.atomic import write_text
 from edgebuild.core.files import RECORD_BYTES, UnreadableFile, parse_json, read_bytes
 from edgebuild.errors import RecordError
-from edgebuild.core.hashing import digest_json, file_digest, is_digest
+from edgebuild.core.hashing import digest_json, file_digest, is_digest, written_file_digest
 
 # 2: build and verify code digests apart; timings out of the payload files.
 # 3: a source artifact is an input by its output digests, not its fingerprint (early cutoff).
@@ -192,12 +192,13 @@ def read_record_or_none(directory: Path) -> BuildRecord | None:
 
 
 def output_manifest(directory: Path) -> dict[str, OutputFile]:
-    """Size and digest of every file an artifact directory holds (but the record, the
-    report and hidden files)."""
+    """Size and digest of every file a build's scratch directory holds (but the record,
+    the report and hidden files): files this process just wrote, so hashed through a
+    mapping on every core (:func:`written_file_digest`)."""
     skipped = {RECORD_FILE, *REPORT_FILES}
     files = {}
     for path in sorted(directory.rglob("*")):
         if path.is_file() and path.name not in skipped and not path.name.startswith("."):
             relative = path.relative_to(directory).as_posix()
-            files[relative] = OutputFile(size=path.stat().st_size, digest=file_digest(path))
+            files[relative] = OutputFile(size=path.stat().st_size, digest=written_file_digest(path))
     return files

@@ -60,7 +60,6 @@ PRELOAD = ("torch", "transformers", "onnxruntime", "onnx", "safetensors", WORKER
 START_TIMEOUT_SECONDS = 120.0
 MESSAGE_BYTES = 4 << 20
 RESULT_FD_PLACEHOLDER = "{result_fd}"
-SHARED_DIRECTORY_VARIABLE = "EDGEBUILD_FORK_SERVER_DIR"
 
 
 # Variables that change while a process runs and that no library reads at import:
@@ -273,7 +272,9 @@ def shared_directory(environ: "dict[str, str] | os._Environ[str]") -> Path | Non
     """The directory of this user's shared servers' sockets (made with mode 0700); ``None``
     when it is not this user's alone: another user could then connect and have code
     run as this one."""
-    configured = environ.get(SHARED_DIRECTORY_VARIABLE, "").strip()
+    from edgebuild.core.config import FORK_SERVER_DIR_VARIABLE
+
+    configured = environ.get(FORK_SERVER_DIR_VARIABLE, "").strip()
     if configured:
         directory = Path(configured)
     else:

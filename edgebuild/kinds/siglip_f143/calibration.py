@@ -96,26 +96,51 @@ def layernorm_groups(model: Any, layer_count: int) -> list[tuple[str, Any, list[
 
 
 class Collector:
-    """Forward pre-hooks that accumulate block Hessians and/or second moments."""
+    """Forward pre-hooks that accumulate block Hessians and/or second moments.
+
+    Linears fed the very same tensor (``q_proj``, ``k_proj`` and ``v_proj`` all read
+    ``layer_norm1``'s output) have the same Hessians: they start from one shared zero
+    state, and a linear whose input and state are those the previous hook just
+    accumulated takes that result instead of computing it again. The statistics are
+    never modified in place (each accumulation returns new ones), so sharing them is
+    safe, and they are the tensors the seed's three hooks compute, bit for bit.
+    """
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.hessians: dict[str, Any] = {}
         self.moments: dict[str, list[Any]] = {}
         self._hooks: list[Any] = []
+        # (input tensor, its version, the state it was added to, the result) of the last hook.
+        self._last: tuple[Any, int | None, Any, Any] | None = None
 
     def hessians_of(self, modules: dict[str, Any]) -> "Collector":
-        from edgebuild.ml.quant.gptq import accumulate_block_hessians, empty_block_hessians
+        from edgebuild.ml.quant.gptq import empty_block_hessians
 
+        empty: dict[tuple[int, Any], Any] = {}
         for name, module in modules.items():
-            self.hessians[name] = empty_block_hessians(module.in_features, self.block_size, module.weight.device)
+            start = (module.in_features, module.weight.device)
+            if start not in empty:
+                empty[start] = empty_block_hessians(module.in_features, self.block_size, module.weight.device)
+            self.hessians[name] = empty[start]
 
             def hook(_module: Any, inputs: tuple[Any, ...], name: str = name) -> None:
-                values = inputs[0].detach().float().reshape(-1, inputs[0].shape[-1])
-                self.hessians[name] = accumulate_block_hessians(self.hessians[name], values)
+                self.hessians[name] = self._accumulated(self.hessians[name], inputs[0])
 
             self._hooks.append(module.register_forward_pre_hook(hook))
         return self
+
+    def _accumulated(self, state: Any, tensor: Any) -> Any:
+        from edgebuild.ml.quant.gptq import accumulate_block_hessians
+
+        last = self._last
+        version = _version(tensor)
+        if last is not None and last[0] is tensor and last[1] == version and last[2] is state:
+            return last[3]
+        values = tensor.detach().float().reshape(-1, tensor.shape[-1])
+        result = accumulate_block_hessians(state, values)
+        self._last = (tensor, version, state, result)
+        return result
 
     def moments_of(self, modules: dict[str, Any]) -> "Collector":
         import torch
@@ -135,6 +160,13 @@ class Collector:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        self._last = None
+
+
+def _version(tensor: Any) -> int | None:
+    """The tensor's in-place version counter; ``None`` for an inference-mode tensor, which
+    has none (the encoder's forward writes no input in place between its linears)."""
+    return None if tensor.is_inference() else tensor._version
 
 
 def calibrate(
