@@ -286,6 +286,7 @@ def changed_by_edit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple
     return {edited: (set(build), set(verify)) for edited, (build, verify) in changed.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("edited", "build_changes", "verify_changes"), GENERIC_EDITS)
 def test_editing_shared_code_changes_exactly_the_digests_it_should(
     changed_by_edit: dict[str, tuple[set[str], set[str]]], edited: str, build_changes: set[str], verify_changes: set[str]
@@ -293,6 +294,7 @@ def test_editing_shared_code_changes_exactly_the_digests_it_should(
     assert changed_by_edit[edited] == (build_changes, verify_changes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("edited", "which"), KIND_EDITS)
 def test_editing_a_kinds_module_changes_the_digests_that_hold_it(
     changed_by_edit: dict[str, tuple[set[str], set[str]]], edited: str, which: str

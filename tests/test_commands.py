@@ -73,6 +73,7 @@ def test_options_may_follow_artifact_names() -> None:
 # --- status -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_status_exit_codes(project_dir) -> None:
     """`doit status` fails only for an artifact in error; `--check` for anything not up to date."""
     path = project_dir.manifest(TOWER_MANIFEST + ODD)
@@ -96,6 +97,7 @@ def test_status_exit_codes(project_dir) -> None:
     assert [state["state"] for state in json.loads(as_json.stdout)] == ["missing"]
 
 
+@pytest.mark.slow
 def test_status_sees_an_output_edited_in_place_and_check_wants_verified(project_dir) -> None:
     """An output edited in place, same size, its mtime put back: status says stale, as the
     build would (the stat key holds ctime and the inode too). And ``--check`` fails on

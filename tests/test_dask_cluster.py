@@ -147,6 +147,7 @@ def outputs_of(root: Path, name: str) -> dict:
 # --- no cluster needed -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_memory_is_estimated_from_the_weights_and_the_kind(project_dir: ProjectDir) -> None:
     images = REPO / "data" / "calibration"
     project_dir.manifest(
@@ -234,6 +235,7 @@ def test_a_read_only_or_missing_remote_cache_is_refused(project_dir: ProjectDir,
     assert f"edgebuild: error: {tmp_path / 'nowhere'}: " in missing.stderr and "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_one_line(project_dir: ProjectDir, tmp_path: Path) -> None:
     project_dir.manifest(TOWER_MANIFEST)
     remote = tmp_path / "remote"

@@ -155,6 +155,7 @@ def documented_project(verified_seed: Path, tmp_path_factory: pytest.TempPathFac
             "TOWER": str(root / "build" / "t"), "CHECKPOINT": str(checkpoint)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", [snippet for snippet in snippets() if snippet.marker == RUNS], ids=str)
 def test_the_snippets_that_say_they_run_do(snippet: Snippet, documented_project: dict[str, str]) -> None:
     """Python snippets run with their upper-case constants (``TOWER = "..."``) pointed at

@@ -38,6 +38,7 @@ def _kernel_project(values: torch.Tensor, exponent: int) -> torch.Tensor:
     return torch.from_numpy(projected).reshape(values.shape)
 
 
+@pytest.mark.slow
 def test_projection_matches_torch_on_every_magnitude_that_rounds() -> None:
     """All float32 bit patterns from 2**-12 (below it everything rounds to zero) to 2**9
     (past 240 everything saturates): 176 M values, in both signs."""
@@ -131,6 +132,7 @@ def _factors(width: int, seed: int, damp: float = 0.01, samples: int = 200) -> t
     # rank-deficient Hessian with no damping (the diagonal fallback).
     [(70, 100, 0.01, 200), (300, 257, 0.1, 300), (513, 64, 0.01, 100), (64, 128, 0.0, 20)],
 )
+@pytest.mark.slow
 def test_gptq_kernel_matches_batched_torch(rows: int, cols: int, damp: float, samples: int) -> None:
     weight = _weight_with_tile_scales(rows, cols, seed=rows + cols)
     factors = _factors(cols, seed=cols, damp=damp, samples=samples)
@@ -146,6 +148,7 @@ def test_gptq_kernel_matches_batched_torch(rows: int, cols: int, damp: float, sa
     assert torch.equal(_bits(gptq.gptq_quantize(weight, factors, exponents)), _bits(expected))
 
 
+@pytest.mark.slow
 def test_gptq_kernel_result_does_not_depend_on_thread_count() -> None:
     weight = _weight_with_tile_scales(600, 200, seed=1)
     factors = _factors(200, seed=2)
@@ -159,6 +162,7 @@ def test_gptq_kernel_result_does_not_depend_on_thread_count() -> None:
     assert torch.equal(_bits(single), _bits(gptq.gptq_quantize(weight, factors, exponents)))
 
 
+@pytest.mark.slow
 def test_kernels_have_no_fused_multiply_add() -> None:
     """An FMA would round `w - e * f` once where torch rounds twice. Compiled afresh
     (numba cannot show the assembly of cached code), with the same options."""

@@ -61,6 +61,7 @@ def test_a_killed_forked_worker_dies_alone_and_the_next_one_forks_from_the_same_
     assert any("# t (qwen3_5_vision_tower): PASSED" in line for line in seen), seen
 
 
+@pytest.mark.slow
 def test_a_server_per_environment_and_none_where_switched_off() -> None:
     environment = _process_environment(dict(os.environ))
     server = forkserver.server_for(environment)
@@ -75,6 +76,7 @@ def test_a_server_per_environment_and_none_where_switched_off() -> None:
     assert forkserver.server_for(environment | {"EDGEBUILD_FORK_SERVER": "0"}) is None
 
 
+@pytest.mark.slow
 def test_a_kinds_worker_imports_are_imported_once_in_the_server(tmp_path: Path) -> None:
     """The modules a fork asks for are imported by the server, once: the next worker
     starts with them. One that does not import is left to the worker; the fork goes on."""
@@ -149,6 +151,7 @@ def _stop_servers(sockets: Path) -> None:
     shutil.rmtree(sockets, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_the_shared_server_serves_several_processes_and_retires_when_its_code_changes(tmp_path: Path) -> None:
     environment = _shared(tmp_path)
     sockets = Path(environment["EDGEBUILD_FORK_SERVER_DIR"])
@@ -235,6 +238,7 @@ def test_a_worker_whose_process_is_killed_is_stopped_and_the_server_goes_when_it
     assert _wait_for(lambda: not _alive(server_pid)), "the server outlived its socket"
 
 
+@pytest.mark.slow
 def test_a_socket_directory_open_to_others_or_too_deep_is_not_used(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 100)
     deep.mkdir(mode=0o700)

@@ -119,6 +119,7 @@ def test_inverse_hessian_factors_check_arguments() -> None:
     ("rows", "cols", "damp"),
     [(70, 100, 0.01), (70, 100, 0.0), (130, 200, 0.1), (64, 64, 0.01), (33, 150, 0.001)],
 )
+@pytest.mark.slow
 def test_gptq_quantize_matches_seed_block_by_block(rows: int, cols: int, damp: float) -> None:
     weight = _weight(rows, cols, seed=rows + cols)
     inputs = _inputs(cols, 150, seed=cols)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import TOWER_MANIFEST
 
 MANIFEST = TOWER_MANIFEST.replace("image_size: 64", "image_size: 100") + (
@@ -19,6 +21,7 @@ def check(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "edgebuild", "check", *args], cwd=cwd, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_check_deep_finds_what_the_build_would_refuse(tmp_path: Path) -> None:
     (tmp_path / "artifacts.yaml").write_text(MANIFEST)
     listing = "t\tqwen3_5_vision_tower\t\nq\tsiglip_f143\t\nfine\tqwen3_5_vision_tower\tat 96\n"
@@ -39,6 +42,7 @@ def test_check_deep_finds_what_the_build_would_refuse(tmp_path: Path) -> None:
     assert "Traceback" not in deep.stderr
 
 
+@pytest.mark.slow
 def test_check_deep_names_a_missing_input(tmp_path: Path) -> None:
     (tmp_path / "artifacts.yaml").write_text(
         "checkpoints:\n  siglip:\n    fixture: siglip_tiny\nartifacts:\n"
@@ -51,6 +55,7 @@ def test_check_deep_names_a_missing_input(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_matched_input_that_is_not_a_readable_file_is_named(tmp_path: Path) -> None:
     """A glob match replaced by a dangling symlink (or a FIFO) is an error naming it: the
     build must not calibrate on three of four images. A directory a wildcard matches is

@@ -31,6 +31,7 @@ class OneLinear(torch.nn.Module):
         return self.linear(x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_fp8_rewrite_of_one_linear_decodes_bit_exactly(tmp_path: Path, dtype: str) -> None:
     import onnx

@@ -262,6 +262,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
     assert "-- verify:t\n" in trusted.stdout
 
 
+@pytest.mark.slow
 def test_a_bad_key_setting_stops_the_command_before_any_task_runs(verified_seed: Path, keys: dict[str, Path],
                                                                    tmp_path: Path) -> None:
     """A private key named as trusted: one line naming the variable and file, before

@@ -282,6 +282,7 @@ def test_symlinked_checkpoint_and_input_directories_are_the_same_artifact(
 
 # --- parameters the toolchain cannot honour ------------------------------------------------
 
+@pytest.mark.slow
 def test_exporter_writing_another_opset_is_refused(tmp_path: Path) -> None:
     import torch
 

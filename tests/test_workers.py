@@ -18,6 +18,7 @@ from helpers import REPO, ProjectDir, clone_project
 NO_REMOTE = {"EDGEBUILD_REMOTE_CACHE": "off"}
 
 
+@pytest.mark.slow
 def test_an_edgebuild_error_comes_back_as_the_same_class_and_line(project_dir: ProjectDir) -> None:
     path = project_dir.manifest(
         "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\n"
@@ -39,6 +40,7 @@ def test_an_edgebuild_error_comes_back_as_the_same_class_and_line(project_dir: P
 ADDRESS_SPACE_LIMIT = 600 << 20
 
 
+@pytest.mark.slow
 def test_a_worker_out_of_memory_says_so_in_one_line(project_dir: ProjectDir, qwen_checkpoint: Path) -> None:
     """Under an address-space limit too small to map torch, ``import torch`` fails with an
     ImportError ("failed to map segment from shared object"): the line says memory, and
@@ -67,6 +69,7 @@ def test_a_worker_out_of_memory_says_so_in_one_line(project_dir: ProjectDir, qwe
     assert not (project_dir.root / "build" / "t").exists()
 
 
+@pytest.mark.slow
 def test_a_manifest_edited_after_planning_builds_nothing(project_dir: ProjectDir, qwen_checkpoint: Path) -> None:
     """The local path, as ``doit build`` runs it: the driver planned ``t`` at one
     fingerprint; the manifest is edited before its worker starts; the worker, which
