@@ -18,8 +18,8 @@ import gc
 import os
 import shutil
 import sys
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from edgebuild.errors import EdgebuildError

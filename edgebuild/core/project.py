@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebuild.core.checkpoint import Checkpoint
-from edgebuild.core.fingerprint import StatCache, code_digests, kind_code_packages, known_code_and_versions, tool_versions
+from edgebuild.core.fingerprint import (
+    StatCache, _stat_key, code_digests, kind_code_packages, known_code_and_versions, tool_versions,
+)
 from edgebuild.core.fixtures import ensure_fixture
 from edgebuild.core.hashing import canonical_json, digest_json
 from edgebuild.core.inputs import expand_inputs
@@ -518,7 +520,8 @@ class Project:
         by_file: dict[Path, list[Any]] = {}
         for entry in entries.values():
             by_file.setdefault(entry.file, []).append(entry)
-        paths = (*by_file, *(checkpoint.file(name) for name in sorted(selection.files)))
+        named_files = {name: checkpoint.file(name) for name in sorted(selection.files)}
+        paths = (*by_file, *named_files.values())
         key = (checkpoint.directory, selection)
         before = _stat_keys(paths)
         memo = self._checkpoint_fingerprints.get(key)
@@ -536,9 +539,7 @@ class Project:
         config = checkpoint.config_section(selection.config_key) if selection.config_key else checkpoint.config
         fingerprint = {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
         if selection.files:
-            fingerprint["files"] = {
-                name: self.stat_cache.file_digest(checkpoint.file(name)) for name in sorted(selection.files)
-            }
+            fingerprint["files"] = {name: self.stat_cache.file_digest(path) for name, path in named_files.items()}
         # Only what no write touched while it was read is remembered.
         if _stat_keys(paths) == before:
             self._checkpoint_fingerprints[key] = (before, fingerprint)
@@ -561,11 +562,9 @@ def _stat_keys(paths: tuple[Path, ...]) -> tuple[Any, ...]:
     keys = []
     for path in paths:
         try:
-            stat = os.stat(path)
+            keys.append(tuple(_stat_key(os.stat(path))))
         except OSError:
             keys.append(None)
-            continue
-        keys.append((stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns))
     return tuple(keys)
 
 
