@@ -218,7 +218,7 @@ def test_cache_lists_the_store_and_the_remote_and_gc_names_artifacts(verified_se
     bare = project.doit("gc")
     assert bare.returncode == 0
     assert re.fullmatch(
-        r"the store holds 1 entries, (\d+\.\d MiB) \(1 current, \1\)\n"
+        r"the store holds 1 entries in (\d+\.\d MiB) of blobs \(1 current, \1\)\n"
         r"to prune it, give --max-size and/or --max-age \(e\.g\. doit gc --max-age 30d; --dry-run to preview\)\n",
         bare.stdout,
     ), bare.stdout
@@ -227,7 +227,7 @@ def test_cache_lists_the_store_and_the_remote_and_gc_names_artifacts(verified_se
     dry = project.doit("gc", "--max-size", "0", "--dry-run")
     assert dry.returncode == 0
     assert re.fullmatch(
-        rf"would remove t {fingerprint[:12]} \((\d+\.\d MiB), last used {AGE}\)\nwould remove 1 entry, \1\n", dry.stdout
+        rf"would remove t {fingerprint[:12]} \((\d+\.\d MiB), last used {AGE}\)\nwould remove 1 entry, freeing \1\n", dry.stdout
     ), dry.stdout
     assert project.project().store.has(fingerprint)
     removed = project.doit("gc", "--max-size", "0")

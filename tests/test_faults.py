@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from edgebuild.core.hashing import file_digest
 from edgebuild.core.project import Project
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import read_record
@@ -80,7 +81,7 @@ def test_an_interrupt_fires_whatever_sigint_the_command_inherited(verified_seed:
 
 
 @pytest.mark.slow
-def test_store_write_killed_leaves_the_build_and_a_leftover_that_gc_removes(verified_seed: Path, tmp_path: Path) -> None:
+def test_store_write_killed_leaves_the_build_and_blobs_that_gc_removes(verified_seed: Path, tmp_path: Path) -> None:
     project = unbuilt_clone(verified_seed, tmp_path / "p")
     killed = project.doit("build", env=NO_REMOTE | {"EDGEBUILD_FAULT": "store.before_rename=kill"})
     assert killed.returncode != 0
@@ -89,8 +90,14 @@ def test_store_write_killed_leaves_the_build_and_a_leftover_that_gc_removes(veri
     state = Workspace.load(project.root / "artifacts.yaml", project.root)
     assert not state.store.has(state.fingerprint("t"))
     assert list(state.store.entries()) == []
-    assert len(list((project.root / "cache" / "store" / ".tmp").iterdir())) == 1
-    assert state.store.remove_leftovers(older_than_seconds=0) == 1
+    # The blobs were written, the entry naming them was not: no entry reaches them, and
+    # gc removes them (once they are older than its grace for a write in progress).
+    blobs = state.store.blobs()
+    built = [path for path in (project.root / "build" / "t").rglob("*") if path.is_file()]
+    assert sorted(blobs) == sorted({file_digest(path) for path in built})
+    assert state.store.gc(None, None, set()).unreached_blobs == 0
+    assert state.store.gc(None, None, set(), unreached_grace_seconds=0).unreached_blobs == len(blobs)
+    assert state.store.blobs() == {}
     # Verifying keeps the verified build in the store.
     verified = project.doit("verify", env=NO_REMOTE)
     assert verified.returncode == 0, verified.stdout + verified.stderr

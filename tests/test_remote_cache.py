@@ -19,7 +19,8 @@ from edgebuild.core.project import Project
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import RECORD_FILE, BuildRecord, output_manifest
 from edgebuild.cache.location import Location, quoted
-from edgebuild.cache.remote import RemoteCache, blob_key, entry_key
+from edgebuild.cache.entries import blob_key, entry_key
+from edgebuild.cache.remote import RemoteCache
 from edgebuild.cache.store import Store
 
 from helpers import TOWER_MANIFEST, clone_project, fresh_clone, signing_env
@@ -72,7 +73,7 @@ def test_push_then_pull_into_another_store(remote_url: str, tmp_path: Path) -> N
     record = cache.pull("art", fingerprint, other, target, tmp_path / "b" / "build" / ".tmp", messages.append)
     assert record is not None and record.fingerprint == fingerprint
     for name in ("model.bin", "config.json", RECORD_FILE):
-        assert (target / name).read_bytes() == (store.entry_dir(fingerprint) / name).read_bytes()
+        assert (target / name).read_bytes() == (store.files(fingerprint)[name]).read_bytes()
     # Unsigned: a build, not a verification (test_signing.py pulls signed ones with their report).
     assert not (target / "report.json").exists()
     assert other.has(fingerprint) and other.unvouched(fingerprint) == f"pulled from {remote_url}: it is unsigned"
@@ -91,7 +92,7 @@ def test_corrupt_blob_is_reported_dropped_and_replaced(remote_url: str, tmp_path
     store, fingerprint = stored_build(tmp_path / "a")
     cache = RemoteCache.open(remote_url)
     cache.push(fingerprint, store, lambda message: None)
-    digest = file_digest(store.entry_dir(fingerprint) / "model.bin")
+    digest = file_digest(store.files(fingerprint)["model.bin"])
     flip_byte(cache.location, blob_key(digest))
     corrupt = file_digest_of(cache.location, blob_key(digest), tmp_path)
 
@@ -121,7 +122,7 @@ def test_missing_blob_is_corrupt(remote_url: str, tmp_path: Path) -> None:
     store, fingerprint = stored_build(tmp_path / "a")
     cache = RemoteCache.open(remote_url)
     cache.push(fingerprint, store, lambda message: None)
-    digest = file_digest(store.entry_dir(fingerprint) / "config.json")
+    digest = file_digest(store.files(fingerprint)["config.json"])
     cache.location.delete(blob_key(digest))
     messages: list[str] = []
     assert cache.pull("art", fingerprint, Store(tmp_path / "s"), tmp_path / "art", tmp_path / ".tmp", messages.append) is None
@@ -137,7 +138,7 @@ def test_record_that_does_not_hash_to_its_fingerprint_is_corrupt(remote_url: str
     store, fingerprint = stored_build(tmp_path / "a")
     cache = RemoteCache.open(remote_url)
     cache.push(fingerprint, store, lambda message: None)
-    forged = json.loads((store.entry_dir(fingerprint) / RECORD_FILE).read_text())
+    forged = json.loads((store.files(fingerprint)[RECORD_FILE]).read_text())
     forged["params"] = {"size": 65}
     forged_bytes = json.dumps(forged).encode()
     (tmp_path / "forged").write_bytes(forged_bytes)
@@ -172,7 +173,7 @@ def test_unreadable_entry_is_corrupt(tmp_path: Path) -> None:
 
 def test_push_refuses_a_damaged_local_entry(remote_url: str, tmp_path: Path) -> None:
     store, fingerprint = stored_build(tmp_path / "a")
-    stored = store.entry_dir(fingerprint) / "model.bin"
+    stored = store.files(fingerprint)["model.bin"]
     data = bytearray(stored.read_bytes())
     data[0] ^= 0xFF
     stored.write_bytes(bytes(data))
@@ -197,9 +198,9 @@ def rewrite_entry(cache: RemoteCache, fingerprint: str, change) -> None:
 
 def blob_keys(store: Store, fingerprint: str) -> list[str]:
     """The blob keys of every file a push of ``fingerprint`` uploads."""
-    directory = store.entry_dir(fingerprint)
+    files = store.files(fingerprint)
     names = ("model.bin", "config.json", RECORD_FILE, "report.json")
-    return [blob_key(file_digest(directory / name)) for name in names]
+    return [blob_key(file_digest(files[name])) for name in names]
 
 
 def pull_messages(cache: RemoteCache, fingerprint: str, root: Path) -> tuple[dict | None, list[str]]:
@@ -344,7 +345,7 @@ def test_entry_that_misstates_a_good_blobs_size_drops_only_the_entry(remote_url:
     store, fingerprint = stored_build(tmp_path / "a")
     cache = RemoteCache.open(remote_url)
     cache.push(fingerprint, store, lambda message: None)
-    model = store.entry_dir(fingerprint) / "model.bin"
+    model = store.files(fingerprint)["model.bin"]
     size = model.stat().st_size
     rewrite_entry(cache, fingerprint, lambda entry: entry["files"]["model.bin"].update(size=size + 1))
     record, messages = pull_messages(cache, fingerprint, tmp_path / "b")

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from edgebuild.cache.location import Location
-from edgebuild.cache.remote import RemoteCache, blob_key, entry_key
+from edgebuild.cache.entries import blob_key, entry_key
+from edgebuild.cache.remote import RemoteCache
 from edgebuild.cache.signing import Trust, key_id, load_public_key
 from edgebuild.cache.store import Store
 from edgebuild.core.hashing import canonical_json, digest_bytes

@@ -161,7 +161,7 @@ def test_corrupt_store_entry_is_dropped_and_rebuilt(root: Path) -> None:
     project = fresh(root)
     fingerprint = project.fingerprint("tower_a")
     shutil.rmtree(root / "build")
-    stored = project.store.entry_dir(fingerprint) / "model.onnx.data"
+    stored = project.store.files(fingerprint)["model.onnx.data"]
     # Same size, different bytes: only the digest can tell.
     data = bytearray(stored.read_bytes())
     data[100] ^= 0xFF
@@ -274,9 +274,12 @@ def test_gc_keeps_current_and_drops_least_recently_used(root: Path) -> None:
     entries = {entry.fingerprint: entry for entry in project.store.entries()}
     assert len(entries) == 3
     keep = {project.fingerprint("tower_a"), project.fingerprint("tower_b")}
-    removed = project.store.gc(max_bytes=0, max_age_seconds=None, keep=keep)
+    removed = project.store.gc(max_bytes=0, max_age_seconds=None, keep=keep).removed
     assert len(removed) == 1 and removed[0].fingerprint not in keep
     assert {entry.fingerprint for entry in project.store.entries()} == keep
+    # Every blob left is one a kept entry reaches.
+    reached = {digest for entry in project.store.entries() for digest, _ in entry.blobs}
+    assert set(project.store.blobs()) == reached
 
 
 def test_size_and_age_parsing() -> None:

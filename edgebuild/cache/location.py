@@ -223,6 +223,41 @@ class Location:
             raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
         return int(info["size"]) if info.get("type") != "directory" else None
 
+    def sizes(self, keys: list[str]) -> dict[str, int | None]:
+        """:meth:`size` of each key, asked in one batch: on an object store the requests
+        go out together on the filesystem's event loop, so a push of an entry of many
+        files waits for one round trip, not one per file."""
+        if not keys:
+            return {}
+        if not self.is_object_store or not hasattr(self.fs, "_info"):
+            return {key: self.size(key) for key in keys}
+        import asyncio
+
+        from fsspec.asyn import sync
+
+        async def one(key: str) -> int | None:
+            try:
+                info = await self.fs._info(self.path(key))
+            except FileNotFoundError:
+                return None
+            return int(info["size"]) if info.get("type") != "directory" else None
+
+        async def every() -> list[Any]:
+            return await asyncio.gather(*(one(key) for key in keys), return_exceptions=True)
+
+        try:
+            found = sync(self.fs.loop, every)
+        except _BACKEND_ERRORS as error:
+            raise RemoteError(f"{self.label}: cannot read: {_describe(error)}") from None
+        sizes = {}
+        for key, size in zip(keys, found):
+            if isinstance(size, BaseException):
+                if isinstance(size, _BACKEND_ERRORS):
+                    raise RemoteError(f"{self.where(key)}: cannot read: {_describe(size)}") from None
+                raise size
+            sizes[key] = size
+        return sizes
+
     def download(self, key: str, target: Path) -> bool:
         """Copy ``key`` to the local file ``target``; ``False`` when there is no such object."""
         path = self.path(key)

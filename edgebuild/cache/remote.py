@@ -2,12 +2,12 @@
 
 Before building, an artifact whose fingerprint the remote holds is pulled
 instead; after a build passes verification it is pushed. The layout under the
-remote's root is content-addressed twice over::
+remote's root is the local store's (``entries.py``), content-addressed twice over::
 
     v1/entries/<fp[:2]>/<fp>.json     which files make up the build of <fp>
     v1/blobs/<d[:2]>/<d>              a file's bytes, under their blake3 digest
 
-Files live under their digest, not under the fingerprint, so two runners that
+and the same code checks an entry and its blobs on both sides. Files live under their digest, not under the fingerprint, so two runners that
 push the same fingerprint at once (with byte-different but equally valid
 outputs, or reports with different timings) never mix their files: each blob
 key has exactly one possible content, and the entry, written last in a single
@@ -19,17 +19,20 @@ every digest in it is a well-formed blake3 digest (64 lowercase hex digits: a
 key is built from it) and every file name a plain relative path inside the
 artifact (no ``..``, no absolute path, no empty or ``.`` component, no
 backslash, no control character, no name that is also another's directory). A
-pull then downloads into a scratch directory and checks every file's size and
-digest against the entry, the entry's outputs against the build record, and the
+pull then downloads each blob the local store lacks into a scratch directory
+beside the store and checks every file's size and digest against the entry, the entry's outputs against the build record, and the
 record against the fingerprint it is filed under (its inputs must hash to it).
 Anything that does not match is reported, dropped from the remote (so the next
-push replaces it) and rebuilt; it is never used. Dropping removes the entry's
+push replaces it) and rebuilt; it is never used. Only then are the files renamed into the local
+store's blobs (each pulled byte is written once locally) and cloned into
+``build/``. Dropping removes the entry's
 own key, and a blob only when its bytes do not hash to its digest (an entry
 that merely lies about a blob must not delete it from the entries that share
 it). Every key stays under the remote's root (:meth:`Location.path` refuses any
 other), and under ``v1/entries/`` or ``v1/blobs/``. A push first checks the
 local store entry against its record, so a file damaged locally is never
-uploaded.
+uploaded, and which blobs the remote lacks is asked in one batch (concurrent
+requests on an object store).
 
 The remote's root must exist (the directory, or the bucket): it is checked once
 per process, and a missing one is an error naming it, never a silent miss. It
@@ -61,18 +64,18 @@ from typing import Any, Callable
 
 from edgebuild.core.atomic import scratch_prefix
 from edgebuild.errors import RecordError, RemoteError, StoreError, UnvouchedEntry
-from edgebuild.core.hashing import canonical_json, digest_bytes, file_digest, is_digest
+from edgebuild.core.hashing import canonical_json, digest_bytes, is_digest
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
-from edgebuild.cache.location import FROM_SETTINGS, Location, UnfitObject, plain_path_problem, quoted
+from edgebuild.cache.entries import (
+    CACHE_FORMAT, ENTRY_BYTES, PREFIX, CorruptEntry, blob_key, check_blob, entry_key, parse_entry,
+)
+from edgebuild.cache.location import FROM_SETTINGS, Location, UnfitObject
 from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, parse_json
 from edgebuild.core.report import REPORT_FORMAT, REPORT_JSON
 from edgebuild.cache.signing import Trust
 from edgebuild.cache.store import Store
 
-REMOTE_FORMAT = 1
-# An entry lists an artifact's files and their digests: kilobytes. Read no more than this.
-ENTRY_BYTES = 16 << 20
-PREFIX = f"v{REMOTE_FORMAT}"
+REMOTE_FORMAT = CACHE_FORMAT
 
 Log = Callable[[str], None]
 
@@ -89,22 +92,6 @@ class RemoteEntry:
     size: int
     # When the entry was written (POSIX time), if the backend says.
     pushed: float | None
-
-
-class CorruptEntry(Exception):
-    """A remote entry that must not be used; the message says what is wrong with it."""
-
-    def __init__(self, message: str, bad_blobs: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.bad_blobs = bad_blobs
-
-
-def entry_key(fingerprint: str) -> str:
-    return f"{PREFIX}/entries/{fingerprint[:2]}/{fingerprint}.json"
-
-
-def blob_key(digest: str) -> str:
-    return f"{PREFIX}/blobs/{digest[:2]}/{digest}"
 
 
 class RemoteCache:
@@ -160,22 +147,7 @@ class RemoteCache:
             raise CorruptEntry(f"{entry_key(fingerprint)} is not an entry of format {REMOTE_FORMAT} ({error})") from None
         if raw is None:
             return None
-        try:
-            entry = parse_json(raw)
-        except UnreadableFile:
-            entry = None
-        if (
-            not isinstance(entry, dict)
-            or entry.get("format") != REMOTE_FORMAT
-            or entry.get("fingerprint") != fingerprint
-            or not isinstance(entry.get("files"), dict)
-            or RECORD_FILE not in entry["files"]
-        ):
-            raise CorruptEntry(f"{entry_key(fingerprint)} is not an entry of format {REMOTE_FORMAT} for this fingerprint")
-        problem = _files_problem(entry["files"])
-        if problem:
-            raise CorruptEntry(problem)
-        return entry
+        return parse_entry(raw, fingerprint)
 
     def entries(self) -> list[RemoteEntry]:
         """Every readable entry (corrupt ones are left out: a pull drops them), with
@@ -263,10 +235,14 @@ class RemoteCache:
         ``target``, with its report only when a trusted key signed the entry. Returns the
         record; ``None`` when the remote has no such entry or the entry is corrupt (which
         is then reported and dropped). ``vouched_only``: an entry no trusted key signed
-        is an :class:`UnvouchedEntry` error, and nothing is written."""
-        scratch_root.mkdir(parents=True, exist_ok=True)
-        # The artifact's scratch prefix: a pull killed half-way is cleaned up like a build.
-        scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix(name) + "pull~", dir=scratch_root))
+        is an :class:`UnvouchedEntry` error, and nothing is written.
+
+        Each blob the store lacks is downloaded once, into a scratch directory on the
+        store's filesystem, checked, and renamed into the store; blobs the store holds
+        already (a file another build shares) are not downloaded at all."""
+        store.scratch_dir.mkdir(parents=True, exist_ok=True)
+        # The artifact's scratch prefix: a pull killed half-way leaves a leftover gc removes.
+        scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix(name) + "pull~", dir=store.scratch_dir))
         try:
             try:
                 entry = self.entry(fingerprint)
@@ -279,17 +255,17 @@ class RemoteCache:
                         "--pull-only takes only builds signed by a trusted key (sign pushes with EDGEBUILD_SIGNING_KEY, "
                         "or verify it here without --pull-only)"
                     )
-                self._download(entry, fingerprint, scratch)
+                files = self._download(entry, fingerprint, store, scratch)
             except CorruptEntry as corrupt:
                 log(f"remote cache: entry {fingerprint[:12]} is corrupt ({corrupt}); dropped, building instead")
                 self._drop(fingerprint, corrupt.bad_blobs)
                 return None
-            store.put(fingerprint, scratch)
-            if distrust is None:
-                store.put_report(fingerprint, scratch)
-            else:
+            if distrust is not None:
                 # A consistent build, but nobody trusted says it passed: its report is left
                 # behind, and `doit verify` judges it here.
+                files = {relative: meta for relative, meta in files.items() if relative not in REPORT_FILES}
+            store.put_files(fingerprint, files, scratch)
+            if distrust is not None:
                 store.mark_unvouched(fingerprint, f"pulled from {self.label}: {distrust}")
                 log(f"remote cache: {fingerprint[:12]} is pulled as a build, not as verified ({distrust}); "
                     "verification judges it here")
@@ -300,25 +276,32 @@ class RemoteCache:
             raise StoreError(f"{name}: the build pulled from {self.label} did not survive the local store's check")
         return restored
 
-    def _download(self, entry: dict[str, Any], fingerprint: str, scratch: Path) -> BuildRecord:
+    def _download(self, entry: dict[str, Any], fingerprint: str, store: Store, scratch: Path) -> dict[str, dict[str, Any]]:
+        """Download into ``scratch`` every file of ``entry`` whose blob the store lacks,
+        check each, and check the record against the fingerprint. Returns the entry's
+        files; those downloaded are in ``scratch``, the rest are the store's already."""
         files: dict[str, dict[str, Any]] = entry["files"]
         for relative, meta in sorted(files.items()):
             path = scratch / relative
+            stored = store.blob_path(meta["digest"])
+            if stored.is_file():
+                # Read, not written: a blob the store holds is checked and used. A bad one
+                # (damaged on disk) is removed and downloaded like a missing one.
+                try:
+                    check_blob(stored, relative, meta)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    continue
+                except CorruptEntry:
+                    stored.unlink(missing_ok=True)
             if not self.location.download(blob_key(meta["digest"]), path):
                 raise CorruptEntry(f"{relative}: blob {meta['digest'][:12]} is missing")
-            digest = file_digest(path)
-            # Blobs live under their digest: bytes that hash to something else are a
-            # bad blob whatever the entry says, while bytes that do hash to the key are
-            # good, even if the entry states another size (then only the entry is bad).
-            bad_blob = (meta["digest"],) if digest != meta["digest"] else ()
-            size = path.stat().st_size
-            if size != meta["size"]:
-                raise CorruptEntry(f"{relative}: {size} bytes, expected {meta['size']}", bad_blob)
-            if bad_blob:
-                raise CorruptEntry(f"{relative}: digest {digest[:12]}, expected {meta['digest'][:12]}", bad_blob)
+            check_blob(path, relative, meta)
+        record_path = scratch / RECORD_FILE
+        if not record_path.is_file():
+            record_path = store.blob_path(files[RECORD_FILE]["digest"])
         try:
-            record = parse_record((scratch / RECORD_FILE).read_bytes(), RECORD_FILE)
-        except RecordError as error:
+            record = parse_record(record_path.read_bytes(), RECORD_FILE)
+        except (OSError, RecordError) as error:
             raise CorruptEntry(str(error)) from None
         hashes_to = record.hashes_to()
         if record.fingerprint != fingerprint or hashes_to != fingerprint:
@@ -326,14 +309,14 @@ class RemoteCache:
         outputs = {relative: meta for relative, meta in files.items() if relative not in (RECORD_FILE, *REPORT_FILES)}
         if record.to_json(only=("outputs",))["outputs"] != outputs:
             raise CorruptEntry(f"the files listed do not match the outputs in {RECORD_FILE}")
-        return record
+        return files
 
     def _missing_blobs(self, entry: dict[str, Any]) -> list[str]:
-        return [
-            relative
-            for relative, meta in entry["files"].items()
-            if self.location.size(blob_key(meta["digest"])) != meta["size"]
-        ]
+        """The files of ``entry`` whose blob the remote lacks (or holds at another size):
+        one batch of size requests, not one round trip after another."""
+        files = entry["files"]
+        sizes = self.location.sizes([blob_key(meta["digest"]) for meta in files.values()])
+        return [relative for relative, meta in files.items() if sizes[blob_key(meta["digest"])] != meta["size"]]
 
     def _drop(self, fingerprint: str, bad_blobs: tuple[str, ...]) -> None:
         """Remove a corrupt entry (and the blobs known to be bad) so that the next push replaces it."""
@@ -349,11 +332,16 @@ class RemoteCache:
         if self.readonly:
             log(f"remote cache: read-only, {fingerprint[:12]} not pushed to {self.label}")
             return False
-        directory = store.entry_dir(fingerprint)
-        record = store.record(fingerprint)
-        if record is None:
+        stored = store.entry(fingerprint)
+        if stored is None or store.record(fingerprint) is None:
             raise StoreError(f"store entry {fingerprint[:12]} is missing; nothing to push")
-        changed = record.changed_outputs(directory)
+        files: dict[str, dict[str, Any]] = stored["files"]
+        changed = []
+        for relative, meta in sorted(files.items()):
+            try:
+                check_blob(store.blob_path(meta["digest"]), relative, meta)
+            except CorruptEntry:
+                changed.append(relative)
         if changed:
             raise StoreError(
                 f"store entry {fingerprint[:12]}: {', '.join(changed)} changed since build; not pushed to {self.label}"
@@ -363,20 +351,20 @@ class RemoteCache:
             log(f"remote cache: {fingerprint[:12]} already in {self.label}")
             return False
         replacing = existing is not None and self._replaces(existing)
-        files = record.to_json(only=("outputs",))["outputs"]
-        for name in (RECORD_FILE, *REPORT_FILES):
-            path = directory / name
-            if path.is_file():
-                files[name] = {"size": path.stat().st_size, "digest": file_digest(path)}
+        keys = {relative: blob_key(meta["digest"]) for relative, meta in files.items()}
+        present = self.location.sizes(list(keys.values()))
+        uploaded = []
         for relative, meta in sorted(files.items()):
-            key = blob_key(meta["digest"])
-            if self.location.size(key) == meta["size"]:
+            if present[keys[relative]] == meta["size"] or keys[relative] in uploaded:
                 continue
-            self.location.upload(directory / relative, key)
-            size = self.location.size(key)
-            if size != meta["size"]:
-                raise RemoteError(f"{self.location.where(key)}: uploaded {relative} but found {size} bytes, expected {meta['size']}")
-        entry = self.trust.sign({"format": REMOTE_FORMAT, "fingerprint": fingerprint, "files": files})
+            self.location.upload(store.blob_path(meta["digest"]), keys[relative])
+            uploaded.append(keys[relative])
+        after = self.location.sizes(uploaded)
+        for relative, meta in sorted(files.items()):
+            if keys[relative] in after and after[keys[relative]] != meta["size"]:
+                raise RemoteError(f"{self.location.where(keys[relative])}: uploaded {relative} but found "
+                                  f"{after[keys[relative]]} bytes, expected {meta['size']}")
+        entry = self.trust.sign({"format": REMOTE_FORMAT, "fingerprint": fingerprint, "files": dict(files)})
         # Last, in one write: until it exists, nobody pulls a partial upload.
         self.location.write(entry_key(fingerprint), (canonical_json(entry) + "\n").encode())
         signed = f", signed by key {entry['signature']['key'][:16]}" if "signature" in entry else ""
@@ -389,29 +377,3 @@ class RemoteCache:
         them), so that the next push replaces it. Never on a read-only remote."""
         if not self.readonly:
             self.location.delete(entry_key(fingerprint))
-
-
-def _files_problem(files: dict[str, Any]) -> str | None:
-    """What makes an entry's ``files`` unusable (``None`` when nothing does): a file
-    name that is not a plain relative path inside the artifact, a size that is not
-    a byte count, a digest no blob key may be built from, or two names where one
-    is the other's directory."""
-    for relative, meta in sorted(files.items()):
-        problem = plain_path_problem(relative)
-        if problem:
-            return f"file name {quoted(relative)} {problem}"
-        if not isinstance(meta, dict):
-            return f"{relative}: not a size and a digest"
-        size, digest = meta.get("size"), meta.get("digest")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            return f"{relative}: size {quoted(size)} is not a byte count"
-        # The only digest a blob key may be built from: blake3's, lowercase hex.
-        if not is_digest(digest):
-            return f"{relative}: digest {quoted(digest)} is not a blake3 digest of 64 lowercase hex digits"
-    for relative in sorted(files):
-        parts = relative.split("/")
-        for depth in range(1, len(parts)):
-            directory = "/".join(parts[:depth])
-            if directory in files:
-                return f"file names {quoted(directory)} and {quoted(relative)} collide (one would be the other's directory)"
-    return None

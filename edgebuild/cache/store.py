@@ -1,38 +1,60 @@
-"""The content-addressed store: every built artifact kept under its fingerprint.
+"""The local store: every built artifact kept under its fingerprint.
 
-``cache/store/<fp[:2]>/<fp>/`` holds the artifact's files and its build record
-(and its report once verified). When a fingerprint is already stored, the
-build restores it instead of exporting again: switching a parameter back, or
-deleting ``build/``, costs a clone of the files, not an export.
+When a fingerprint is already stored, the build restores it instead of
+exporting again: switching a parameter back, or deleting ``build/``, costs a
+clone of the files, not an export.
 
-Entries are clones of the built files (reflinks where the filesystem has
-them, copies otherwise). A restore still re-checks every file against the
-digests in the record and throws a mismatching entry away rather than serve it:
-a store on disk can be damaged like anything else. Entries are written under
-``cache/store/.tmp/`` and renamed into place, so a killed write leaves only a
-temporary directory there, which ``gc`` removes.
+The layout is the remote cache's (``entries.py``), under ``cache/store/``:
+entries by fingerprint, blobs by digest, so a file two builds share (a config,
+the same weights behind two fingerprints) is stored once, and ``gc`` removes an
+entry and then every blob no remaining entry reaches. Beside an entry,
+``<fp>.unvouched`` says it was pulled and no trusted key vouched for it; the
+entry file's modification time is when it was last used.
+
+A blob is written once: a build's file is cloned into it (a reflink where the
+filesystem has them, an in-kernel copy otherwise), a pulled file is renamed
+into it from the pull's scratch. Writes go to ``cache/store/.tmp/`` and are
+renamed into place (the blobs first, the entry last), so a killed write leaves
+a temporary file there, which ``gc`` removes, and never an entry whose files
+are not all there. A restore re-checks every blob against its digest and drops
+an entry with a bad one rather than serve it: a store on disk can be damaged
+like anything else.
+
+The store's earlier layout (``cache/store/<fp[:2]>/<fp>/``, a directory
+of files per fingerprint) is moved into this layout the first time a command
+opens the store: its files are renamed into blobs, nothing is copied.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
-from edgebuild.core.atomic import copy_file, new_directory, remove_directory
-from edgebuild.errors import RecordError
+from edgebuild.cache.entries import CACHE_FORMAT, ENTRY_BYTES, PREFIX, CorruptEntry, blob_key, check_blob, entry_key, parse_entry
+from edgebuild.core.atomic import new_directory
 from edgebuild.core.faults import fault_point
-from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, read_record
+from edgebuild.core.files import RECORD_BYTES
+from edgebuild.core.hashing import canonical_json, file_digest
+from edgebuild.errors import RecordError
+from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
 
-LAST_USED_FILE = ".last-used"
-# Beside a build pulled from a remote cache whose entry no trusted key signed: where it
-# came from and why it is not taken as verified. Removed once it is verified here.
-UNVOUCHED_FILE = ".unvouched"
-# Where entries are written before they are renamed into place, and removed from.
+# Beside an entry pulled from a remote cache that no trusted key signed: where it came
+# from and why it is not taken as verified. Removed once it is verified here.
+UNVOUCHED_SUFFIX = ".unvouched"
+# Where blobs and entries are written before they are renamed into place, and removed from.
 SCRATCH_DIR = ".tmp"
+# A blob no entry reaches is kept this long: a build that found it present may be
+# about to write the entry that names it.
+UNREACHED_BLOB_GRACE_SECONDS = 3600.0
+# The earlier layout: cache/store/<fp[:2]>/<fp>/<files>, with these markers.
+_LEGACY_LAST_USED = ".last-used"
+_LEGACY_UNVOUCHED = ".unvouched"
 
 
 def clone_file(source: Path, target: Path) -> str:
@@ -62,184 +84,414 @@ def clone_file(source: Path, target: Path) -> str:
     return "copy"
 
 
-def materialise(source: Path, target: Path, scratch_root: Path, names: list[str]) -> None:
-    """Make ``target`` a directory holding ``names`` from ``source``, atomically
-    (cloned into a fresh directory beside it, then renamed into place)."""
+def materialise(sources: dict[str, Path], target: Path, scratch_root: Path) -> None:
+    """Make ``target`` a directory holding each relative name in ``sources`` with the
+    content of its path there, atomically (cloned into a fresh directory beside it,
+    then renamed into place)."""
     with new_directory(target, scratch_root) as scratch:
-        for name in names:
+        for name, source in sources.items():
             destination = scratch / name
             destination.parent.mkdir(parents=True, exist_ok=True)
-            clone_file(source / name, destination)
+            clone_file(source, destination)
+
 
 
 @dataclass(frozen=True)
 class StoreEntry:
     fingerprint: str
-    path: Path
+    # Every file of the build (record and reports included), shared blobs counted in full.
     size: int
     last_used: float
     # The artifact whose build this is (from its record; ``None`` when unreadable).
     artifact: str | None = None
+    # The digests of its blobs, each with its size.
+    blobs: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class GcResult:
+    removed: list[StoreEntry]
+    # What the removal gives back: blobs no remaining entry reaches, once each.
+    freed_bytes: int
+    # Blobs no entry reached (left by an interrupted write or a rejected pull), removed too.
+    unreached_blobs: int
 
 
 class Store:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._migrated = False
 
-    def entry_dir(self, fingerprint: str) -> Path:
-        return self.root / fingerprint[:2] / fingerprint
+    # --- layout -------------------------------------------------------------------
+
+    def entry_path(self, fingerprint: str) -> Path:
+        return self.root / entry_key(fingerprint)
+
+    def blob_path(self, digest: str) -> Path:
+        return self.root / blob_key(digest)
 
     @property
     def scratch_dir(self) -> Path:
         return self.root / SCRATCH_DIR
 
+    def _unvouched_path(self, fingerprint: str) -> Path:
+        return self.entry_path(fingerprint).with_suffix(UNVOUCHED_SUFFIX)
+
+    # --- reading ------------------------------------------------------------------
+
+    def entry(self, fingerprint: str) -> dict[str, Any] | None:
+        """The entry of ``fingerprint`` (``None`` when there is none, or it is not a
+        well-formed entry: such an entry is never served). Blobs are not checked here."""
+        self._migrate_legacy()
+        path = self.entry_path(fingerprint)
+        try:
+            if path.stat().st_size > ENTRY_BYTES:
+                return None
+            return parse_entry(path.read_bytes(), fingerprint)
+        except (OSError, CorruptEntry):
+            return None
+
+    def files(self, fingerprint: str) -> dict[str, Path]:
+        """Each file of the stored build of ``fingerprint`` and the blob holding it
+        (empty when there is none). The blobs are not checked: :meth:`restore` does."""
+        entry = self.entry(fingerprint)
+        if entry is None:
+            return {}
+        return {relative: self.blob_path(meta["digest"]) for relative, meta in entry["files"].items()}
+
     def record(self, fingerprint: str) -> BuildRecord | None:
         """The record of the stored build of ``fingerprint``; ``None`` when there is none
-        or it is unreadable (such an entry is never served)."""
-        try:
-            record = read_record(self.entry_dir(fingerprint))
-        except RecordError:
+        or it is unreadable or not this fingerprint's (such an entry is never served)."""
+        entry = self.entry(fingerprint)
+        if entry is None:
             return None
-        return record if record is not None and record.fingerprint == fingerprint else None
+        return self._record_of(entry, fingerprint)
+
+    def _record_of(self, entry: dict[str, Any], fingerprint: str) -> BuildRecord | None:
+        meta = entry["files"][RECORD_FILE]
+        path = self.blob_path(meta["digest"])
+        try:
+            if meta["size"] > RECORD_BYTES or path.stat().st_size != meta["size"]:
+                return None
+            record = parse_record(path.read_bytes(), RECORD_FILE)
+        except (OSError, RecordError):
+            return None
+        return record if record.fingerprint == fingerprint else None
 
     def has(self, fingerprint: str) -> bool:
         return self.record(fingerprint) is not None
 
-    def put(self, fingerprint: str, directory: Path) -> None:
-        """Store the artifact directory ``directory`` (outputs + record) under ``fingerprint``.
+    def report(self, fingerprint: str) -> dict[str, Any] | None:
+        """The verification report kept with the stored build of ``fingerprint``."""
+        from edgebuild.core.report import REPORT_JSON, read_report_file
 
-        An entry appears whole or not at all; a second writer of the same
-        fingerprint simply finds it there.
-        """
-        target = self.entry_dir(fingerprint)
-        if target.exists():
-            self.touch(fingerprint)
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with new_directory(target, self.scratch_dir, replace=False) as scratch:
-            for path in sorted(directory.rglob("*")):
-                if path.is_file() and path.name not in REPORT_FILES:
-                    destination = scratch / path.relative_to(directory)
-                    destination.parent.mkdir(parents=True, exist_ok=True)
-                    clone_file(path, destination)
-            (scratch / LAST_USED_FILE).write_text(f"{time.time()}\n")
-            fault_point("store.before_rename")
+        path = self.files(fingerprint).get(REPORT_JSON)
+        return read_report_file(path) if path is not None else None
 
-    def put_report(self, fingerprint: str, directory: Path) -> None:
-        """Keep the verification report beside the stored outputs (a report written
-        here, or pulled under a trusted signature: the build is vouched for now)."""
-        target = self.entry_dir(fingerprint)
-        if not target.is_dir():
-            return
-        for name in REPORT_FILES:
-            source = directory / name
-            if source.is_file():
-                copy_file(source, target / name)
-        (target / UNVOUCHED_FILE).unlink(missing_ok=True)
-
-    def mark_unvouched(self, fingerprint: str, why: str) -> None:
-        """Say that the stored build of ``fingerprint`` was pulled and nobody trusted
-        vouched for it (``why``): if it fails verification here, it is exported instead."""
-        target = self.entry_dir(fingerprint)
-        if target.is_dir():
-            (target / UNVOUCHED_FILE).write_text(why + "\n")
+    def has_report(self, fingerprint: str, verify_fingerprint: str) -> bool:
+        """Whether the stored build of ``fingerprint`` keeps a report of ``verify_fingerprint``."""
+        report = self.report(fingerprint)
+        return report is not None and report.get("verify_fingerprint") == verify_fingerprint
 
     def unvouched(self, fingerprint: str) -> str | None:
         """Why the stored build of ``fingerprint`` is a pulled one nobody trusted vouched
         for; ``None`` when it was built or verified here, or signed by a trusted key."""
         try:
-            return (self.entry_dir(fingerprint) / UNVOUCHED_FILE).read_text().strip() or "pulled, unsigned"
+            return self._unvouched_path(fingerprint).read_text().strip() or "pulled, unsigned"
         except OSError:
             return None
 
-    def has_report(self, fingerprint: str, verify_fingerprint: str) -> bool:
-        """Whether the stored build of ``fingerprint`` keeps a report of ``verify_fingerprint``."""
-        from edgebuild.core.report import read_report
+    # --- writing ------------------------------------------------------------------
 
-        report = read_report(self.entry_dir(fingerprint))
-        return report is not None and report.get("verify_fingerprint") == verify_fingerprint
+    def put(self, fingerprint: str, directory: Path) -> None:
+        """Store the artifact directory ``directory`` (outputs + record, not its report)
+        under ``fingerprint``. The entry appears whole or not at all; a second writer of
+        the same fingerprint simply finds it there."""
+        self._migrate_legacy()
+        if self.entry(fingerprint) is not None:
+            self.touch(fingerprint)
+            return
+        try:
+            # The build hashed its outputs as it wrote them: not hashed again here (a
+            # restore checks every blob before it serves one).
+            known = parse_record((directory / RECORD_FILE).read_bytes(), RECORD_FILE).to_json(only=("outputs",))["outputs"]
+        except (OSError, RecordError):
+            known = {}
+        files = {}
+        for path in sorted(directory.rglob("*")):
+            if path.is_file() and path.name not in REPORT_FILES:
+                relative = path.relative_to(directory).as_posix()
+                files[relative] = self.add_blob(path, known.get(relative))
+        fault_point("store.before_rename")
+        self._write_entry(fingerprint, files)
+
+    def put_files(self, fingerprint: str, files: dict[str, dict[str, Any]], directory: Path) -> None:
+        """Store under ``fingerprint`` the files of ``directory`` named in ``files`` (a
+        checked entry's ``files``: the digests are known to be right), renaming each into
+        its blob: a pulled file is written once."""
+        self._migrate_legacy()
+        for relative, meta in files.items():
+            if (directory / relative).is_file():
+                self.add_blob(directory / relative, meta, move=True)
+            # Otherwise the store held the blob already (and a restore finds out if it
+            # is gone since).
+        self._write_entry(fingerprint, files)
+
+    def put_report(self, fingerprint: str, directory: Path) -> None:
+        """Keep the verification report beside the stored outputs (a report written
+        here, or pulled under a trusted signature: the build is vouched for now)."""
+        entry = self.entry(fingerprint)
+        if entry is None:
+            return
+        files = dict(entry["files"])
+        for name in REPORT_FILES:
+            source = directory / name
+            if source.is_file():
+                files[name] = self.add_blob(source)
+        self._write_entry(fingerprint, files)
+        self._unvouched_path(fingerprint).unlink(missing_ok=True)
+
+    def mark_unvouched(self, fingerprint: str, why: str) -> None:
+        """Say that the stored build of ``fingerprint`` was pulled and nobody trusted
+        vouched for it (``why``): if it fails verification here, it is exported instead."""
+        if self.entry_path(fingerprint).is_file():
+            self._unvouched_path(fingerprint).write_text(why + "\n")
+
+    def add_blob(self, source: Path, meta: dict[str, Any] | None = None, move: bool = False) -> dict[str, Any]:
+        """Put the bytes of ``source`` into the store under their digest and return the
+        file's ``{"size", "digest"}``. ``meta``: that, known already. ``move``: rename
+        ``source`` into place (it is on this filesystem and may be consumed) instead of
+        cloning it. A blob already there is not written again."""
+        if meta is None:
+            meta = {"size": source.stat().st_size, "digest": file_digest(source)}
+        blob = self.blob_path(meta["digest"])
+        try:
+            if blob.stat().st_size == meta["size"]:
+                # Used again now: gc's grace for unreached blobs counts from here.
+                os.utime(blob)
+                return meta
+        except FileNotFoundError:
+            pass
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        if move:
+            try:
+                os.replace(source, blob)
+                return meta
+            except OSError as error:
+                if error.errno != errno.EXDEV:
+                    raise
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix="blob~", dir=self.scratch_dir)
+        os.close(handle)
+        try:
+            clone_file(source, Path(name))
+            os.replace(name, blob)
+        finally:
+            Path(name).unlink(missing_ok=True)
+        return meta
+
+    def _write_entry(self, fingerprint: str, files: dict[str, dict[str, Any]]) -> None:
+        entry = {"format": CACHE_FORMAT, "fingerprint": fingerprint, "files": dict(sorted(files.items()))}
+        path = self.entry_path(fingerprint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix="entry~", dir=self.scratch_dir)
+        try:
+            with os.fdopen(handle, "w") as writer:
+                writer.write(canonical_json(entry) + "\n")
+            os.replace(name, path)
+        finally:
+            Path(name).unlink(missing_ok=True)
 
     def restore(self, fingerprint: str, target: Path, scratch_root: Path) -> BuildRecord | None:
         """Materialise the stored entry at ``target``; ``None`` (and the entry dropped)
-        when it is missing or any file fails its digest."""
-        record = self.record(fingerprint)
-        if record is None:
+        when it is missing or any blob fails its digest."""
+        entry = self.entry(fingerprint)
+        record = self._record_of(entry, fingerprint) if entry is not None else None
+        if entry is None or record is None:
             return None
-        entry = self.entry_dir(fingerprint)
-        if record.changed_outputs(entry):
+        outputs = record.to_json(only=("outputs",))["outputs"]
+        files = entry["files"]
+        try:
+            if any(files.get(relative) != meta for relative, meta in outputs.items()):
+                raise CorruptEntry("the files listed do not match the outputs in the record")
+            for relative, meta in files.items():
+                check_blob(self.blob_path(meta["digest"]), relative, meta)
+        except CorruptEntry as corrupt:
             self.remove(fingerprint)
+            for digest in corrupt.bad_blobs:
+                self.blob_path(digest).unlink(missing_ok=True)
             return None
-        names = [*record.outputs, RECORD_FILE]
-        names += [name for name in REPORT_FILES if (entry / name).is_file()]
-        materialise(entry, target, scratch_root, names)
+        materialise({relative: self.blob_path(meta["digest"]) for relative, meta in files.items()}, target, scratch_root)
         self.touch(fingerprint)
         return record
 
     def touch(self, fingerprint: str) -> None:
-        marker = self.entry_dir(fingerprint) / LAST_USED_FILE
         try:
-            marker.write_text(f"{time.time()}\n")
+            os.utime(self.entry_path(fingerprint))
         except OSError:
             pass
 
     def remove(self, fingerprint: str) -> None:
-        # Renamed out of the way first: a removal killed half-way leaves a directory
-        # under .tmp/ (which gc clears), never half an entry.
-        remove_directory(self.entry_dir(fingerprint), self.scratch_dir)
+        """Remove the entry of ``fingerprint``; its blobs stay until ``gc`` finds no
+        entry reaching them (other entries may share them)."""
+        self.entry_path(fingerprint).unlink(missing_ok=True)
+        self._unvouched_path(fingerprint).unlink(missing_ok=True)
 
     def remove_leftovers(self, older_than_seconds: float = 3600.0) -> int:
-        """Remove what killed writes and removals left under ``.tmp/`` (only directories
+        """Remove what killed writes and removals left under ``.tmp/`` (only what is
         older than ``older_than_seconds``: a younger one may be a write in progress)."""
         removed = 0
         if self.scratch_dir.is_dir():
             now = time.time()
             for leftover in self.scratch_dir.iterdir():
-                if now - leftover.stat().st_mtime > older_than_seconds:
-                    shutil.rmtree(leftover, ignore_errors=True)
+                if now - leftover.lstat().st_mtime > older_than_seconds:
+                    if leftover.is_dir() and not leftover.is_symlink():
+                        shutil.rmtree(leftover, ignore_errors=True)
+                    else:
+                        leftover.unlink(missing_ok=True)
                     removed += 1
         return removed
 
-    def entries(self) -> Iterator[StoreEntry]:
-        if not self.root.is_dir():
-            return
-        for prefix in sorted(self.root.iterdir()):
-            if not prefix.is_dir() or prefix.name.startswith("."):
-                continue
-            for entry in sorted(prefix.iterdir()):
-                if entry.name.startswith(".") or not entry.is_dir():
-                    continue
-                size = sum(path.stat().st_size for path in entry.rglob("*") if path.is_file())
-                try:
-                    last_used = float((entry / LAST_USED_FILE).read_text())
-                except (FileNotFoundError, ValueError):
-                    last_used = entry.stat().st_mtime
-                record = self.record(entry.name)
-                yield StoreEntry(entry.name, entry, size, last_used, record.artifact if record is not None else None)
+    # --- listing and gc -----------------------------------------------------------
 
-    def gc(self, max_bytes: int | None, max_age_seconds: float | None, keep: set[str], dry_run: bool = False) -> list[StoreEntry]:
+    def entries(self) -> Iterator[StoreEntry]:
+        self._migrate_legacy()
+        directory = self.root / PREFIX / "entries"
+        if not directory.is_dir():
+            return
+        for path in sorted(directory.glob("*/*.json")):
+            fingerprint = path.stem
+            entry = self.entry(fingerprint)
+            if entry is None:
+                continue
+            try:
+                last_used = path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            record = self._record_of(entry, fingerprint)
+            blobs = tuple(sorted({(meta["digest"], meta["size"]) for meta in entry["files"].values()}))
+            yield StoreEntry(fingerprint, sum(meta["size"] for meta in entry["files"].values()), last_used,
+                             record.artifact if record is not None else None, blobs)
+
+    def blobs(self) -> dict[str, tuple[int, float]]:
+        """Every blob: digest -> (size, modification time)."""
+        found = {}
+        directory = self.root / PREFIX / "blobs"
+        if directory.is_dir():
+            for path in directory.glob("*/*"):
+                try:
+                    status = path.stat()
+                except FileNotFoundError:
+                    continue
+                found[path.name] = (status.st_size, status.st_mtime)
+        return found
+
+    def size(self) -> int:
+        """The bytes the store's blobs take (each once, however many entries share it)."""
+        return sum(size for size, _ in self.blobs().values())
+
+    def gc(self, max_bytes: int | None, max_age_seconds: float | None, keep: set[str], dry_run: bool = False,
+           unreached_grace_seconds: float = UNREACHED_BLOB_GRACE_SECONDS) -> GcResult:
         """Remove entries older than ``max_age_seconds``, then the least recently used
-        until the store fits in ``max_bytes``. Fingerprints in ``keep`` (the current
-        builds) are never removed."""
+        until the store fits in ``max_bytes``, then every blob no remaining entry reaches.
+        Fingerprints in ``keep`` (the current builds) are never removed. A blob shared
+        with a remaining entry frees nothing, so the size counts each blob once."""
         now = time.time()
         entries = sorted(self.entries(), key=lambda entry: entry.last_used)
-        removed = []
-        remaining = []
+        blobs = self.blobs()
+        references: dict[str, int] = {}
         for entry in entries:
-            if entry.fingerprint not in keep and max_age_seconds is not None and now - entry.last_used > max_age_seconds:
-                removed.append(entry)
-            else:
-                remaining.append(entry)
-        if max_bytes is not None:
-            total = sum(entry.size for entry in remaining)
-            for entry in list(remaining):
-                if total <= max_bytes:
-                    break
-                if entry.fingerprint in keep:
-                    continue
-                remaining.remove(entry)
-                removed.append(entry)
-                total -= entry.size
+            for digest, _ in entry.blobs:
+                references[digest] = references.get(digest, 0) + 1
+        total = sum(size for size, _ in blobs.values())
+        removed: list[StoreEntry] = []
+        freed = 0
+
+        def drop(entry: StoreEntry) -> None:
+            nonlocal total, freed
+            removed.append(entry)
+            for digest, size in entry.blobs:
+                references[digest] -= 1
+                if references[digest] == 0 and digest in blobs:
+                    total -= size
+                    freed += size
+
+        for entry in entries:
+            if entry.fingerprint in keep:
+                continue
+            if max_age_seconds is not None and now - entry.last_used > max_age_seconds:
+                drop(entry)
+            elif max_bytes is not None and total > max_bytes:
+                drop(entry)
+        unreached = [
+            digest for digest, (_, modified) in blobs.items()
+            if digest not in references and now - modified > unreached_grace_seconds
+        ]
         if not dry_run:
             for entry in removed:
                 self.remove(entry.fingerprint)
-        return removed
+            for digest, count in references.items():
+                if count == 0:
+                    self.blob_path(digest).unlink(missing_ok=True)
+            for digest in unreached:
+                self.blob_path(digest).unlink(missing_ok=True)
+        return GcResult(removed, freed, len(unreached))
+
+    # --- the earlier layout --------------------------------------------------------
+
+    def _migrate_legacy(self) -> None:
+        """Move entries of the old layout (``<fp[:2]>/<fp>/``, one directory of files per
+        fingerprint) into this one, once per process: each directory is claimed by a
+        rename into ``.tmp/`` (of two processes, one migrates it), its intact files are
+        renamed into blobs, and a damaged one is dropped."""
+        if self._migrated:
+            return
+        self._migrated = True
+        try:
+            prefixes = [path for path in self.root.iterdir()
+                        if len(path.name) == 2 and all(c in "0123456789abcdef" for c in path.name) and path.is_dir()]
+        except OSError:
+            return
+        for prefix in prefixes:
+            for old in list(prefix.iterdir()):
+                self.scratch_dir.mkdir(parents=True, exist_ok=True)
+                claimed = Path(tempfile.mkdtemp(prefix="legacy~", dir=self.scratch_dir)) / "entry"
+                try:
+                    os.rename(old, claimed)
+                except OSError:
+                    continue
+                try:
+                    self._adopt_legacy(old.name, claimed)
+                finally:
+                    shutil.rmtree(claimed.parent, ignore_errors=True)
+            try:
+                prefix.rmdir()
+            except OSError:
+                pass
+
+    def _adopt_legacy(self, fingerprint: str, directory: Path) -> None:
+        try:
+            record = parse_record((directory / RECORD_FILE).read_bytes(), RECORD_FILE)
+        except (OSError, RecordError):
+            return
+        if record.fingerprint != fingerprint or record.changed_outputs(directory):
+            return
+        outputs = record.to_json(only=("outputs",))["outputs"]
+        files = {}
+        for relative, meta in outputs.items():
+            files[relative] = self.add_blob(directory / relative, meta, move=True)
+        for name in (RECORD_FILE, *REPORT_FILES):
+            if (directory / name).is_file():
+                files[name] = self.add_blob(directory / name, move=True)
+        self._write_entry(fingerprint, files)
+        try:
+            last_used = float((directory / _LEGACY_LAST_USED).read_text())
+            os.utime(self.entry_path(fingerprint), (last_used, last_used))
+        except (OSError, ValueError):
+            pass
+        try:
+            why = (directory / _LEGACY_UNVOUCHED).read_text()
+        except OSError:
+            return
+        self._unvouched_path(fingerprint).write_text(why)

@@ -61,20 +61,24 @@ class Gc(WorkspaceCommand):
             entries = list(store.entries())
             kept = [entry for entry in entries if entry.fingerprint in keep]
             print(
-                f"the store holds {len(entries)} entries, {format_size(sum(entry.size for entry in entries))} "
+                f"the store holds {len(entries)} entries in {format_size(store.size())} of blobs "
                 f"({len(kept)} current, {format_size(sum(entry.size for entry in kept))})"
                 + (f"; removed {leftovers} leftovers of interrupted writes" if leftovers else "")
             )
             print("to prune it, give --max-size and/or --max-age (e.g. doit gc --max-age 30d; --dry-run to preview)")
             return 0
-        removed = store.gc(max_bytes, max_age, keep, dry_run=params["dry_run"])
+        result = store.gc(max_bytes, max_age, keep, dry_run=params["dry_run"])
         if not params["dry_run"]:
             store.remove_leftovers()
         verb = "would remove" if params["dry_run"] else "removed"
         now = time.time()
-        for entry in removed:
+        for entry in result.removed:
             print(f"{verb} {entry.artifact or '?'} {entry.fingerprint[:12]} "
                   f"({format_size(entry.size)}, last used {format_age(now - entry.last_used)} ago)")
-        total = sum(entry.size for entry in removed)
-        print(f"{verb} {len(removed)} entr{'y' if len(removed) == 1 else 'ies'}, {format_size(total)}")
+        count = len(result.removed)
+        unreached = (f", and {result.unreached_blobs} blob{'' if result.unreached_blobs == 1 else 's'} no entry reached"
+                     if result.unreached_blobs else "")
+        # Blobs shared with an entry that stays free nothing: the bytes are what the disk gets back.
+        print(f"{verb} {count} entr{'y' if count == 1 else 'ies'}{unreached}, "
+              f"freeing {format_size(result.freed_bytes)}")
         return 0

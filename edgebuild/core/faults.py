@@ -17,8 +17,8 @@ Points:
   directory; the record is not written.
 - ``build.before_rename``: the complete scratch directory, record included, is
   not yet renamed into ``build/<name>/``.
-- ``store.before_rename``: a store entry is copied into ``cache/store/.tmp/``,
-  not yet renamed into place.
+- ``store.before_rename``: a store entry's blobs are in place, the entry that
+  names them is not yet written.
 - ``verify.after_report``: the report is written; the build is not yet kept in
   the store with it, nor pushed.
 - ``publish.after_files``: every file of a published entry is written, the

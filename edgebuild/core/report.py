@@ -117,8 +117,13 @@ def read_report(directory: Path) -> dict[str, Any] | None:
     """The report in ``directory``; ``None`` when there is none, or none this edgebuild
     can read (not a regular file, too large, not JSON of bounded depth, another format):
     an artifact whose report cannot be read counts as not verified."""
+    return read_report_file(directory / REPORT_JSON)
+
+
+def read_report_file(path: Path) -> dict[str, Any] | None:
+    """:func:`read_report` of the file ``path`` (a stored report is a blob, named by its digest)."""
     try:
-        data = read_json(directory / REPORT_JSON, REPORT_BYTES)
+        data = read_json(path, REPORT_BYTES)
     except (OSError, UnreadableFile):
         return None
     return data if isinstance(data, dict) and data.get("format") == REPORT_FORMAT else None

@@ -309,7 +309,7 @@ def _current_build(workspace: "Workspace", artifact: Artifact,
         return record.to_json(), report, FROM_BUILD, verification_state(workspace, artifact).value
     stored = workspace.store.record(fingerprint)
     if stored is not None:
-        report = _report_of(read_report(workspace.store.entry_dir(fingerprint)), fingerprint)
+        report = _report_of(workspace.store.report(fingerprint), fingerprint)
         verified = report is not None and verify_fp is not None and report.get("verify_fingerprint") == verify_fp
         state = (VerificationState.VERIFIED if report.get("passed") else VerificationState.FAILED) if verified \
             else VerificationState.NOT_VERIFIED
@@ -324,7 +324,7 @@ def _baseline_build(workspace: "Workspace", name: str, entry: dict[str, Any], ba
     fingerprint = entry["fingerprint"]
     stored = workspace.store.record(fingerprint)
     if stored is not None:
-        return stored.to_json(), _report_of(read_report(workspace.store.entry_dir(fingerprint)), fingerprint), FROM_STORE
+        return stored.to_json(), _report_of(workspace.store.report(fingerprint), fingerprint), FROM_STORE
     built = read_record_or_none(workspace.layout.artifact_dir(name))
     if built is not None and built.fingerprint == fingerprint:
         return built.to_json(), _report_of(read_report(workspace.layout.artifact_dir(name)), fingerprint), FROM_BUILD

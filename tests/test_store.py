@@ -1,0 +1,157 @@
+"""The local store's layout (entries by fingerprint, blobs by digest, as the remote's):
+shared files stored once, gc by reachability, a pull that downloads only what the
+store lacks, the store of the old layout moved in on first use, and the batched size
+check a push makes, on a directory and on the real S3 API (moto's server on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from edgebuild.cache.entries import blob_key, entry_key
+from edgebuild.cache.location import Location
+from edgebuild.cache.remote import RemoteCache
+from edgebuild.cache.store import Store
+from edgebuild.core.hashing import file_digest
+from edgebuild.core.record import RECORD_FILE, BuildRecord, output_manifest
+
+
+def built(root: Path, size: int, weights: bytes) -> Path:
+    """An artifact directory as a build leaves it: weights, a config, the record."""
+    root.mkdir(parents=True)
+    (root / "model.bin").write_bytes(weights)
+    (root / "config.json").write_text('{"hidden": 8}\n')
+    record = BuildRecord.create(kind="k", params={"size": size}, inputs={}, code={}, versions={})
+    record.completed(root.name, {}, 0.0, output_manifest(root)).write(root)
+    return root
+
+
+def fingerprint_of(directory: Path) -> str:
+    return json.loads((directory / RECORD_FILE).read_text())["fingerprint"]
+
+
+def test_two_builds_share_their_identical_files_and_gc_frees_only_what_none_reaches(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    shared = os.urandom(1 << 16)
+    first = built(tmp_path / "a", 1, shared)
+    second = built(tmp_path / "b", 2, shared)
+    third = built(tmp_path / "c", 3, os.urandom(1 << 15))
+    for directory in (first, second, third):
+        store.put(fingerprint_of(directory), directory)
+    entries = {entry.fingerprint: entry for entry in store.entries()}
+    assert len(entries) == 3
+    # One config for all three, one model.bin for a and b, c's own, a record each.
+    assert len(store.blobs()) == 1 + 1 + 1 + 3
+    old = time.time() - 7200
+    for directory in (first, third):
+        os.utime(store.entry_path(fingerprint_of(directory)), (old, old))
+
+    result = store.gc(max_bytes=None, max_age_seconds=3600, keep=set())
+    assert sorted(entry.fingerprint for entry in result.removed) == sorted(map(fingerprint_of, (first, third)))
+    # a's weights and the config stay (b reaches them): only the records and c's weights are freed.
+    freed = sum((directory / RECORD_FILE).stat().st_size for directory in (first, third)) + (third / "model.bin").stat().st_size
+    assert result.freed_bytes == freed
+    assert set(store.blobs()) == {file_digest(path) for path in second.iterdir()}
+    restored = store.restore(fingerprint_of(second), tmp_path / "out", tmp_path / ".tmp")
+    assert restored is not None and (tmp_path / "out" / "model.bin").read_bytes() == shared
+
+
+def test_gc_fits_the_size_counting_each_blob_once(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    shared = os.urandom(1 << 16)
+    directories = [built(tmp_path / name, size, shared) for size, name in enumerate("ab")]
+    for age, directory in zip((300, 200), directories):
+        store.put(fingerprint_of(directory), directory)
+        os.utime(store.entry_path(fingerprint_of(directory)), (time.time() - age,) * 2)
+    # Both entries together take one copy of the weights: under 1.5x of it, nothing goes.
+    assert store.gc(max_bytes=int(1.5 * (1 << 16)), max_age_seconds=None, keep=set()).removed == []
+    result = store.gc(max_bytes=1 << 10, max_age_seconds=None, keep={fingerprint_of(directories[1])})
+    assert [entry.fingerprint for entry in result.removed] == [fingerprint_of(directories[0])]
+    assert result.freed_bytes == (directories[0] / RECORD_FILE).stat().st_size
+
+
+def test_a_damaged_blob_drops_the_entry_and_the_blob(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    directory = built(tmp_path / "a", 1, os.urandom(4096))
+    fingerprint = fingerprint_of(directory)
+    store.put(fingerprint, directory)
+    blob = store.files(fingerprint)["model.bin"]
+    data = bytearray(blob.read_bytes())
+    data[7] ^= 0x10
+    blob.write_bytes(bytes(data))
+    assert store.restore(fingerprint, tmp_path / "out", tmp_path / ".tmp") is None
+    assert not store.has(fingerprint) and not blob.exists() and not (tmp_path / "out").exists()
+
+
+def test_a_pull_downloads_only_the_blobs_the_store_lacks(tmp_path: Path) -> None:
+    """Weights another build already brought are not downloaded again: the remote may
+    even have lost them, and the pull still completes from the store's own blob."""
+    (tmp_path / "remote").mkdir()
+    remote = RemoteCache.open(str(tmp_path / "remote"))
+    shared = os.urandom(1 << 16)
+    first, second = built(tmp_path / "a", 1, shared), built(tmp_path / "b", 2, shared)
+    source = Store(tmp_path / "source")
+    for directory in (first, second):
+        source.put(fingerprint_of(directory), directory)
+        assert remote.push(fingerprint_of(directory), source, lambda message: None)
+
+    store = Store(tmp_path / "store")
+    assert remote.pull("a", fingerprint_of(first), store, tmp_path / "build" / "a", tmp_path / "build" / ".tmp", print)
+    remote.location.delete(blob_key(file_digest(first / "model.bin")))
+    record = remote.pull("b", fingerprint_of(second), store, tmp_path / "build" / "b", tmp_path / "build" / ".tmp", print)
+    assert record is not None and (tmp_path / "build" / "b" / "model.bin").read_bytes() == shared
+    # Nothing of either pull is left in the store's scratch.
+    assert list(store.scratch_dir.iterdir()) == []
+
+
+def test_the_store_of_the_old_layout_is_moved_in_on_first_use(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    kept = built(tmp_path / "a", 1, os.urandom(4096))
+    damaged = built(tmp_path / "b", 2, os.urandom(4096))
+    for directory in (kept, damaged):
+        fingerprint = fingerprint_of(directory)
+        old = root / fingerprint[:2] / fingerprint
+        old.parent.mkdir(parents=True, exist_ok=True)
+        directory.rename(old)
+        (old / ".last-used").write_text("1000000000.0\n")
+    (root / fingerprint_of_old(root, 0) / ".unvouched").write_text("pulled from somewhere: it is unsigned\n")
+    first, second = sorted(path for prefix in root.iterdir() for path in prefix.iterdir())
+    with open(second / "model.bin", "r+b") as handle:
+        handle.write(b"\0")
+    weights = (first / "model.bin").read_bytes()
+
+    store = Store(root)
+    assert [entry.fingerprint for entry in store.entries()] == [first.name]
+    assert [path.name for path in root.iterdir() if path.name != ".tmp"] == ["v1"]
+    entry = next(store.entries())
+    assert entry.last_used == 1000000000.0
+    assert store.unvouched(first.name) == "pulled from somewhere: it is unsigned"
+    assert store.restore(first.name, tmp_path / "out", tmp_path / ".tmp") is not None
+    assert (tmp_path / "out" / "model.bin").read_bytes() == weights
+    assert list(store.scratch_dir.iterdir()) == []
+
+
+def fingerprint_of_old(root: Path, index: int) -> str:
+    """The relative path of the index-th entry of an old-layout store, in sorted order."""
+    paths = sorted(path for prefix in root.iterdir() for path in prefix.iterdir())
+    return str(paths[index].relative_to(root))
+
+
+@pytest.fixture
+def remote_root(remote_url: str) -> str:
+    if "://" not in remote_url:
+        Path(remote_url).mkdir()
+    return remote_url
+
+
+def test_sizes_asks_every_key_in_one_batch(remote_root: str, tmp_path: Path) -> None:
+    location = Location(remote_root)
+    location.write("v1/blobs/aa/one", b"12345")
+    location.write("v1/blobs/bb/two", b"")
+    keys = ["v1/blobs/aa/one", "v1/blobs/bb/two", "v1/blobs/cc/none", entry_key("ab" * 32)]
+    assert location.sizes(keys) == {keys[0]: 5, keys[1]: 0, keys[2]: None, keys[3]: None}
+    assert location.sizes([]) == {}
