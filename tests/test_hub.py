@@ -100,8 +100,10 @@ def etags(snapshot: Path, names: list[str]) -> dict[str, str]:
     return {name: Path(os.readlink(snapshot / name)).name for name in names}
 
 
+# The tower's fingerprint covers the image processor's file too (its build carries it
+# in consumer.json), so its etag is in the provenance.
 QWEN_FILES = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-              "model.safetensors.index.json"]
+              "model.safetensors.index.json", "preprocessor_config.json"]
 
 
 # --- resolving ------------------------------------------------------------------------------

@@ -179,8 +179,9 @@ def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoi
     with pytest.raises(SourceNotBuilt):
         before.fingerprint("q64")
     tower_bytes = pretend_built(before, "t64")
-    # The tower reads no image processor; the QDQ artifact reads it from the checkpoint behind its source.
-    assert "files" not in before.record("t64").inputs["checkpoint"]
+    # The tower's fingerprint covers the image processor's file (it carries it in its
+    # consumer.json); the QDQ artifact reads it from the checkpoint behind its source.
+    assert set(before.record("t64").inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
     assert set(before.record("q64").inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
     assert before.record("q64").inputs["checkpoint"]["tensors"] == {}
     assert before.record("q64").inputs["source"] == {"outputs": tower_bytes}
@@ -209,13 +210,17 @@ def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoi
     reasons = explain(first.to_json(), source_changed.record("q64").to_json())
     assert reasons == ["source artifact t64: model.onnx changed"]
 
-    # The image processor changes: the QDQ artifact is stale, the tower is not.
+    # The image processor changes: both are stale (the QDQ artifact reads it; the tower
+    # carries it), the QDQ one for its own reading of it even with the tower's bytes unchanged.
+    previous = source_changed.record("q64")
     path = root / "ckpt" / "preprocessor_config.json"
     path.write_text(path.read_text().replace('"image_std": [\n    0.5', '"image_std": [\n    0.25'))
     processor_changed = load()
-    assert processor_changed.fingerprint("t64") == source_changed.fingerprint("t64")
-    assert processor_changed.fingerprint("q64") != source_changed.fingerprint("q64")
-    assert explain(source_changed.record("q64").to_json(), processor_changed.record("q64").to_json()) == [
+    assert processor_changed.fingerprint("t64") != source_changed.fingerprint("t64")
+    pretend_built(processor_changed, "t64", {"model.onnx": "0" * 64})
+    processor_changed = load()
+    assert processor_changed.fingerprint("q64") != previous.fingerprint
+    assert explain(previous.to_json(), processor_changed.record("q64").to_json()) == [
         f"checkpoint 'qwen' ({root / 'ckpt'}): preprocessor_config.json changed"
     ]
 

@@ -283,6 +283,14 @@ class ArtifactKind:
         in the source's fingerprint, what this artifact reads there is in its own."""
         return None
 
+    def consumer_preprocessing(self, params: ArtifactParams) -> dict[str, Any]:
+        """What a deployment job must do to an input, beyond the image processor's file and
+        the graph's declared inputs, to feed this artifact (``preprocessing`` of the
+        ``consumer.json`` every build writes; see ``edgebuild/core/consumer.py``): the image
+        size a fixed-shape graph was exported at, settings to override in the processor.
+        JSON values, a function of ``params`` alone (the file is a build output). None by default."""
+        return {}
+
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         """Raise :class:`~edgebuild.errors.ParameterError` for parameters this checkpoint
         cannot honour. Called before anything is built or written."""

@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from edgebuild.core.atomic import new_directory, remove_leftovers
+from edgebuild.core.consumer import write_consumer_contract
 from edgebuild.core.faults import fault_point
 from edgebuild.core.fingerprint import locked
 from edgebuild.core.kind import BuildContext
@@ -144,6 +145,8 @@ def _build_into_place(workspace: "Workspace", artifact: Artifact, record: BuildR
         missing = [output for output in kind.outputs if not (scratch / output).exists()]
         if missing:
             raise ExportError(f"{artifact.name}: the {kind.name} build did not write {', '.join(missing)}")
+        # How a deployment job feeds it, carried with the outputs everywhere they go.
+        write_consumer_contract(scratch, kind, artifact.params, context.checkpoints)
         complete = record.completed(artifact.name, info, elapsed, output_manifest(scratch))
         fault_point("build.before_record")
         # The record is written last: a directory without it never counts as built.

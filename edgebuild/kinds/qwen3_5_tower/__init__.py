@@ -17,6 +17,9 @@ from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, Parameter
 
 from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WEIGHTS_FILE, TowerParams, check_vision_config, tower_geometry
 
+# The image processor's settings, beside config.json in the checkpoint.
+PREPROCESSOR_FILE = "preprocessor_config.json"
+
 
 class Qwen3_5VisionTower(ArtifactKind):
     name = "qwen3_5_vision_tower"
@@ -50,7 +53,19 @@ class Qwen3_5VisionTower(ArtifactKind):
     def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
         # The tower alone: a plain release and its FP8 release (text weights float8 with
         # scales, a quantization_config) share it, and so share the fingerprint.
-        return TensorSelection(prefixes=(VISUAL_PREFIX,), config_key="vision_config")
+        # And the image processor's file, when the checkpoint ships one: not read by the
+        # export, but carried in the build's consumer.json (how an image becomes the
+        # tower's patches), so it must be in the fingerprint.
+        files = (PREPROCESSOR_FILE,) if (checkpoint.directory / PREPROCESSOR_FILE).is_file() else ()
+        return TensorSelection(prefixes=(VISUAL_PREFIX,), config_key="vision_config", files=files)
+
+    def consumer_preprocessing(self, params: ArtifactParams) -> dict[str, Any]:
+        assert isinstance(params, TowerParams)
+        height, width = params.image_size
+        # The graph is fixed at one image size: a consumer resizes to it, and gives the
+        # processor a pixel budget of exactly that size, so that it keeps it as it is.
+        return {"image_size": [height, width],
+                "image_processor_overrides": {"size": {"shortest_edge": height * width, "longest_edge": height * width}}}
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
         assert isinstance(params, TowerParams)
