@@ -45,7 +45,7 @@ def test_verify_writes_the_lock(verified_seed: Path) -> None:
     assert set(entry["inputs"]) == {"checkpoint"}
     assert entry["checkpoint_origins"] == {}  # a fixture, not a Hugging Face checkpoint
     assert entry["versions"]["torch"] and entry["versions"]["onnxruntime"]
-    assert set(entry["outputs"]) == {"model.onnx", "model.onnx.data", "tower.json"}
+    assert set(entry["outputs"]) == {"model.onnx", "model.onnx.data", "tower.json", "consumer.json"}
     assert all(set(meta) == {"size", "digest"} for meta in entry["outputs"].values())
     assert entry["verified"] is True
     report = json.loads((verified_seed / "build" / "t" / "report.json").read_text())
@@ -98,7 +98,7 @@ def test_tampered_output_fails_verification_by_name(verified_seed: Path, tmp_pat
         handle.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(VerificationFailed) as caught:
         verify_artifact(project.project(), "t", log=lambda message: None)
-    assert "t: verification failed: outputs_intact = 2 (limit == 3): changed since build: model.onnx.data" in str(caught.value)
+    assert "t: verification failed: outputs_intact = 3 (limit == 4): changed since build: model.onnx.data" in str(caught.value)
     report = json.loads((project.root / "build" / "t" / "report.json").read_text())
     assert [check["name"] for check in report["checks"] if not check["passed"]] == ["outputs_intact"]
     # Through the CLI the build step names the file and restores it; then it verifies.

@@ -65,7 +65,7 @@ def test_publish_twice_publishes_once(remote_url: str, verified_seed: Path, tmp_
     # SHA256SUMS covers every published file, in `sha256sum -c` form, and each matches.
     listed = dict(line.split("  ")[::-1] for line in checksums.decode().splitlines())
     # (Unsigned: this runner has no EDGEBUILD_SIGNING_KEY, so no model.sig; test_release.py signs.)
-    assert set(listed) == {"model.onnx", "model.onnx.data", "tower.json", "report.json", "report.md", "provenance.json",
+    assert set(listed) == {"model.onnx", "model.onnx.data", "tower.json", "consumer.json", "report.json", "report.md", "provenance.json",
                            "provenance.intoto.json"}
     for name, digest in listed.items():
         assert sha256(destination.read(f"t/{fingerprint}/{name}")) == digest

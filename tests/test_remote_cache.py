@@ -460,7 +460,7 @@ def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str
     # Verified before the remote was set: `doit verify` verifies again, which pushes.
     verified = first.doit("verify", env=env)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote_url} (6 files, signed by key " in verified.stderr
+    assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote_url} (7 files, signed by key " in verified.stderr
     assert cache.has(fingerprint)
     again = first.doit("verify", env=env)
     assert "-- verify:t" in again.stdout

@@ -146,7 +146,8 @@ def test_artifact_verifies_reloads_and_packs(root: Path) -> None:
     make_current(project, project.artifact("q"), log=lambda message: None)
     out = root / "build" / "q"
     assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == [
-        "config.json", "model.f143.safetensors", "model.safetensors", "preprocessor_config.json", "quantization.json",
+        "config.json", "consumer.json", "model.f143.safetensors", "model.safetensors", "preprocessor_config.json",
+        "quantization.json",
     ]
     report = verify_artifact(project, project.artifact("q"), log=lambda message: None)
     checks = {check.name: check for check in report.checks}

@@ -215,7 +215,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
     fingerprint = first.project().fingerprint(TOWER)
     pushed = first.doit("verify", env=ci)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
-    assert re.search(rf"\[t\] remote cache: pushed {fingerprint[:12]} to {re.escape(remote)} \(6 files, signed by key ", pushed.stderr)
+    assert re.search(rf"\[t\] remote cache: pushed {fingerprint[:12]} to {re.escape(remote)} \(7 files, signed by key ", pushed.stderr)
 
     # An honest signed entry: a gather that trusts the key pulls it and judges nothing.
     honest = fresh_clone(verified_seed, tmp_path / "honest")
@@ -254,7 +254,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "[t] the pulled build failed verification here (pulled from " in repaired.stderr
     assert "[t] built in" in repaired.stderr and "# t (qwen3_5_vision_tower): PASSED" in repaired.stderr
-    assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote} (6 files, signed by key " in repaired.stderr
+    assert f"[t] remote cache: pushed {fingerprint[:12]} to {remote} (7 files, signed by key " in repaired.stderr
     assert (repair.root / "build" / TOWER / "model.onnx.data").read_bytes() == (
         first.root / "build" / TOWER / "model.onnx.data").read_bytes()
     again = fresh_clone(verified_seed, tmp_path / "again")
