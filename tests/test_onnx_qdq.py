@@ -119,15 +119,69 @@ def test_the_generic_recipe_and_tensors_files(tmp_path: Path) -> None:
     assert checks["activation_types"] == ["int8"] and checks["weight_types"] == ["int8"]
 
 
+def _tiny_graph() -> "object":
+    import numpy
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(numpy.arange(32 * 48, dtype=numpy.float32).reshape(32, 48), "weight")
+    bias = numpy_helper.from_array(numpy.ones(48, dtype=numpy.float32), "bias")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "weight"], ["product"]), helper.make_node("Add", ["product", "bias"], ["y"])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 48])], [weight, bias])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_graphs_save_and_move_beside_a_data_file_of_their_name_in_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnx checks for the data file's name in the working directory: a project holding a
+    model.onnx.data of its own where doit runs still builds, and the bytes are onnx's."""
+    import onnx
+
+    from edgebuild.ml.onnx_tools import relocate_external_data, save_with_external_data
+
+    clean, saved, moved = (tmp_path / name for name in ("clean", "saved", "moved"))
+    for directory in (clean, saved, moved):
+        directory.mkdir()
+    onnx.save(_tiny_graph(), str(clean / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="model.onnx.data", size_threshold=1024)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.onnx.data").write_bytes(b"the project's own")
+    with pytest.raises(FileExistsError):  # what onnx itself does here
+        onnx.save(_tiny_graph(), str(saved / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    save_with_external_data(_tiny_graph(), saved / "model.onnx")
+    onnx.save(_tiny_graph(), str(moved / "other.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="other.onnx.data", size_threshold=1024)
+    relocate_external_data(moved / "other.onnx", moved / "model.onnx")
+    expected = {name: (clean / name).read_bytes() for name in ("model.onnx", "model.onnx.data")}
+    for directory in (saved, moved):
+        assert sorted(path.name for path in directory.iterdir()) == sorted(expected)
+        assert {name: (directory / name).read_bytes() for name in expected} == expected
+    assert (tmp_path / "model.onnx.data").read_bytes() == b"the project's own"
+
+
+@pytest.mark.slow
+def test_a_graph_quantizes_where_the_working_directory_holds_model_onnx_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace = _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.onnx.data").write_bytes(b"the project's own")
+    for name in ("clip", "qdq"):
+        make_current(workspace, name, **QUIET)
+    assert verify_artifact(workspace, "qdq", **QUIET).passed
+    assert (tmp_path / "model.onnx.data").read_bytes() == b"the project's own"
+
+
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
     common = ["edgebuild/kinds/onnx_qdq/inputs.py", "edgebuild/kinds/onnx_qdq/params.py", "edgebuild/core/inputs.py",
-              "edgebuild/ml/hf.py", "edgebuild/ml/images.py", "edgebuild/ml/qdq.py", "edgebuild/ml/qdq_graph.py"]
+              "edgebuild/ml/hf.py", "edgebuild/ml/images.py", "edgebuild/ml/qdq.py", "edgebuild/ml/qdq_graph.py",
+              # qdq.py gives the quantized graph its data file's name through it.
+              "edgebuild/ml/onnx_tools.py"]
     assert_code_digests(
         "onnx_qdq",
         build=[*common, "edgebuild/kinds/onnx_qdq/build.py"],
         # The checks and the comparison only judge: in the verify digest alone.
-        verify=[*common, "edgebuild/kinds/onnx_qdq/verify.py", "edgebuild/ml/qdq_checks.py", "edgebuild/ml/compare.py",
-                "edgebuild/ml/onnx_tools.py"],
+        verify=[*common, "edgebuild/kinds/onnx_qdq/verify.py", "edgebuild/ml/qdq_checks.py", "edgebuild/ml/compare.py"],
     )

@@ -4,10 +4,11 @@ and measuring where onnxruntime places each node."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from edgebuild.errors import ExportError
 
@@ -56,9 +57,7 @@ def export_onnx(
     weights = path.with_name(path.name + ".data")
     if not weights.exists():
         # Graphs under the exporter's size threshold come back inline; keep one layout.
-        model = onnx.load(str(path))
-        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=weights.name, size_threshold=1024)
+        save_with_external_data(onnx.load(str(path)), path)
     model = onnx.load(str(path), load_external_data=False)
     written = graph_opset(model)
     if written != opset:
@@ -249,13 +248,65 @@ def replace_with_blocked_fp8(
 def save_with_external_data(model: Any, path: Path) -> None:
     """Save ``model`` with its weights in one ``<name>.data`` file beside it (replacing any
     old one). Tensors under 1 KiB stay inline: onnxruntime's shape inference cannot read
-    a ``Split``'s sizes from external data."""
+    a ``Split``'s sizes from external data.
+
+    The same file as ``onnx.save(..., save_as_external_data=True, location=...)`` writes,
+    without its check that no file of the data file's name exists: onnx makes that check
+    relative to the *working directory*, not the model's, so a project holding a
+    ``model.onnx.data`` of its own where doit runs could not build."""
     import onnx
 
     weights = path.with_name(path.name + ".data")
     if weights.exists():
         weights.unlink()
-    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=weights.name, size_threshold=1024)
+    _mark_external(model, weights.name, size_threshold=1024)
+    onnx.save_model(model, str(path))
+
+
+def _graph_initializers(graph: Any) -> Iterator[Any]:
+    """Every initializer of ``graph`` and its subgraphs (what onnx moves to external data)."""
+    from onnx import AttributeProto
+
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == AttributeProto.GRAPH:
+                yield from _graph_initializers(attribute.g)
+            elif attribute.type == AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    yield from _graph_initializers(subgraph)
+
+
+def _mark_external(model: Any, location: str, size_threshold: int) -> None:
+    """Point every initializer of at least ``size_threshold`` bytes at ``location``: what
+    onnx's ``convert_model_to_external_data`` does (its size test included); the next
+    ``onnx.save_model`` writes their data there, beside the model."""
+    import sys
+
+    from onnx.external_data_helper import set_external_data
+
+    for tensor in _graph_initializers(model.graph):
+        if tensor.HasField("raw_data") and sys.getsizeof(tensor.raw_data) >= size_threshold:
+            set_external_data(tensor, location)
+
+
+def relocate_external_data(source: Path, target: Path) -> None:
+    """Move the graph ``source`` and its ``<source>.data`` to ``target`` and
+    ``<target>.data``, the tensors pointing at the new data file; the bytes are those a
+    save straight to ``target`` writes. (onnxruntime's quantizer names a graph's data file
+    after the graph and checks that name in the working directory: it writes under a
+    name no other file has, and this gives the graph its real one.)"""
+    import onnx
+
+    model = onnx.load(str(source), load_external_data=False)
+    old, new = source.name + ".data", target.name + ".data"
+    for tensor in _graph_initializers(model.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value == old:
+                entry.value = new
+    onnx.save_model(model, str(target))
+    os.replace(source.with_name(old), target.with_name(new))
+    source.unlink()
 
 
 def blocked_fp8_weights(model: Any) -> dict[str, dict[str, Any]]:

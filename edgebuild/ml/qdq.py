@@ -213,11 +213,17 @@ def quantize_with_ranges(model_path: Path, output_path: Path, config: Any, range
     from onnxruntime.quantization import quantize_static
     from onnxruntime.quantization.calibrate import save_tensors_data
 
+    from edgebuild.ml.onnx_tools import relocate_external_data
+
     cache = scratch / "calibration.json"
     save_tensors_data(ranges, cache)
+    # onnxruntime refuses to write `<output>.data` when a file of that name is in the
+    # working directory (onnx checks it there): it writes under a name no other file
+    # has, and the graph then gets its real one, with the same bytes.
+    written = output_path.with_name(f".{scratch.name}.{output_path.name}")
     quantize_static(
         str(model_path),
-        str(output_path),
+        str(written),
         None,
         calibrate_method=config.calibrate_method,
         quant_format=config.quant_format,
@@ -233,6 +239,7 @@ def quantize_with_ranges(model_path: Path, output_path: Path, config: Any, range
         extra_options=config.extra_options,
         calibration_cache_path=str(cache),
     )
+    relocate_external_data(written, output_path)
 
 
 def quantize_graph(source: Path, out_dir: Path, feeds: list[Feeds], options: QdqOptions, phases: Any,
