@@ -63,8 +63,12 @@ RESULT_FD_PLACEHOLDER = "{result_fd}"
 
 
 # Variables that change while a process runs and that no library reads at import:
-# pytest names the running test in one.
-_VOLATILE = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+# pytest names the running test in one; torch writes its compile cache's default
+# directory into TORCHINDUCTOR_CACHE_DIR the first time it uses that cache (in the doit
+# process: generating a fixture), and reads it only then. Counting that one made the
+# command after a fixture's generation start a second server beside the first one.
+_VOLATILE = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
+             "TORCHINDUCTOR_CACHE_DIR")
 
 
 def with_result_fd(argv: list[str], descriptor: int) -> list[str]:
