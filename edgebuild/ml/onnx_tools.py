@@ -305,7 +305,8 @@ def relocate_external_data(source: Path, target: Path) -> None:
             if entry.key == "location" and entry.value == old:
                 entry.value = new
     onnx.save_model(model, str(target))
-    os.replace(source.with_name(old), target.with_name(new))
+    if source.with_name(old).exists():  # a graph with no tensor over the size threshold has none
+        os.replace(source.with_name(old), target.with_name(new))
     source.unlink()
 
 
