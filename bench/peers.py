@@ -151,7 +151,7 @@ def install(venvs: Path, peer: str) -> tuple[Path | None, str]:
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"`pip install {' '.join(PEERS[peer])}` failed: {last}"
-    name = {"dvc": "dvc", "olive": "olive-ai"}[peer]
+    name = PEERS[peer][0]  # the peer's own distribution comes first
     version = subprocess.run([str(venv / "bin" / "python"), "-c",
                               f"import importlib.metadata as m; print(m.version({name!r}))"],
                              capture_output=True, text=True, check=True).stdout.strip()

@@ -120,13 +120,18 @@ def test_the_generic_recipe_and_tensors_files(tmp_path: Path) -> None:
 
 
 def _tiny_graph() -> "object":
+    """x @ (weight * scale) + bias, ``scale`` a Constant node's 6 KiB tensor (an attribute
+    tensor, which onnxruntime's quantizer also moves to external data)."""
     import numpy
     from onnx import TensorProto, helper, numpy_helper
 
     weight = numpy_helper.from_array(numpy.arange(32 * 48, dtype=numpy.float32).reshape(32, 48), "weight")
     bias = numpy_helper.from_array(numpy.ones(48, dtype=numpy.float32), "bias")
+    scale = numpy_helper.from_array(numpy.full((32, 48), 0.5, dtype=numpy.float32), "scale")
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "weight"], ["product"]), helper.make_node("Add", ["product", "bias"], ["y"])],
+        [helper.make_node("Constant", [], ["scale"], value=scale),
+         helper.make_node("Mul", ["weight", "scale"], ["scaled"]),
+         helper.make_node("MatMul", ["x", "scaled"], ["product"]), helper.make_node("Add", ["product", "bias"], ["y"])],
         "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 48])], [weight, bias])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
@@ -135,28 +140,38 @@ def _tiny_graph() -> "object":
 def test_graphs_save_and_move_beside_a_data_file_of_their_name_in_the_working_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """onnx checks for the data file's name in the working directory: a project holding a
-    model.onnx.data of its own where doit runs still builds, and the bytes are onnx's."""
+    model.onnx.data of its own where doit runs still builds, and the bytes are onnx's --
+    as ``onnx.save`` writes them, and, for a graph moved to its name, as onnxruntime's
+    quantizer saves (``convert_attribute=True``: the Constant's tensor too)."""
     import onnx
 
     from edgebuild.ml.onnx_tools import relocate_external_data, save_with_external_data
 
-    clean, saved, moved = (tmp_path / name for name in ("clean", "saved", "moved"))
-    for directory in (clean, saved, moved):
+    directories = {name: tmp_path / name for name in ("clean", "clean_attributes", "saved", "moved")}
+    for directory in directories.values():
         directory.mkdir()
-    onnx.save(_tiny_graph(), str(clean / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-              location="model.onnx.data", size_threshold=1024)
+
+    def save(directory: str, name: str, convert_attribute: bool) -> None:
+        onnx.save(_tiny_graph(), str(directories[directory] / name), save_as_external_data=True,
+                  all_tensors_to_one_file=True, location=name + ".data", size_threshold=1024,
+                  convert_attribute=convert_attribute)
+
+    save("clean", "model.onnx", False)
+    save("clean_attributes", "model.onnx", True)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model.onnx.data").write_bytes(b"the project's own")
     with pytest.raises(FileExistsError):  # what onnx itself does here
-        onnx.save(_tiny_graph(), str(saved / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
-    save_with_external_data(_tiny_graph(), saved / "model.onnx")
-    onnx.save(_tiny_graph(), str(moved / "other.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-              location="other.onnx.data", size_threshold=1024)
-    relocate_external_data(moved / "other.onnx", moved / "model.onnx")
-    expected = {name: (clean / name).read_bytes() for name in ("model.onnx", "model.onnx.data")}
-    for directory in (saved, moved):
-        assert sorted(path.name for path in directory.iterdir()) == sorted(expected)
-        assert {name: (directory / name).read_bytes() for name in expected} == expected
+        onnx.save(_tiny_graph(), str(directories["saved"] / "model.onnx"), save_as_external_data=True,
+                  location="model.onnx.data")
+    save_with_external_data(_tiny_graph(), directories["saved"] / "model.onnx")
+    save("moved", "other.onnx", True)
+    relocate_external_data(directories["moved"] / "other.onnx", directories["moved"] / "model.onnx")
+    for written, clean in (("saved", "clean"), ("moved", "clean_attributes")):
+        expected = {name: (directories[clean] / name).read_bytes() for name in ("model.onnx", "model.onnx.data")}
+        assert sorted(path.name for path in directories[written].iterdir()) == sorted(expected)
+        assert {name: (directories[written] / name).read_bytes() for name in expected} == expected, written
+    moved = onnx.load(str(directories["moved"] / "model.onnx"), load_external_data=False)
+    assert moved.graph.node[0].attribute[0].t.data_location == onnx.TensorProto.EXTERNAL
     assert (tmp_path / "model.onnx.data").read_bytes() == b"the project's own"
 
 

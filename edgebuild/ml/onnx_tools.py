@@ -142,14 +142,21 @@ def _value_info(value: Any) -> dict[str, Any]:
     return {"name": value.name, "dtype": onnx.TensorProto.DataType.Name(tensor.elem_type).lower(), "shape": shape}
 
 
-def _all_nodes(graph: Any):
+def _all_graphs(graph: Any) -> Iterator[Any]:
+    """``graph`` (or a function) and every subgraph of its nodes (If, Loop, Scan bodies),
+    depth first."""
+    yield graph
     for node in graph.node:
-        yield node
         for attribute in node.attribute:
-            if attribute.g is not None and attribute.g.node:
-                yield from _all_nodes(attribute.g)
+            if attribute.HasField("g"):
+                yield from _all_graphs(attribute.g)
             for subgraph in attribute.graphs:
-                yield from _all_nodes(subgraph)
+                yield from _all_graphs(subgraph)
+
+
+def _all_nodes(graph: Any) -> Iterator[Any]:
+    for each in _all_graphs(graph):
+        yield from each.node
 
 
 def run_session(path: Path, feeds: list[dict[str, Any]], provider: str = "CPUExecutionProvider") -> list[list[Any]]:
@@ -263,18 +270,24 @@ def save_with_external_data(model: Any, path: Path) -> None:
     onnx.save_model(model, str(path))
 
 
-def _graph_initializers(graph: Any) -> Iterator[Any]:
-    """Every initializer of ``graph`` and its subgraphs (what onnx moves to external data)."""
-    from onnx import AttributeProto
+def _initializers(model: Any) -> Iterator[Any]:
+    """Every initializer of the model's graph and its subgraphs (what onnx moves to
+    external data by default)."""
+    for graph in _all_graphs(model.graph):
+        yield from graph.initializer
 
-    yield from graph.initializer
-    for node in graph.node:
+
+def _all_tensors(model: Any) -> Iterator[Any]:
+    """Every tensor a model holds: initializers, and the tensors of node attributes
+    (``Constant`` values) in its graphs and functions, which onnxruntime's quantizer
+    also moves to external data (``convert_attribute=True``)."""
+    yield from _initializers(model)
+    # A function has nodes as a graph does, and its nodes' subgraphs are walked alike.
+    for node in (node for root in (model.graph, *model.functions) for node in _all_nodes(root)):
         for attribute in node.attribute:
-            if attribute.type == AttributeProto.GRAPH:
-                yield from _graph_initializers(attribute.g)
-            elif attribute.type == AttributeProto.GRAPHS:
-                for subgraph in attribute.graphs:
-                    yield from _graph_initializers(subgraph)
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
 
 
 def _mark_external(model: Any, location: str, size_threshold: int) -> None:
@@ -285,7 +298,7 @@ def _mark_external(model: Any, location: str, size_threshold: int) -> None:
 
     from onnx.external_data_helper import set_external_data
 
-    for tensor in _graph_initializers(model.graph):
+    for tensor in _initializers(model):
         if tensor.HasField("raw_data") and sys.getsizeof(tensor.raw_data) >= size_threshold:
             set_external_data(tensor, location)
 
@@ -300,7 +313,7 @@ def relocate_external_data(source: Path, target: Path) -> None:
 
     model = onnx.load(str(source), load_external_data=False)
     old, new = source.name + ".data", target.name + ".data"
-    for tensor in _graph_initializers(model.graph):
+    for tensor in _all_tensors(model):
         for entry in tensor.external_data:
             if entry.key == "location" and entry.value == old:
                 entry.value = new
