@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -285,7 +286,7 @@ def measure(job: Job, repeats: int, touch: Path, change: Path, changer) -> dict:
     result = {}
     result["cold"] = job.run()
     noops = [job.run() for _ in range(repeats)]
-    result["no-op"] = (sorted(seconds for seconds, _ in noops)[len(noops) // 2], any(rebuilt for _, rebuilt in noops))
+    result["no-op"] = (statistics.median(seconds for seconds, _ in noops), any(rebuilt for _, rebuilt in noops))
     rewrite_same_bytes(touch)
     result["touched"] = job.run()
     original = change.read_bytes()

@@ -137,7 +137,7 @@ def main() -> None:
         print(name, json.dumps(result), flush=True)
         return result
 
-    import statistics
+    from statistics import median
 
     import torch
     from safetensors.torch import load_file
@@ -176,9 +176,6 @@ def main() -> None:
             seed = seed_run()
         rounds.append({"seed": seed, "later": later, "ratio": seed["total_s"] / later["total_s"]})
         print(f"round {index + 1}: {rounds[-1]['ratio']:.2f}x", flush=True)
-
-    def median(values: list[float]) -> float:
-        return statistics.median(values)
 
     ratios = [entry["ratio"] for entry in rounds]
     total_ratio = median(ratios)
