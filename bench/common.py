@@ -218,7 +218,7 @@ def write_section(name: str, markdown: str) -> None:
 
 def assemble() -> None:
     """BENCHMARKS.md = a header + every section in bench/results, in a fixed order."""
-    order = ["noop_fingerprint", "tower_export", "qdq_tower", "siglip_gptq", "parallel_matrix", "numba_cache",
+    order = ["noop_fingerprint", "tower_export", "qdq_tower", "siglip_gptq", "store_copy", "parallel_matrix", "numba_cache",
              "worker_memory", "worker_startup", "wrapper_check_dtype", "scale_matrix", "many_artifacts", "cache_pull", "peers"]
     sections = sorted(RESULTS.glob("*.md"), key=lambda path: (order.index(path.stem) if path.stem in order else 99, path.stem))
     text = [
@@ -242,12 +242,26 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def rss() -> int:
-    """This process's resident set size in bytes (0 where /proc is missing)."""
+def _status_bytes(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def rss() -> int:
+    """This process's resident set size in bytes (0 where /proc is missing)."""
+    return _status_bytes("VmRSS")
+
+
+def peak_rss() -> int:
+    """This process's peak resident set size in bytes (VmHWM; 0 where /proc is missing).
+
+    Not ``getrusage``'s ``ru_maxrss``: Linux carries that across ``execve`` from the
+    process that was forked, so a child started by a benchmark holding gigabytes
+    reports the benchmark's size as its own peak.
+    """
+    return _status_bytes("VmHWM")
 
 
 class RssSampler(threading.Thread):

@@ -71,6 +71,38 @@ def test_owned_load_gives_memory_outside_the_file_mapping(qwen_checkpoint: Path)
     assert not any(in_a_shard(tensor) for tensor in cast.values())
 
 
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc/self/maps")
+def test_replaced_tensors_of_an_owned_load_stay_views_each_of_its_own_mapping(qwen_checkpoint: Path) -> None:
+    import gc
+
+    import torch
+
+    checkpoint = Checkpoint(qwen_checkpoint)
+    entries = checkpoint.select(("model.visual.",))
+    shards = {str(entry.file) for entry in entries.values()}
+
+    def in_a_shard(tensor: torch.Tensor) -> bool:
+        return any(start <= tensor.data_ptr() < end and path in shards for start, end, path in _file_mappings())
+
+    def swapped(name: str) -> bool:
+        return name.endswith(".weight") and len(entries["model.visual." + name].shape) == 2
+
+    state = checkpoint.load(entries, strip_prefix="model.visual.", owned=True, replaced=swapped)
+    reference = checkpoint.load(entries, strip_prefix="model.visual.")
+    assert all(torch.equal(state[name], reference[name]) for name in reference)
+    views = sorted(name for name in state if swapped(name))
+    assert views and len(views) < len(state)
+    assert all(in_a_shard(state[name]) for name in views)
+    assert not any(in_a_shard(state[name]) for name in state if name not in views)
+    del reference
+    gc.collect()
+    mapped_before = len([1 for _, _, path in _file_mappings() if path in shards])
+    # Swapping one out closes its mapping: no mapping of the file outlives its tensor.
+    state[views[0]] = state[views[0]] * 2
+    gc.collect()
+    assert len([1 for _, _, path in _file_mappings() if path in shards]) == mapped_before - 1
+
+
 def test_empty_selection_names_the_checkpoint(qwen_checkpoint: Path) -> None:
     checkpoint = Checkpoint(qwen_checkpoint, label="checkpoint 'q'")
     with pytest.raises(CheckpointError) as caught:

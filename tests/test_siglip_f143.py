@@ -240,6 +240,18 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
 
     assert_code_digests(
         "siglip_f143",
-        build=['edgebuild/ml/hf.py', 'edgebuild/ml/compare.py', 'edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/build.py', 'edgebuild/kinds/siglip_f143/calibration.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/gptq.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
-        verify=['edgebuild/ml/hf.py', 'edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143/verify.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
+        build=['edgebuild/ml/hf.py', 'edgebuild/ml/compare.py', 'edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/build.py', 'edgebuild/kinds/siglip_f143/calibration.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/ml/mapped_safetensors.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/gptq.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
+        verify=['edgebuild/ml/hf.py', 'edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143/verify.py', 'edgebuild/ml/mapped_safetensors.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
     )
+
+
+def test_the_weights_loaded_as_views_are_exactly_the_linears_a_build_swaps(siglip_checkpoint: Path) -> None:
+    """``is_linear_weight`` names the weights the build loads without copying: each must
+    be one that calibration replaces (a view written into would cost a copy-on-write
+    fault per page), and together they must be every encoder linear's."""
+    from edgebuild.kinds.siglip_f143.calibration import encoder_linears, is_linear_weight
+
+    model, config = load_vision_model(Checkpoint(siglip_checkpoint), writable=True, replaced=is_linear_weight)
+    names = {name for name, _ in model.named_parameters() if is_linear_weight(name)}
+    assert names == {f"{name}.weight" for name in encoder_linears(model, config.num_hidden_layers)}
+    assert len(names) == 6 * config.num_hidden_layers

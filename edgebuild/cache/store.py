@@ -11,9 +11,9 @@ entry and then every blob no remaining entry reaches. Beside an entry,
 ``<fp>.unvouched`` says it was pulled and no trusted key vouched for it; the
 entry file's modification time is when it was last used.
 
-A blob is written once: a build's file is cloned into it (a reflink where the
-filesystem has them, an in-kernel copy otherwise), a pulled file is renamed
-into it from the pull's scratch. Writes go to ``cache/store/.tmp/`` and are
+A blob is written once: a build's file is copied into it (a reflink where the
+filesystem has them, else written past the page cache: ``copying.py``), a pulled
+file is renamed into it from the pull's scratch. Writes go to ``cache/store/.tmp/`` and are
 renamed into place (the blobs first, the entry last), so a killed write leaves
 a temporary file there, which ``gc`` removes, and never an entry whose files
 are not all there. A restore re-checks every blob against its digest and drops
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from edgebuild.cache.copying import copy_file
 from edgebuild.cache.entries import CACHE_FORMAT, ENTRY_BYTES, PREFIX, CorruptEntry, blob_key, check_blob, entry_key, parse_entry
 from edgebuild.core.atomic import new_directory
 from edgebuild.core.faults import fault_point
@@ -57,33 +58,6 @@ _LEGACY_LAST_USED = ".last-used"
 _LEGACY_UNVOUCHED = ".unvouched"
 
 
-def clone_file(source: Path, target: Path) -> str:
-    """Give ``target`` the content of ``source``: a reflink (copy-on-write clone) where
-    the filesystem has them, an in-kernel copy otherwise.
-
-    Not a hard link, although that would be cheaper: ``onnx.load`` refuses external
-    data files with more than one link ("a potential hardlink attack"), so a
-    hard-linked ``model.onnx.data`` is unusable for anyone who loads it with onnx.
-    And a shared inode would let an in-place edit in ``build/`` change the store.
-    """
-    if hasattr(os, "copy_file_range"):
-        try:
-            with open(source, "rb") as reader, open(target, "wb") as writer:
-                remaining = os.fstat(reader.fileno()).st_size
-                while remaining > 0:
-                    copied = os.copy_file_range(reader.fileno(), writer.fileno(), min(remaining, 1 << 30))
-                    if copied == 0:
-                        break
-                    remaining -= copied
-            if remaining <= 0:
-                shutil.copystat(source, target)
-                return "clone"
-        except OSError:
-            pass
-    shutil.copy2(source, target)
-    return "copy"
-
-
 def materialise(sources: dict[str, Path], target: Path, scratch_root: Path) -> None:
     """Make ``target`` a directory holding each relative name in ``sources`` with the
     content of its path there, atomically (cloned into a fresh directory beside it,
@@ -92,7 +66,7 @@ def materialise(sources: dict[str, Path], target: Path, scratch_root: Path) -> N
         for name, source in sources.items():
             destination = scratch / name
             destination.parent.mkdir(parents=True, exist_ok=True)
-            clone_file(source, destination)
+            copy_file(source, destination)
 
 
 
@@ -284,7 +258,7 @@ class Store:
         handle, name = tempfile.mkstemp(prefix="blob~", dir=self.scratch_dir)
         os.close(handle)
         try:
-            clone_file(source, Path(name))
+            copy_file(source, Path(name), cold=True)
             os.replace(name, blob)
         finally:
             Path(name).unlink(missing_ok=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgebuild.core.inputs import expand_inputs
 from edgebuild.errors import CheckpointError
@@ -156,12 +156,16 @@ def _read_pixel_values(path: Path) -> "torch.Tensor":
     return pixels.float()
 
 
-def load_vision_model(checkpoint: "Checkpoint", writable: bool = False) -> tuple[Any, Any]:
+def load_vision_model(
+    checkpoint: "Checkpoint", writable: bool = False, replaced: "Callable[[str], bool] | None" = None
+) -> tuple[Any, Any]:
     """transformers' ``SiglipVisionModel`` with exactly the checkpoint's encoder tensors,
     in any of :data:`SIGLIP_LAYOUTS`; with its ``SiglipVisionConfig``.
 
     ``writable=True`` for a model whose weights will be rewritten: they get memory
-    of their own instead of a view of the file (see ``Checkpoint.load``).
+    of their own instead of a view of the file, but for the parameters ``replaced``
+    names (``SiglipVisionModel``'s names), which the caller swaps for new tensors
+    instead of writing into (see ``Checkpoint.load``).
     """
     from transformers import SiglipVisionModel
     from transformers.initialization import no_init_weights
@@ -178,7 +182,7 @@ def load_vision_model(checkpoint: "Checkpoint", writable: bool = False) -> tuple
     # once.
     state = {
         name: tensor.to(parameters[name].dtype) if name in parameters else tensor
-        for name, tensor in checkpoint.load(entries, strip_prefix=layout.prefix, owned=writable).items()
+        for name, tensor in checkpoint.load(entries, strip_prefix=layout.prefix, owned=writable, replaced=replaced).items()
     }
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if missing or unexpected:

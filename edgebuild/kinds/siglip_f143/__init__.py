@@ -57,7 +57,7 @@ class SiglipF143(ArtifactKind):
     held_out:
       images: [data/held_out/*.png]      # measured too, never calibrated on
     algorithm: gptq                      # gptq | nearest
-    sorted_metadata: true                # the same bytes on every rebuild
+    sorted_metadata: true                # the header's tensor entries sorted too
     verify:
       cosine_min: 0.99                   # quantized vs float encoder, worst batch
 """,

@@ -15,9 +15,10 @@ from dataclasses import asdict
 from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
+from edgebuild.ml.mapped_safetensors import MappedSafetensors
 from edgebuild.ml.siglip import PREPROCESSOR_FILE, encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest
 from edgebuild.plugin import BuildContext, Phases
-from .calibration import calibrate, encoder_linears
+from .calibration import calibrate, encoder_linears, is_linear_weight
 from .packed import PACKED_FORMAT, pack_state, save_safetensors
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
 
@@ -33,15 +34,21 @@ def build(context: BuildContext) -> dict[str, Any]:
     phases = Phases()
 
     with phases.time("load"):
-        model, config = load_vision_model(checkpoint, writable=True)
+        model, config = load_vision_model(checkpoint, writable=True, replaced=is_linear_weight)
         model.to(device)
         layer_count = config.num_hidden_layers if params.layers == "all" else params.layers
         batches = load_pixel_batches(params.calibration, context.input_root, checkpoint, "calibration")
         held_out = load_pixel_batches(params.held_out, context.input_root, checkpoint, "held_out")
         modules = encoder_linears(model, layer_count)
+        out = context.out_dir
+        metadata = {"format": "pt", "ipu_f143_reconstruction": params.algorithm, "edgebuild_fingerprint": context.fingerprint}
+        # model.safetensors laid out now: each reconstructed weight goes straight into
+        # the file's pages instead of into memory of its own and then the file.
+        mapped = MappedSafetensors.create(out / MODEL_FILE, model.state_dict(), metadata, params.sorted_metadata)
     context.log(f"{len(modules)} linears in {layer_count} layers; {sum(len(batch) for batch in batches)} calibration images")
 
-    calibration = calibrate(model, modules, batches, held_out, params, layer_count, device, phases, context.log)
+    place = (lambda name, weight: mapped.place(f"{name}.weight", weight)) if mapped is not None else None
+    calibration = calibrate(model, modules, batches, held_out, params, layer_count, device, phases, context.log, place)
 
     with phases.time("final_pass"):
         quantized_outputs = encoder_outputs(model, batches, device)
@@ -54,11 +61,12 @@ def build(context: BuildContext) -> dict[str, Any]:
     with phases.time("save"):
         state = {name: value.detach().cpu() for name, value in model.state_dict().items()}
         quantized_names = [f"{name}.weight" for name in modules]
-        out = context.out_dir
         shutil.copy2(checkpoint.config_path, out / "config.json")
         shutil.copy2(preprocessor, out / PREPROCESSOR_FILE)
-        metadata = {"format": "pt", "ipu_f143_reconstruction": params.algorithm, "edgebuild_fingerprint": context.fingerprint}
-        save_safetensors(state, out / MODEL_FILE, metadata, params.sorted_metadata)
+        if mapped is not None:
+            mapped.write(state)
+        else:
+            save_safetensors(state, out / MODEL_FILE, metadata, params.sorted_metadata)
         packed_metadata = {"format": "pt", "format_f143": PACKED_FORMAT, "block_size": str(params.block_size),
                            "edgebuild_fingerprint": context.fingerprint}
         save_safetensors(pack_state(state, quantized_names, params.block_size), out / PACKED_FILE, packed_metadata, True)

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     import torch
 
 Log = Callable[[str], None]
+# Where a reconstructed weight is kept: (linear's name, weight) -> the tensor the module holds.
+Place = Callable[[str, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,14 @@ def encoder_linears(model: Any, layer_count: int) -> dict[str, Any]:
             if int(name.split(".")[2]) < layer_count:
                 selected[name] = module
     return selected
+
+
+def is_linear_weight(name: str) -> bool:
+    """Whether ``name`` (a ``SiglipVisionModel`` parameter) is the weight of an encoder
+    linear this kind may quantize: the calibration swaps such a weight for a new tensor
+    (``_reconstruct``, ``_equalize``) and never writes into it, so it is loaded as a view
+    of the checkpoint instead of a copy (``load_vision_model``'s ``replaced``)."""
+    return name.startswith("encoder.layers.") and name.endswith(tuple(f"{suffix}.weight" for suffix in LINEAR_SUFFIXES))
 
 
 def layernorm_groups(model: Any, layer_count: int) -> list[tuple[str, Any, list[Any]]]:
@@ -179,8 +189,12 @@ def calibrate(
     device: Any,
     phases: Phases,
     log: Log,
+    place: Place | None = None,
 ) -> CalibrationResult:
-    """Quantize ``modules`` of ``model`` in place; return what was measured on the way."""
+    """Quantize ``modules`` of ``model`` in place; return what was measured on the way.
+
+    ``place(name, weight)``, where given, puts a reconstructed weight where it will be
+    kept (its place in the output file) and returns the tensor the module then holds."""
     groups = layernorm_groups(model, layer_count) if params.equalize_layernorm else []
     collect_now = not params.equalize_layernorm and not params.sequential_layers
 
@@ -220,13 +234,13 @@ def calibrate(
                 _run_layer(model, layer, hidden)
                 collector.close()
             with phases.time("reconstruction"):
-                result.linears |= _reconstruct(layer_modules, collector, params, len(result.linears), len(modules), log)
+                result.linears |= _reconstruct(layer_modules, collector, params, len(result.linears), len(modules), log, place)
             with phases.time("collection"):
                 hidden = _run_layer(model, layer, hidden)
         result.forward_passes += 1
     else:
         with phases.time("reconstruction"):
-            result.linears = _reconstruct(modules, collector, params, 0, len(modules), log)
+            result.linears = _reconstruct(modules, collector, params, 0, len(modules), log, place)
     return result
 
 
@@ -280,7 +294,7 @@ def _run_layer(model: Any, layer: int, hidden: list[Any]) -> list[Any]:
 
 
 def _reconstruct(modules: dict[str, Any], collector: Collector, params: SiglipF143Params, done: int, total: int,
-                 log: Log) -> dict[str, LinearResult]:
+                 log: Log, place: Place | None = None) -> dict[str, LinearResult]:
     import torch
 
     from edgebuild.ml.quant import gptq
@@ -296,12 +310,12 @@ def _reconstruct(modules: dict[str, Any], collector: Collector, params: SiglipF1
             if params.bias_correction and module.bias is not None:
                 correction = gptq.bias_correction(result.residual, statistics.input_mean)
                 module.bias.add_(correction.to(module.bias.dtype))
-            # Swap the storage rather than copy into it: the loaded weight may be a
-            # copy-on-write file mapping, where writing costs a page fault per 4 KiB.
-            module.weight.data = result.weight
-            # float8 has no -0: store +0.0 (in place, before the final pass), so that
-            # the packed form round-trips bit for bit and the outputs come from these weights.
-            module.weight.add_(0.0)
+            # float8 has no -0: store +0.0 (before the final pass), so that the packed
+            # form round-trips bit for bit and the outputs come from these weights.
+            weight = result.weight.add_(0.0)
+            # Swap the storage rather than copy into it: the loaded weight is a view of
+            # the checkpoint (``is_linear_weight``). Placed, it is a view of the output.
+            module.weight.data = place(name, weight) if place is not None else weight
             results[name] = LinearResult(
                 nearest=result.nearest_objective,
                 reconstructed=result.reconstructed_objective,

@@ -5,7 +5,6 @@ Also the SafeTensors writing both files share."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,17 +68,16 @@ def sort_metadata(path: Path) -> None:
     """Rewrite the header with sorted keys: same length, so the data offsets hold."""
     import struct
 
+    from edgebuild.ml.mapped_safetensors import sort_header
+
     with open(path, "r+b") as handle:
         (length,) = struct.unpack("<Q", handle.read(8))
-        header = json.loads(handle.read(length))
-        metadata = header.pop("__metadata__", None)
-        ordered = {"__metadata__": dict(sorted(metadata.items()))} if metadata else {}
-        ordered.update(sorted(header.items()))
-        encoded = json.dumps(ordered, separators=(",", ":")).encode()
-        if len(encoded) > length:
-            raise ValueError(f"{path}: sorted header does not fit")
+        try:
+            ordered = sort_header(handle.read(length))
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
         handle.seek(8)
-        handle.write(encoded + b" " * (length - len(encoded)))
+        handle.write(ordered)
 
 
 def stored_bytes(source: Any, name: str) -> int:

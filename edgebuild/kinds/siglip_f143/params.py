@@ -89,7 +89,7 @@ class SiglipF143Params(ArtifactParams):
         description="Quantize the first N encoder layers (the model keeps only those), or all.",
     )
     device: Literal["cpu", "cuda", "auto"] = Field(default="cpu", description="Where the reconstruction runs.")
-    sorted_metadata: bool = Field(default=False, description="Deterministic SafeTensors header (the seed's varies).")
+    sorted_metadata: bool = Field(default=False, description="Sort the SafeTensors header's tensor entries too (on CPU its metadata keys are always sorted; the seed's order varies).")
     verify: SiglipVerify = Field(default_factory=SiglipVerify, description="Verification thresholds.")
 
     @field_validator("layers")
