@@ -117,14 +117,12 @@ def _direct_copy(reader, target: Path, size: int) -> bool:
         return False
     bulk = size - size % _DIRECT_ALIGNMENT
     try:
-        if bulk:
-            with mmap.mmap(reader.fileno(), bulk, access=mmap.ACCESS_READ) as source:
-                view = memoryview(source)
-                try:
-                    for offset in range(0, bulk, _DIRECT_CHUNK):
-                        _write_all(handle, view[offset : offset + _DIRECT_CHUNK], reader.name)
-                finally:
-                    view.release()
+        # One window of the source mapped at a time: pages the writes pin stay resident
+        # while mapped, and a whole-file mapping would add the file to the peak RSS.
+        for offset in range(0, bulk, _DIRECT_CHUNK):
+            length = min(_DIRECT_CHUNK, bulk - offset)
+            with mmap.mmap(reader.fileno(), length, access=mmap.ACCESS_READ, offset=offset) as window:
+                _write_all(handle, memoryview(window), reader.name)
         if size > bulk:
             tail = os.pread(reader.fileno(), size - bulk, bulk)
             if len(tail) != size - bulk:
