@@ -20,6 +20,7 @@ and the caller writes with ``save_file``.
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -106,6 +107,10 @@ class MappedSafetensors:
         if sort:
             header = sort_header(header)
         start = 8 + len(header)
+        if any((start + begin) % tensors[name].element_size() for name, _dtype, _shape, begin, _end in entries):
+            # safetensors orders by dtype, widest first, so this does not happen; a
+            # misaligned view would be slow, not wrong: refuse it all the same.
+            return None
         total = start + offset
         handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -114,28 +119,19 @@ class MappedSafetensors:
                 # when a page of the mapping is first written.
                 os.posix_fallocate(handle, 0, total)
             except OSError as error:
-                if error.errno not in (getattr(os, "EOPNOTSUPP", 95), 22):
+                if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                     raise
-                os.close(handle)
-                handle = -1
                 path.unlink(missing_ok=True)
                 return None
             os.pwrite(handle, struct.pack("<Q", len(header)) + header, 0)
             buffer = mmap.mmap(handle, total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
-            if handle >= 0:
-                os.close(handle)
-        whole = torch.frombuffer(buffer, dtype=torch.uint8) if total else torch.empty(0, dtype=torch.uint8)
-        views = {}
-        for name, _dtype, shape, begin, end in entries:
-            dtype = tensors[name].dtype
-            if (start + begin) % tensors[name].element_size():
-                # safetensors orders by dtype, widest first, so this does not happen;
-                # a misaligned view would be slow, not wrong: refuse it all the same.
-                buffer.close()
-                path.unlink(missing_ok=True)
-                return None
-            views[name] = whole[start + begin : start + end].view(dtype).reshape(shape)
+            os.close(handle)
+        whole = torch.frombuffer(buffer, dtype=torch.uint8)
+        views = {
+            name: whole[start + begin : start + end].view(tensors[name].dtype).reshape(shape)
+            for name, _dtype, shape, begin, end in entries
+        }
         return cls(path, views, buffer)
 
     def view(self, name: str) -> "torch.Tensor":

@@ -81,7 +81,7 @@ def encoder_linears(model: Any, layer_count: int) -> dict[str, Any]:
 
     selected = {}
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and name.startswith("encoder.layers.") and name.endswith(LINEAR_SUFFIXES):
+        if isinstance(module, torch.nn.Linear) and _is_encoder_linear(name):
             if int(name.split(".")[2]) < layer_count:
                 selected[name] = module
     return selected
@@ -92,7 +92,11 @@ def is_linear_weight(name: str) -> bool:
     linear this kind may quantize: the calibration swaps such a weight for a new tensor
     (``_reconstruct``, ``_equalize``) and never writes into it, so it is loaded as a view
     of the checkpoint instead of a copy (``load_vision_model``'s ``replaced``)."""
-    return name.startswith("encoder.layers.") and name.endswith(tuple(f"{suffix}.weight" for suffix in LINEAR_SUFFIXES))
+    return name.endswith(".weight") and _is_encoder_linear(name.removesuffix(".weight"))
+
+
+def _is_encoder_linear(name: str) -> bool:
+    return name.startswith("encoder.layers.") and name.endswith(LINEAR_SUFFIXES)
 
 
 def layernorm_groups(model: Any, layer_count: int) -> list[tuple[str, Any, list[Any]]]:
