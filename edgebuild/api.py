@@ -57,6 +57,10 @@ class VerificationReport:
     # The thresholds used, and the fingerprint of build + thresholds + judging code.
     thresholds: dict[str, Any]
     verify_fingerprint: str | None
+    # The verdicts of the artifacts it is made from when it was judged (nearest first).
+    chain: tuple[dict[str, Any], ...] = ()
+    # A dataset gate's set and intervals: {name, digest, n, metrics: {NAME: {mean, ci95}}}.
+    dataset: dict[str, Any] | None = None
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -74,6 +78,8 @@ class VerificationReport:
             build=data.get("build", {}),
             thresholds=data.get("verify", {}),
             verify_fingerprint=data.get("verify_fingerprint"),
+            chain=tuple(data.get("chain", ())),
+            dataset=data.get("dataset"),
         )
 
 

@@ -114,3 +114,19 @@ class PlanChanged(WorkerError):
     """A worker process computed another fingerprint than the run planned with: the
     manifest, an input or the code changed meanwhile, or (on a cluster) the worker sees
     another checkout or environment. Nothing was built."""
+
+
+class NotRunnable(EdgebuildError):
+    """An artifact cannot be run on this machine (no runtime for it here, or a simulator
+    too slow for its size): its kind's ``runner`` says why. What needs running it is
+    then not measured, and the report says so."""
+
+
+class SourceNotVerified(EdgebuildError):
+    """An artifact's verification does not count while an artifact it is made from (a
+    source, or a source's source) is not verified: it is not judged, kept or pushed.
+    ``source`` names the nearest such ancestor."""
+
+    def __init__(self, message: str, source: str) -> None:
+        super().__init__(message)
+        self.source = source

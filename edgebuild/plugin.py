@@ -3,12 +3,16 @@
 A kind is a class with a name, a summary, a pydantic ``Params`` model, the files
 it writes and the modules that build and verify it::
 
-    from edgebuild.plugin import ArtifactKind, ArtifactParams, TensorSelection
+    from edgebuild.plugin import ArtifactKind, ArtifactParams, TensorSelection, VerifySettings
+
+    class EncoderVerify(VerifySettings):     # vs_float and dataset gates, as every kind has
+        cosine_min: float = 0.9999
 
     class EncoderParams(ArtifactParams):
         kind: Literal["my_encoder"]
         checkpoint: str
         image_size: int = 224
+        verify: EncoderVerify = EncoderVerify()
 
     class MyEncoder(ArtifactKind):
         name = "my_encoder"
@@ -17,6 +21,8 @@ it writes and the modules that build and verify it::
         outputs = ("model.onnx",)
         build_module = "my_package.build"     # def build(context: BuildContext) -> dict
         verify_module = "my_package.verify"   # def verify(context: VerifyContext) -> Verification
+                                              # (and optionally runner, float_model, ...:
+                                              # edgebuild/core/runner.py)
 
         def tensor_selection(self, params, checkpoint):
             return TensorSelection(prefixes=("vision_model.",), config_key="vision_config")
@@ -67,8 +73,10 @@ from edgebuild.core.kind import (
     VerifyContext,
 )
 from edgebuild.core.report import Check, format_number
+from edgebuild.core.runner import Feed, Inputs, Outputs, Runner, TensorSpec
+from edgebuild.core.thresholds import DatasetGate, OutputLimits, PerOutputLimits, VerifySettings
 from edgebuild.core.timing import Phases
-from edgebuild.errors import CheckpointError, EdgebuildError, ExportError, ParameterError
+from edgebuild.errors import CheckpointError, EdgebuildError, ExportError, NotRunnable, ParameterError
 
 __all__ = [
     "ArtifactContext",
@@ -78,21 +86,31 @@ __all__ = [
     "Check",
     "Checkpoint",
     "CheckpointError",
+    "DatasetGate",
     "Dtype",
     "EdgebuildError",
     "ExportError",
+    "Feed",
     "Figure",
     "Fixture",
     "InputFiles",
     "InputSet",
+    "Inputs",
+    "NotRunnable",
+    "OutputLimits",
+    "Outputs",
     "ParameterError",
+    "PerOutputLimits",
     "Phases",
     "Plots",
+    "Runner",
     "Starter",
     "Strict",
     "TensorSelection",
+    "TensorSpec",
     "Verification",
     "VerifyContext",
+    "VerifySettings",
     "check_of",
     "cosines_svg",
     "expand_inputs",

@@ -32,8 +32,11 @@ from edgebuild.core.registry import check_kind, get_kind
 
 __all__ = ["TinyProject", "check_code_digests", "check_kind_contract", "check_registration", "check_starter_verifies"]
 
-# Modules of edgebuild no kind's digest may hold: the engine, the caches, the commands.
+# Modules of edgebuild no kind's digest may hold: the engine, the caches, the commands;
+# but for the judge every verify digest holds (the kind's checks, then those along the
+# chain and on data).
 _ENGINE_PREFIXES = ("edgebuild/run/", "edgebuild/cache/", "edgebuild/cli/")
+JUDGE_MODULES = ("edgebuild/run/verification.py", "edgebuild/run/chain.py")
 
 
 class TinyProject:
@@ -82,9 +85,9 @@ def check_code_digests(name: str) -> tuple[dict[str, str], dict[str, str]]:
         path = module.replace(".", "/")
         if f"{path}.py" not in digest and f"{path}/__init__.py" not in digest:
             raise AssertionError(f"{name}: the {what} digest does not hold {module} itself: {sorted(digest)}")
-    if "edgebuild/run/verification.py" not in verify:
-        raise AssertionError(f"{name}: the verify digest does not hold edgebuild's judge")
-    engine = [key for key in (*build, *(key for key in verify if key != "edgebuild/run/verification.py"))
+    if not set(JUDGE_MODULES) <= set(verify):
+        raise AssertionError(f"{name}: the verify digest does not hold edgebuild's judge ({', '.join(JUDGE_MODULES)})")
+    engine = [key for key in (*build, *(key for key in verify if key not in JUDGE_MODULES))
               if key.startswith(_ENGINE_PREFIXES)]
     if engine:
         raise AssertionError(f"{name}: its digests hold engine code, which changes no artifact: {sorted(set(engine))}")

@@ -163,15 +163,33 @@ def verify_digest(kind_name: str) -> dict[str, str]:
 KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/console.py", "edgebuild/core/files.py",
                   "edgebuild/core/kind.py"]
 JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/core/record.py",
-           "edgebuild/core/report.py", "edgebuild/run/verification.py"]
+           "edgebuild/core/report.py", "edgebuild/run/verification.py",
+           # Along the chain and on data (edgebuild/run/chain.py), for every kind.
+           "edgebuild/run/chain.py", "edgebuild/core/datasets.py", "edgebuild/core/inputs.py",
+           "edgebuild/core/runner.py", "edgebuild/core/thresholds.py", "edgebuild/ml/agreement.py",
+           "edgebuild/ml/compare.py", "edgebuild/ml/datasets.py", "edgebuild/ml/images.py", "edgebuild/ml/runners.py",
+           "edgebuild/ml/statistics.py"]
+# In every built-in kind's build digest: its parameters' verify settings (core/thresholds.py).
+VERIFY_SETTINGS = "edgebuild/core/thresholds.py"
 
 
 def assert_code_digests(kind_name: str, build: list[str], verify: list[str]) -> None:
     """The kind's build digest covers exactly ``build`` (and the kind interface), its verify
     digest exactly ``verify`` (and the interface and the judge): what can change the
     artifact's bytes, and what judges it, and nothing else."""
-    assert sorted(build_digest(kind_name)) == sorted(set(KIND_INTERFACE + build))
+    assert sorted(build_digest(kind_name)) == sorted(set(KIND_INTERFACE + [VERIFY_SETTINGS] + build))
     assert sorted(verify_digest(kind_name)) == sorted(set(KIND_INTERFACE + JUDGING + verify))
+
+
+def verify_along(workspace, name: str, **options):
+    """Verify what ``name`` is made from first (its verification counts only after theirs:
+    the chain rule), then ``name``; return ``name``'s report."""
+    from edgebuild.run.builder import verify_artifact
+
+    *sources, artifact = workspace.order([name])
+    for source in sources:
+        verify_artifact(workspace, source, **options)
+    return verify_artifact(workspace, artifact, **options)
 
 
 def pretend_built(workspace, name: str, outputs: dict[str, str] | None = None) -> dict[str, str]:
@@ -264,6 +282,39 @@ def assert_quiet(result) -> None:
     own = re.compile(r"  \[[A-Za-z0-9_.-]+\] |edgebuild: |# [A-Za-z0-9_.-]+ \(\w+\): (PASSED|FAILED)$|fingerprint `[0-9a-f]{64}`$|\| .* \|$|$")
     assert [line for line in result.stderr.splitlines() if not own.match(line)] == [], result.stderr
     assert "Skipping constant folding" not in result.stderr
+
+
+# --- damage and test data that never coincide with the original ------------------------
+
+
+def flipped(data: bytes, offset: int, mask: int = 0xFF) -> bytes:
+    """``data`` with the byte at ``offset`` (from the end when negative) XORed with ``mask``:
+    the same size, never the same bytes. Writing a constant instead (a zero byte over random
+    bytes) changes nothing one time in 256, and the test that damaged nothing fails by chance."""
+    assert mask & 0xFF, "a zero mask flips nothing"
+    damaged = bytearray(data)
+    damaged[offset] ^= mask & 0xFF
+    return bytes(damaged)
+
+
+def flip_bits(path: Path, offset: int, mask: int = 0xFF) -> None:
+    """Damage the file ``path`` in place as :func:`flipped` does its bytes: same size, same
+    inode, the byte at ``offset`` (from the end when negative) always different."""
+    assert mask & 0xFF, "a zero mask flips nothing"
+    with open(path, "r+b") as handle:
+        handle.seek(offset, os.SEEK_END if offset < 0 else os.SEEK_SET)
+        position = handle.tell()
+        (byte,) = handle.read(1)
+        handle.seek(position)
+        handle.write(bytes([byte ^ (mask & 0xFF)]))
+
+
+def seeded_bytes(size: int, seed: int) -> bytes:
+    """``size`` bytes that look random and are the same on every run, so a failure reruns as
+    it failed (``os.urandom`` makes each run a different test)."""
+    import random
+
+    return random.Random(seed).randbytes(size)
 
 
 def signer(prefix: Path):

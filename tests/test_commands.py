@@ -70,6 +70,46 @@ def test_options_may_follow_artifact_names() -> None:
     assert options_first(["t", "--unknown"], options) == ["t", "--unknown"]
 
 
+_SHARD_HELP = "I/N: only shard I of N of the selection (an artifact with its sources; balanced by recorded cost)"
+
+
+@pytest.mark.parametrize("args, line", [
+    # An option another edgebuild command has.
+    (("build", "--frozen"), "doit build has no option --frozen (it is an option of doit publish and doit verify); "
+                            "`doit help build` lists its options"),
+    (("status", "--to", "x"), "doit status has no option --to (it is an option of doit publish); "
+                              "`doit help status` lists its options"),
+    # A typo, before or after the artifact names.
+    (("verify", "t", "--fail-fas"), "doit verify has no option --fail-fas (did you mean --fail-fast?); "
+                                    "`doit help verify` lists its options"),
+    (("verify", "--frozne", "t"), "doit verify has no option --frozne (did you mean --frozen?); "
+                                  "`doit help verify` lists its options"),
+    (("clean", "--bogus"), "doit clean has no option --bogus; `doit help clean` lists its options"),
+    (("gc", "--json"), "doit gc has no option --json (it is an option of doit cache and doit diff and doit status); "
+                       "`doit help gc` lists its options"),
+    # A value missing, or given to a switch.
+    (("build", "--shard"), f"--shard needs a value: {_SHARD_HELP}"),
+    (("verify", "t", "--shard"), f"--shard needs a value: {_SHARD_HELP}"),
+    (("publish", "--to"), "--to needs a value: where to publish: a directory or an fsspec URL"),
+    (("diff", "--against"), "--against needs a value: a git revision whose committed lock file to compare with "
+                            "(default HEAD), or a published destination"),
+    (("gc", "--max-age"), "--max-age needs a value: remove entries unused for longer than this (e.g. 12h, 30d)"),
+    (("verify", "--fail-fast=yes"), "--fail-fast takes no value, found '--fail-fast=yes'"),
+    (("cache", "--json=1"), "--json takes no value, found '--json=1'"),
+    # doit's own options, of the wrong type or not among their choices.
+    (("build", "-n", "two"), "-n/--process: expected an integer, found 'two'"),
+    (("verify", "t", "--reporter", "loud"), "-r/--reporter: expected one of console, executed-only, json, zero, "
+                                            "error-only, found 'loud'"),
+])
+def test_a_misused_option_is_one_line(project_dir, args: tuple[str, ...], line: str) -> None:
+    """Whatever the command and wherever the option: one line saying what is wrong and
+    what was expected, before the manifest is read (doit's own message listed every
+    option object it knows)."""
+    project_dir.manifest("{not yaml")
+    result = project_dir.doit(*args)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "", f"ERROR: {line}\n")
+
+
 # --- status -------------------------------------------------------------------------
 
 

@@ -13,6 +13,8 @@ from edgebuild.cache import copying
 from edgebuild.cache.copying import DIRECT, KERNEL, PLAIN, REFLINK, copy_file
 from edgebuild.cache.store import Store
 
+from helpers import seeded_bytes
+
 # Small chunks, so that several chunks and a ragged tail cost a few megabytes.
 CHUNK = 1 << 20
 MINIMUM = 1 << 16
@@ -26,7 +28,7 @@ def small_chunks(monkeypatch) -> None:
 
 
 def written(path: Path, size: int) -> bytes:
-    data = os.urandom(size)
+    data = seeded_bytes(size, size)
     path.write_bytes(data)
     os.utime(path, ns=(1_600_000_000_123_456_789, 1_600_000_000_123_456_789))
     return data

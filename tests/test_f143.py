@@ -304,7 +304,7 @@ def test_pack_rejects_off_grid_weights() -> None:
     with pytest.raises(ValueError, match="^1 of 13000 weight elements are not on the F143 grid"):
         f143.pack(nudged)
     with pytest.raises(ValueError, match="not on the F143 grid"):
-        f143.pack(torch.randn(64, 64))
+        f143.pack(torch.randn(64, 64, generator=torch.Generator().manual_seed(5)))
 
 
 def test_pack_rejects_exponents_out_of_range() -> None:

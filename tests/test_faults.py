@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -44,9 +45,11 @@ def test_build_killed_or_interrupted_leaves_nothing_built(verified_seed: Path, t
     killed = project.doit("build", env=NO_REMOTE | {"EDGEBUILD_FAULT": f"{point}={action}"})
     assert killed.returncode != 0
     # The build ran in a worker process of its own: the doit process reports it by name.
-    ending = "was killed by SIGKILL" if action == "kill" else "was interrupted (SIGINT)"
+    ending = ("was killed by SIGKILL (out of memory? the kernel's OOM killer sends SIGKILL)" if action == "kill"
+              else "was interrupted (SIGINT)")
     output = killed.stdout + killed.stderr
-    assert "t: the build process (pid " in output and ending in output, output
+    assert re.search(rf"\nt: the build process \(pid \d+\) {re.escape(ending)}; nothing of it counts as built\n",
+                     output), output
     assert not (project.root / "build" / "t").exists()
     status = project.doit("status")
     assert status.stdout.startswith("t  missing"), status.stdout
@@ -85,8 +88,12 @@ def test_store_write_killed_leaves_the_build_and_blobs_that_gc_removes(verified_
     project = unbuilt_clone(verified_seed, tmp_path / "p")
     killed = project.doit("build", env=NO_REMOTE | {"EDGEBUILD_FAULT": "store.before_rename=kill"})
     assert killed.returncode != 0
-    # The build itself was renamed into place before the store copy began: it is built.
-    assert project.doit("status").stdout.startswith("t  up to date")
+    # The build itself was renamed into place before the store copy began: it is built,
+    # and the message says so, as the next command finds it.
+    assert re.search(r"\nt: the build process \(pid \d+\) was killed by SIGKILL \(out of memory\? the kernel's OOM "
+                     r"killer sends SIGKILL\); build/t was complete and in place before it ended: t is up to date \(not "
+                     r"verified\), as `doit status` says\n", killed.stdout + killed.stderr), killed.stdout + killed.stderr
+    assert project.doit("status").stdout == "t  up to date (not verified)\n"
     state = Workspace.load(project.root / "artifacts.yaml", project.root)
     assert not state.store.has(state.fingerprint("t"))
     assert list(state.store.entries()) == []
@@ -116,6 +123,9 @@ def test_verify_killed_after_its_report_pushes_on_the_next_run(verified_seed: Pa
     killed = project.doit("verify", env=env | {"EDGEBUILD_FAULT": "verify.after_report=kill"})
     assert killed.returncode != 0
     assert not (remote / "v1").exists()
+    assert ("; its report was complete and passed before it ended: t is verified (the next `doit verify` keeps it in "
+            "the store and pushes it)\n") in killed.stdout
+    assert project.doit("status", env=env).stdout == "t  up to date (verified)\n"
     again = project.doit("verify", env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "remote cache: pushed" in again.stderr

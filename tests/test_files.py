@@ -133,6 +133,19 @@ def test_a_manifest_that_is_not_a_file_is_one_line(project_dir: ProjectDir, mani
     assert sorted(path.name for path in project_dir.root.iterdir()) == ["dodo.py", "fifo.yaml", "folder.yaml"]
 
 
+@pytest.mark.parametrize("variable", ["EDGEBUILD_TRUSTED_KEYS", "EDGEBUILD_SIGNING_KEY"])
+@pytest.mark.parametrize("target", ["/dev/zero", "keys.fifo"])
+def test_a_key_that_is_not_a_file_is_one_line_at_once(project_dir: ProjectDir, variable: str, target: str) -> None:
+    """A FIFO named as a key was waited on forever; /dev/zero read without end."""
+    project_dir.manifest(TOWER_MANIFEST)
+    os.mkfifo(project_dir.root / "keys.fifo")
+    line = one_line(doit(project_dir, "status", env={variable: target}))
+    shown = target if target.startswith("/") else str(project_dir.root / target)
+    found = "a character device" if target.startswith("/") else "a FIFO (named pipe)"
+    assert line == f"ERROR: {variable}: {shown}: {found}, not a regular file; expected a PEM key file"
+    assert sorted(path.name for path in project_dir.root.iterdir()) == ["artifacts.yaml", "dodo.py", "keys.fifo"]
+
+
 def test_a_manifest_too_large_is_one_line(project_dir: ProjectDir) -> None:
     huge = project_dir.root / "artifacts.yaml"
     with open(huge, "wb") as handle:
@@ -165,3 +178,124 @@ def test_a_report_nested_too_deeply_is_not_verified_not_a_traceback(project_dir:
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     status = doit(project_dir, "status")
     assert status.stdout == "t  up to date (not verified)\n", status.stdout + status.stderr
+
+
+# --- every read goes through the bounded reader ------------------------------------------
+
+# The only places in the package that open a file or call ``read_text``/``read_bytes``
+# themselves, each with why it may. Everything else edgebuild reads -- keys, configs,
+# reports, records, entries, lock files, indexes, checkpoints, inputs, blobs -- goes
+# through ``edgebuild/core/files.py`` (bounded, regular files only, never waiting on a
+# FIFO). A new raw read fails the test below until it is routed there or listed here.
+RAW_READS_ALLOWED = {
+    "edgebuild/core/files.py:read_bytes": "the bounded reader itself",
+    "edgebuild/core/files.py:_open_checked": "the regular-file opener itself (O_NONBLOCK, fstat)",
+    "edgebuild/cache/copying.py:copy_file": "copies a build's outputs (regular files: the link rule) or store blobs",
+    "edgebuild/cache/copying.py:_direct_copy": "opens the copy it writes",
+    "edgebuild/cache/signing.py:generate": "creates the new key pair (O_EXCL)",
+    "edgebuild/cli/scaffold.py:_append_ignores": "appends to a .gitignore read as a regular file, not a link, just before",
+    "edgebuild/cli/scaffold.py:_create": "creates new files (exclusive)",
+    "edgebuild/core/fingerprint.py:_facade_sources": "edgebuild's own source code",
+    "edgebuild/core/fingerprint.py:module_imports": "a kind's source code",
+    "edgebuild/core/fingerprint.py:code_digests": "a kind's source code",
+    "edgebuild/core/fixtures.py:fixture_directory": "the source code of a fixture's generator",
+    "edgebuild/core/hashing.py:written_file_digest": "a file this process just wrote into its own scratch directory",
+    "edgebuild/ml/hf_fixtures.py:_save_processor": "a fixture file just written",
+    "edgebuild/ml/qwen3_5_fixtures.py:_write_qwen3_5_vl_fp8": "fixture files just written",
+    "edgebuild/ml/onnx_tools.py:provider_placement": "the profile onnxruntime just wrote",
+    "edgebuild/ml/mapped_safetensors.py:MappedSafetensors.create": "creates the file it writes",
+    "edgebuild/ml/programs.py:_zero_serialization_id": "the program torch.export.save just wrote",
+    "edgebuild/cli/ci_template.py:_as_installed": "an installed distribution's direct_url.json, through importlib.metadata",
+    "edgebuild/kinds/siglip_f143/packed.py:sort_metadata": "the file the build just wrote",
+    "edgebuild/run/release.py:sign_entry": "the signature model-signing just wrote into a scratch directory",
+    "edgebuild/run/forkserver.py:_shared_key": "/proc/self/cgroup, the kernel's",
+    "edgebuild/run/forkserver.py:_umask": "/proc/self/status, the kernel's",
+    # A checkpoint file a kind reads: Checkpoint.file (or the kind) found a regular file,
+    # and the fingerprint hashed it (through open_regular) before the build runs.
+    "edgebuild/ml/hf.py:image_processor": "a checkpoint file, a regular file hashed by the fingerprint first",
+    "edgebuild/kinds/qwen3_5_tower/images.py:read_preprocessor_config": "a checkpoint file, as above",
+    "edgebuild/ml/images.py:load_rgb_image": "an input image: expand_inputs refused anything but a regular file",
+    # A kind reads its own outputs or its source's: regular files of a build directory
+    # (the link rule), checked at their recorded digests before a verification or a build.
+    "edgebuild/kinds/hf_onnx/verify.py:verify": "its own output",
+    "edgebuild/kinds/onnx_qdq/build.py:build": "its source's output",
+    "edgebuild/kinds/onnx_qdq/verify.py:verify": "its source's output",
+    "edgebuild/kinds/qnn_context/verify.py:verify": "its own output",
+    "edgebuild/kinds/qwen3_5_tower_qdq/build.py:build": "its source's output",
+    "edgebuild/kinds/qwen3_5_tower_qdq/verify.py:evaluation_inputs": "its source's output",
+    "edgebuild/kinds/onnx_qdq/verify.py:evaluation_inputs": "its source's output",
+    "edgebuild/kinds/siglip_f143/verify.py:runner": "its own outputs",
+    "edgebuild/kinds/siglip_f143/verify.py:image_feeds": "its own output",
+    "edgebuild/kinds/siglip_f143_onnx/verify.py:evaluation_inputs": "its own output",
+    "edgebuild/kinds/siglip_f143_onnx/verify.py:image_feeds": "its own output",
+    "edgebuild/kinds/siglip_f143/verify.py:verify": "its own outputs",
+    "edgebuild/kinds/siglip_f143_onnx/build.py:build": "its source's output",
+    "edgebuild/kinds/siglip_f143_onnx/model.py:load_quantized": "its source's outputs",
+    "edgebuild/kinds/siglip_f143_onnx/verify.py:verify": "its own output",
+}
+
+
+def raw_reads(package: Path) -> set[str]:
+    """``file:function`` of every call of ``open``, ``os.open``, ``io.open``, or a
+    ``read_text``/``read_bytes`` method (pathlib's) in ``package``."""
+    import ast
+
+    found: set[str] = set()
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package.parent).as_posix()
+
+        def visit(node: ast.AST, where: str) -> None:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                where = f"{where}.{node.name}" if where else node.name
+            if isinstance(node, ast.Call):
+                call = node.func
+                if ((isinstance(call, ast.Name) and call.id == "open")
+                        or (isinstance(call, ast.Attribute) and call.attr == "open"
+                            and isinstance(call.value, ast.Name) and call.value.id in ("os", "io"))
+                        or (isinstance(call, ast.Attribute) and call.attr in ("read_text", "read_bytes"))):
+                    found.add(f"{relative}:{where or '<module>'}")
+            for child in ast.iter_child_nodes(node):
+                visit(child, where)
+
+        visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
+def test_every_read_goes_through_the_bounded_reader_but_the_listed_exceptions() -> None:
+    import edgebuild
+
+    found = raw_reads(Path(edgebuild.__file__).parent)
+    assert sorted(found - set(RAW_READS_ALLOWED)) == [], "route these reads through edgebuild/core/files.py"
+    # An exception that is gone is dropped from the list too: the list says what is true.
+    assert sorted(set(RAW_READS_ALLOWED) - found) == []
+
+
+def test_the_raw_read_scan_finds_each_form(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "m.py").write_text(
+        "import os\nfrom pathlib import Path\n\n\ndef a(p):\n    return open(p).read()\n\n\n"
+        "class K:\n    def b(self, p):\n        return os.open(p, 0)\n\n\n"
+        "def c(p):\n    return Path(p).read_text() + Path(p).read_bytes().decode()\n\n\n"
+        "def d(p, read_text):\n    return read_text(p, 10)\n"
+    )
+    assert raw_reads(package) == {"pkg/m.py:a", "pkg/m.py:K.b", "pkg/m.py:c"}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_an_input_file_or_checkpoint_shard_that_is_a_fifo_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    """Streams no cap fits (checkpoints, inputs, blobs, outputs) are opened by
+    ``open_regular``: a FIFO or directory is an OSError at once, never waited on."""
+    from edgebuild.core.files import IrregularFile, open_lock, open_regular
+    from edgebuild.core.hashing import file_digest
+
+    path = tmp_path / "x"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    found = "a FIFO (named pipe), not a regular file" if kind == "fifo" else "a directory, not a regular file"
+    for reader in (open_regular, file_digest, open_lock) if kind == "fifo" else (open_regular, file_digest):
+        with pytest.raises(IrregularFile) as caught:
+            reader(path)
+        assert (str(caught.value), caught.value.filename, isinstance(caught.value, OSError)) == (found, str(path), True)
+    if kind == "directory":
+        with pytest.raises(IsADirectoryError):
+            open_lock(path)

@@ -12,6 +12,8 @@ import pytest
 from edgebuild.core import fingerprint
 from edgebuild.core.fingerprint import StatCache, _hash_ranges
 
+from helpers import seeded_bytes
+
 # The block the small file's spans are laid out around; reads use it and sizes either side.
 SPAN_BLOCK = 64 * 1024
 
@@ -48,7 +50,7 @@ def spans_around(block: int, size: int) -> list[tuple[int, int]]:
 
 @pytest.fixture
 def data_file(tmp_path: Path) -> tuple[Path, bytes]:
-    data = os.urandom(8 * SPAN_BLOCK + 4_321)
+    data = seeded_bytes(8 * SPAN_BLOCK + 4_321, 1)
     path = tmp_path / "shard.bin"
     path.write_bytes(data)
     return path, data
@@ -69,7 +71,7 @@ def test_range_digests_are_plain_blake3(
 def test_range_digests_at_full_block_size(tmp_path: Path) -> None:
     """The real block size and read-ahead: spans of exactly one block and several."""
     block = fingerprint.READ_BLOCK
-    data = os.urandom(3 * block + 999_999)
+    data = seeded_bytes(3 * block + 999_999, 2)
     path = tmp_path / "shard.bin"
     path.write_bytes(data)
     spans = [(0, 7), (0, block), (7, 7 + block), (7 + block, 3 * block + 5), (3 * block + 5, len(data)), (0, len(data))]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from edgebuild.core.checkpoint import Checkpoint, read_header
 from edgebuild.core.fixtures import write_fixture
 
@@ -100,3 +102,23 @@ def test_qwen_fp8_fixture_is_the_fp8_release_of_the_plain_one(tmp_path: Path, qw
             first.seek(entry.start)
             second.seek(twin.start)
             assert first.read(entry.nbytes) == second.read(twin.nbytes), name
+
+
+@pytest.mark.parametrize("arrange, found", [
+    (lambda target, elsewhere: target.symlink_to(elsewhere), "a symbolic link to {elsewhere}; expected a new or empty "
+     "directory to write the fixture into (never through a link)"),
+    (lambda target, elsewhere: (target.mkdir(), (target / "config.json").symlink_to(elsewhere / "config.json")),
+     "exists and is not an empty directory; expected a new or empty directory to write the fixture into"),
+])
+def test_the_fixture_command_never_writes_through_a_link(tmp_path: Path, arrange, found: str) -> None:
+    import subprocess
+    import sys
+
+    target, elsewhere = tmp_path / "ckpt", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    arrange(target, elsewhere)
+    result = subprocess.run([sys.executable, "-m", "edgebuild", "fixture", "siglip_tiny", str(target)],
+                            capture_output=True, text=True, timeout=300)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"edgebuild: error: {target}: {found.format(elsewhere=elsewhere)}\n"
+    assert list(elsewhere.iterdir()) == []

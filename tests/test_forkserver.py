@@ -62,6 +62,37 @@ def test_a_killed_forked_worker_dies_alone_and_the_next_one_forks_from_the_same_
 
 
 @pytest.mark.slow
+def test_a_fork_server_killed_under_its_worker_is_said_so_with_what_was_left(verified_seed: Path, tmp_path: Path) -> None:
+    """A (shared) fork server killed mid-run takes its workers with it: that is said, not
+    "out of memory?", and so is what the worker left -- here its report, written and
+    passed before the stall point, as the next command finds it."""
+    from edgebuild.run.state import VerificationState, verification_state
+
+    project = clone_project(verified_seed, tmp_path / "p")
+    (project.root / "build" / "t" / "report.json").unlink()
+    workspace = Workspace.open(project.root / "artifacts.yaml", project.root,
+                               Settings.from_environ().replace(remote_cache="off"))
+    server = forkserver.server_for(_process_environment(workspace.worker_environment()))
+    assert server is not None
+
+    def relay(stream: str, line: str) -> None:
+        if line.startswith("fault: stalling at verify.after_report"):
+            server.process.kill()
+
+    with pytest.raises(WorkerError) as lost:
+        run_worker("verify", workspace, workspace.artifact("t"), relay,
+                   env=dict(os.environ, EDGEBUILD_FAULT="verify.after_report=stall"))
+    assert re.fullmatch(
+        r"t: the verify process \(pid \d+\) ended with the fork server it was forked from \(the server was stopped or "
+        r"killed before the worker ended; a shared one by another command, or by hand\); its report was complete and "
+        r"passed before it ended: t is verified \(the next `doit verify` keeps it in the store and pushes it\)",
+        str(lost.value)), str(lost.value)
+    again = Workspace.open(project.root / "artifacts.yaml", project.root,
+                           Settings.from_environ().replace(remote_cache="off"))
+    assert verification_state(again, "t") is VerificationState.VERIFIED
+
+
+@pytest.mark.slow
 def test_a_server_per_environment_and_none_where_switched_off() -> None:
     environment = _process_environment(dict(os.environ))
     server = forkserver.server_for(environment)

@@ -20,7 +20,7 @@ from edgebuild.errors import CheckpointError
 from edgebuild.core.project import Project
 from edgebuild.run.workspace import Workspace
 
-from helpers import REPO, TOWER_MANIFEST, clone_project
+from helpers import REPO, TOWER_MANIFEST, clone_project, flip_bits
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OTHER_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
@@ -325,14 +325,40 @@ def test_a_blob_whose_bytes_do_not_match_its_name_is_not_recorded(tmp_path: Path
     assert project.record("t").checkpoint_origins["checkpoint"].files == etags(snapshot, QWEN_FILES)
     shard = snapshot / "model-00001-of-00002.safetensors"
     blob = shard.resolve()
-    data = bytearray(blob.read_bytes())
-    data[-1] ^= 0xFF  # inside the last tensor's bytes
-    blob.write_bytes(bytes(data))
+    flip_bits(blob, -1)  # inside the last tensor's bytes
     with pytest.raises(CheckpointError) as caught:
         write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
     assert str(caught.value) == (
         f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: org/tiny-qwen at {COMMIT[:12]}: "
         f"model-00001-of-00002.safetensors links to the blob {blob.name} in the Hugging Face cache, whose bytes do not "
-        f"match its name (found sha256 {hashlib.sha256(bytes(data)).hexdigest()}); delete {blob} and download it again "
+        f"match its name (found sha256 {hashlib.sha256(blob.read_bytes()).hexdigest()}); delete {blob} and download it again "
         f"with: hf download org/tiny-qwen model-00001-of-00002.safetensors --revision {COMMIT}"
+    )
+
+
+def test_check_deep_refuses_a_blob_the_build_would_refuse(tmp_path: Path, hub_cache: Path, qwen_checkpoint: Path) -> None:
+    """`check --deep` says what the build would: a blob whose bytes do not match its name
+    is the build's one error, not a pass followed by a refused build."""
+    snapshot = cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
+    write_manifest(tmp_path, "hf: org/tiny-qwen\n")
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "edgebuild", "check", "--deep"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+
+    passed = check()
+    assert (passed.returncode, passed.stdout, passed.stderr) == (0, "t\tqwen3_5_vision_tower\t\n", "")
+    blob = (snapshot / "preprocessor_config.json").resolve()
+    data = blob.read_bytes().replace(b"{", b"{ ", 1)
+    blob.write_bytes(data)
+    refused = check()
+    assert refused.returncode == 2
+    with pytest.raises(CheckpointError) as built:
+        write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
+    assert refused.stderr == f"edgebuild: error: {str(built.value).replace(str(tmp_path) + '/', '', 1)}\n"
+    assert refused.stderr == (
+        f"edgebuild: error: artifacts.yaml:3:5: checkpoints -> c -> hf: org/tiny-qwen at {COMMIT[:12]}: "
+        f"preprocessor_config.json links to the blob {blob.name} in the Hugging Face cache, whose bytes do not match "
+        f"its name (found git-blob {hashlib.sha1(b'blob %d' % len(data) + bytes([0]) + data).hexdigest()}); delete "
+        f"{blob} and download it again with: hf download org/tiny-qwen preprocessor_config.json --revision {COMMIT}\n"
     )

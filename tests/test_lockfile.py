@@ -12,11 +12,11 @@ from edgebuild.core.lockfile import LOCK_FORMAT, read_lock, render_lock
 from edgebuild.run.lockfile import significant
 from edgebuild.errors import LockfileError
 
-from helpers import TOWER_MANIFEST, clone_project
+from helpers import TOWER_MANIFEST, clone_project, flip_bits
 
 LOCK_KEYS = {
     "kind", "fingerprint", "inputs", "inputs_named", "config_values", "checkpoint_origins", "params", "code", "verify_code", "versions", "outputs", "verified",
-    "verify_fingerprint", "cost",
+    "verify_fingerprint", "cost", "verify", "verify_parts",
 }
 
 
@@ -48,6 +48,9 @@ def test_verify_writes_the_lock(verified_seed: Path) -> None:
     assert set(entry["outputs"]) == {"model.onnx", "model.onnx.data", "tower.json", "consumer.json"}
     assert all(set(meta) == {"size", "digest"} for meta in entry["outputs"].values())
     assert entry["verified"] is True
+    # What it is judged with: its thresholds, and each other part of its verification fingerprint by digest.
+    assert entry["verify"] == report["verify"] and entry["verify_parts"] == report["verify_parts"]
+    assert set(entry["verify_parts"]) == {"code"}
     report = json.loads((verified_seed / "build" / "t" / "report.json").read_text())
     assert entry["verify_fingerprint"] == report["verify_fingerprint"]
     # Canonical: sorted keys, no timestamps, so an unchanged build never changes it.
@@ -91,11 +94,7 @@ def test_tampered_output_fails_verification_by_name(verified_seed: Path, tmp_pat
     project = clone_project(verified_seed, tmp_path / "clone")
     data = project.root / "build" / "t" / "model.onnx.data"
     # Same size, one byte different, written in place.
-    with open(data, "r+b") as handle:
-        handle.seek(1000)
-        byte = handle.read(1)
-        handle.seek(1000)
-        handle.write(bytes([byte[0] ^ 0xFF]))
+    flip_bits(data, 1000)
     with pytest.raises(VerificationFailed) as caught:
         verify_artifact(project.project(), "t", log=lambda message: None)
     assert "t: verification failed: outputs_intact = 3 (limit == 4): changed since build: model.onnx.data" in str(caught.value)
@@ -185,3 +184,27 @@ def test_a_rebuild_that_took_other_seconds_leaves_the_lock_unchanged(tmp_path: P
     rebuilt(160.0)
     assert update_lock(workspace, [artifact])
     assert json.loads((tmp_path / "artifacts.lock").read_text())["artifacts"]["t"]["cost"]["build_seconds"] == 160.0
+
+
+def test_shard_lock_files_merge_into_the_lock_of_one_run() -> None:
+    """Each shard wrote the committed lock with its own artifacts' entries refreshed (and
+    entries of artifacts no longer in the manifest dropped): the merge takes each artifact
+    from the shard that changed it. Costs aside, the result is compared with the committed one."""
+    from edgebuild.run.lockfile import lock_changes, merge_shard_locks
+
+    def entry(fingerprint: str, seconds: float = 1.0) -> dict:
+        return {"fingerprint": fingerprint, "cost": {"build_s": seconds}}
+
+    committed = {"a": entry("a1"), "b": entry("b1"), "gone": entry("g1")}
+    first = {"a": entry("a2"), "b": entry("b1")}                  # built a, dropped gone
+    second = {"a": entry("a1"), "b": entry("b1", 9.0), "new": entry("n1")}  # b's cost moved; a new artifact
+    merged = merge_shard_locks(committed, [first, second])
+    assert merged == {"a": entry("a2"), "b": entry("b1", 9.0), "new": entry("n1")}
+    assert lock_changes(committed, merged) == ["a", "gone", "new"]
+    assert lock_changes(merged, merged | {"b": entry("b1", 2.0)}) == []
+    # No shard changed anything: the committed lock as it was.
+    assert merge_shard_locks(committed, [dict(committed), dict(committed)]) == committed
+    assert merge_shard_locks(committed, []) == committed
+    with pytest.raises(LockfileError) as error:
+        merge_shard_locks(committed, [first, {"a": entry("a3"), "b": entry("b1")}])
+    assert str(error.value) == "a: two shards wrote different lock entries for it; each artifact is built by one shard"

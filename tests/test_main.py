@@ -86,3 +86,18 @@ def test_a_matched_input_that_is_not_a_readable_file_is_named(tmp_path: Path) ->
     os.mkfifo(images / "e.png")
     fifo = check("--deep", cwd=tmp_path)
     assert fifo.returncode == 2 and f"matches {images / 'e.png'}, not a regular file; expected a readable file" in fifo.stderr
+
+
+@pytest.mark.parametrize("args, line", [
+    (("init", "--ci", "gitlab"), "python -m edgebuild init: argument --ci: invalid choice: 'gitlab' (choose from "
+                                 "'github', 'script'); `python -m edgebuild init --help` shows the usage"),
+    (("check", "--deeper"), "python -m edgebuild: unrecognized arguments: --deeper; `python -m edgebuild --help` "
+                            "shows the usage"),
+    (("fetch", "t"), "python -m edgebuild fetch: the following arguments are required: --from, --to; "
+                     "`python -m edgebuild fetch --help` shows the usage"),
+    ((), "python -m edgebuild: the following arguments are required: command; `python -m edgebuild --help` shows "
+         "the usage"),
+])
+def test_a_misused_option_of_python_m_edgebuild_is_one_line(tmp_path: Path, args: tuple[str, ...], line: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "edgebuild", *args], cwd=tmp_path, capture_output=True, text=True)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"edgebuild: error: {line}\n")

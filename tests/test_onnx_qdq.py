@@ -14,7 +14,7 @@ from edgebuild.errors import ManifestError, ParameterError
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.run.workspace import Workspace
 
-from helpers import REPO, pretend_built
+from helpers import REPO, pretend_built, verify_along
 
 QUIET = {"log": lambda message: None}
 CHAIN = """\
@@ -84,7 +84,7 @@ def test_the_clip_graph_quantizes_and_compiles(tmp_path: Path) -> None:
     workspace = _project(tmp_path)
     for name in ("clip", "qdq"):
         make_current(workspace, name, **QUIET)
-    report = verify_artifact(workspace, "qdq", **QUIET)
+    report = verify_along(workspace, "qdq", **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check for check in report.checks}
     assert checks["pooler_output.cosine"].value >= 0.99 and checks["last_hidden_state.cosine"].value >= 0.99
@@ -113,7 +113,7 @@ def test_the_generic_recipe_and_tensors_files(tmp_path: Path) -> None:
                                   "    weight_type: int8\n"))
     for name in ("clip", "qdq"):
         make_current(workspace, name, **QUIET)
-    report = verify_artifact(workspace, "qdq", **QUIET)
+    report = verify_along(workspace, "qdq", **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check.value for check in report.checks}
     assert checks["activation_types"] == ["int8"] and checks["weight_types"] == ["int8"]
@@ -183,14 +183,14 @@ def test_a_graph_quantizes_where_the_working_directory_holds_model_onnx_data(
     (tmp_path / "model.onnx.data").write_bytes(b"the project's own")
     for name in ("clip", "qdq"):
         make_current(workspace, name, **QUIET)
-    assert verify_artifact(workspace, "qdq", **QUIET).passed
+    assert verify_along(workspace, "qdq", **QUIET).passed
     assert (tmp_path / "model.onnx.data").read_bytes() == b"the project's own"
 
 
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
-    common = ["edgebuild/kinds/onnx_qdq/inputs.py", "edgebuild/kinds/onnx_qdq/params.py", "edgebuild/core/inputs.py",
+    common = ["edgebuild/ml/graph_inputs.py", "edgebuild/kinds/onnx_qdq/params.py", "edgebuild/core/inputs.py",
               "edgebuild/ml/hf.py", "edgebuild/ml/images.py", "edgebuild/ml/qdq.py", "edgebuild/ml/qdq_graph.py",
               # qdq.py gives the quantized graph its data file's name through it.
               "edgebuild/ml/onnx_tools.py"]
@@ -198,5 +198,5 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
         "onnx_qdq",
         build=[*common, "edgebuild/kinds/onnx_qdq/build.py"],
         # The checks and the comparison only judge: in the verify digest alone.
-        verify=[*common, "edgebuild/kinds/onnx_qdq/verify.py", "edgebuild/ml/qdq_checks.py", "edgebuild/ml/compare.py"],
+        verify=[*common, "edgebuild/kinds/onnx_qdq/verify.py", "edgebuild/ml/qdq_checks.py"],
     )

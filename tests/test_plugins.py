@@ -11,6 +11,7 @@ tests of its own."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,115 @@ def test_the_example_plugin_is_installed() -> None:
     names = {point.name for point in entry_points(group="edgebuild.kinds")}
     assert "safetensors_subset" in names, (
         "the example plugin is not installed: pip install -e ./examples/safetensors-subset (the README's test command)")
+
+
+def test_a_plugin_whose_kind_no_manifest_names_is_never_imported(tmp_path: Path) -> None:
+    """An entry point's name is its kind's name: a command whose manifest does not name a
+    plugin's kind never imports it, so a plugin that imports slowly (or not at all) costs
+    `doit list`, `doit status` and `init` nothing. `init --plugins` asks for every one."""
+    marker = tmp_path / "imported"
+    broken = dict(PLUGIN, **{"__init__.py": f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+                                            "raise RuntimeError('this plugin is broken')\n"})
+    root = lay_out_plugin(tmp_path / "site", files=broken)
+    env = {"PYTHONPATH": str(root)}
+    project = TinyProject(tmp_path / "project")
+    project.manifest(TOWER_ONLY)
+    for command in ("list", "status"):
+        result = project.doit(command, env=env)
+        assert (result.returncode, result.stderr) == (0, ""), command
+    assert project.doit("status", env=env).stdout == "t  missing\n"
+
+    def init(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "edgebuild", "init", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+
+    started = init("fresh")
+    assert (started.returncode, started.stderr) == (0, "")
+    assert ("plugin kinds installed, not loaded: safetensors_subset, vision_config_plugin "
+            "(init --plugins writes their starters and parameters too)\n") in started.stdout
+    assert not marker.exists()
+    # Its kind is in init's schema by name (an editor takes it), its parameters unchecked.
+    schema = json.loads((tmp_path / "fresh" / "edgebuild.schema.json").read_text())
+    assert schema["$defs"]["Artifact"]["properties"]["kind"]["enum"][-2:] == ["safetensors_subset", "vision_config_plugin"]
+    assert "VisionConfigParams" not in schema["$defs"]
+    assert "tower_weights:" not in (tmp_path / "fresh" / "artifacts.yaml").read_text()
+
+    asked = init("asked", "--plugins")
+    assert asked.returncode == 0
+    assert asked.stderr == (
+        "edgebuild: warning: entry point edgebuild.kinds: vision_config_plugin = vc_plugin:VisionConfig (from vc-plugin "
+        "1.0) failed to import: RuntimeError: this plugin is broken; its starter and parameters are left out\n"
+    )
+    assert marker.exists()
+    assert "tower_weights:" in (tmp_path / "asked" / "artifacts.yaml").read_text()
+
+
+LINKING_BUILD = '''
+import json
+import os
+
+from edgebuild.plugin import BuildContext
+
+
+def build(context: BuildContext) -> dict:
+    section = json.dumps(context.checkpoint.config_section("vision_config"), sort_keys=True)
+    outside = os.environ["OUTSIDE"]
+    with open(outside, "w") as handle:
+        handle.write(section)
+    where = os.environ["LINK"]
+    if where != "vision_config.json":
+        (context.out_dir / "vision_config.json").write_text(section)
+    (context.out_dir / where).parent.mkdir(parents=True, exist_ok=True)
+    if where.endswith(".fifo"):
+        os.mkfifo(context.out_dir / where)
+    else:
+        os.symlink(outside, context.out_dir / where)
+    return {}
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["vision_config.json", "deep/.hidden", "pipe.fifo"])
+def test_a_link_a_kind_leaves_in_its_outputs_fails_the_build(tmp_path: Path, where: str) -> None:
+    """A plugin's build that leaves a link among its outputs -- even to a file with the
+    right bytes, even hidden, even deep -- or a FIFO: the build fails naming it, before
+    anything is recorded, stored or renamed into build/."""
+    root = lay_out_plugin(tmp_path / "site", files=dict(PLUGIN, **{"build.py": LINKING_BUILD}))
+    outside = tmp_path / "outside.json"
+    env = {"PYTHONPATH": str(root), "OUTSIDE": str(outside), "LINK": where, "EDGEBUILD_REMOTE_CACHE": "off"}
+    project = TinyProject(tmp_path / "project")
+    project.manifest(MANIFEST)
+    built = project.doit("build", env=env)
+    assert built.returncode != 0
+    found = "a FIFO (named pipe)" if where.endswith(".fifo") else f"a symbolic link to {outside}"
+    assert (f"\nvc: the vision_config_plugin build left {where} as {found}; outputs are regular files inside the build "
+            "directory (nothing of this build was recorded or stored)\n") in built.stdout
+    assert "Traceback" not in built.stdout + built.stderr
+    assert not (project.root / "build" / "vc").exists()
+    assert not (project.root / "cache" / "store" / "v1").exists()
+    assert project.doit("status", env=env).stdout == "vc  missing\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ending, said", [
+    ("sys.exit(0)", "vc: the build code called sys.exit(0) instead of returning; nothing of this build was kept"),
+    ("os._exit(0)", "vc: the build process (pid N) exited with status 0 without handing back its result (code it ran "
+                    "ended the process: os._exit?); nothing of it counts as built"),
+    ("os._exit(3)", "vc: the build process (pid N) failed with exit status 3, with no traceback (code it ran ended the "
+                    "process: os._exit, or a native library's crash); nothing of it counts as built"),
+])
+def test_a_build_that_ends_its_process_is_said_as_it_happened(tmp_path: Path, ending: str, said: str) -> None:
+    """A kind's code that ends the worker itself, even with status 0, is no success, and
+    no traceback is promised that was never printed."""
+    build = f"import os\nimport sys\n\n\ndef build(context):\n    {ending}\n"
+    root = lay_out_plugin(tmp_path / "site", files=dict(PLUGIN, **{"build.py": build}))
+    env = {"PYTHONPATH": str(root), "EDGEBUILD_REMOTE_CACHE": "off"}
+    project = TinyProject(tmp_path / "project")
+    project.manifest(MANIFEST)
+    built = project.doit("build", env=env)
+    assert built.returncode != 0
+    import re
+
+    assert re.sub(r"\(pid \d+\)", "(pid N)", built.stdout).endswith(f"\n{said}\n\n"), built.stdout
+    assert "Traceback" not in built.stdout + built.stderr
+    assert project.doit("status", env=env).stdout == "vc  missing\n"

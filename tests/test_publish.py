@@ -24,7 +24,7 @@ from edgebuild.core.faults import FAULT_ENV, InjectedFault
 from edgebuild.run.publish import EntryFiles, publish, put_entry, read_index
 from edgebuild.cache.location import Location
 
-from helpers import REPO, TOWER_MANIFEST, clone_project, git
+from helpers import REPO, TOWER_MANIFEST, clone_project, git, flipped
 
 STRICT = (
     "  strict:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
@@ -314,9 +314,7 @@ def test_republish_checks_the_published_bytes(remote_url: str, tmp_path: Path) -
     put_entry(location, item, lambda message: None)
     where = f"{remote_url}/art/{FINGERPRINT}"
     model = location.read(f"art/{FINGERPRINT}/model.bin")
-    damaged = bytearray(model)
-    damaged[100] ^= 0x01
-    location.write(f"art/{FINGERPRINT}/model.bin", bytes(damaged))
+    location.write(f"art/{FINGERPRINT}/model.bin", flipped(model, 100, 0x01))
     before = snapshot(location)
     with pytest.raises(PublishError) as error:
         put_entry(location, item, lambda message: None)
@@ -541,7 +539,7 @@ def test_a_destination_is_checked_before_anything_is_built(project_dir, tmp_path
     no_bucket = project_dir.doit("publish", "t", "--to", "s3://", "--allow-dirty")
     assert no_bucket.returncode == 3
     assert no_bucket.stderr.strip().splitlines()[-1] == (
-        "edgebuild: error: s3://: names no bucket; expected s3://BUCKET or s3://BUCKET/PREFIX")
+        "edgebuild: error: --to s3://: names no bucket; expected s3://BUCKET or s3://BUCKET/PREFIX")
 
     index = tmp_path / "dest" / "index.json"
     index.parent.mkdir()
@@ -565,6 +563,24 @@ def test_a_destination_is_checked_before_anything_is_built(project_dir, tmp_path
     assert check_destination(project_dir.project(), str(project_dir.root / "dist")).is_local
     with pytest.raises(PublishError):
         check_destination(project_dir.project(), str(project_dir.root / "published"))
+
+
+@pytest.mark.parametrize("linked", ["t", "index.json"])
+def test_a_link_below_a_local_destination_is_refused_before_anything_is_built(project_dir, tmp_path: Path,
+                                                                             linked: str) -> None:
+    """An artifact's folder or the index linked elsewhere would take published files
+    there: refused in one line, nothing built, nothing written through it."""
+    project_dir.manifest(TOWER_MANIFEST)
+    destination, elsewhere = tmp_path / "dest", tmp_path / "elsewhere"
+    destination.mkdir()
+    elsewhere.mkdir()
+    (destination / linked).symlink_to(elsewhere)
+    result = project_dir.doit("publish", "t", "--to", str(destination), "--allow-dirty")
+    assert result.returncode == 3
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"edgebuild: error: {destination / linked}: a symbolic link to {elsewhere}; publishing writes real files and "
+        "folders inside the destination and never through a link: remove the link")
+    assert not (project_dir.root / "build").exists() and list(elsewhere.iterdir()) == []
 
 
 @pytest.mark.parametrize("inside", ["build", "build/published", "cache", "cache/store/x"])

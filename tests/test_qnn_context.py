@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.run.builder import make_current, verify_artifact
+from edgebuild.run.builder import make_current
 from edgebuild.core.hashing import file_digest
 from edgebuild.kinds.qnn_context.qnn import qnn_unavailable_reason
 from edgebuild.core.project import Project
 from edgebuild.run.workspace import Workspace
 
-from helpers import pretend_built, REPO
+from helpers import REPO, pretend_built, verify_along
 
 QUIET = {"log": lambda message: None}
 
@@ -74,7 +74,7 @@ def test_context_compiles_whole_and_simulates_like_the_cpu(tmp_path_factory: pyt
     # Compiled twice, in two directories: the same bytes.
     assert digests[0] == digests[1]
 
-    report = verify_artifact(project, project.artifact("npu"), **QUIET)
+    report = verify_along(project, "npu", **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check for check in report.checks}
     assert checks["nodes_off_qnn"].value == 0
@@ -97,7 +97,7 @@ def test_simulation_is_skipped_above_the_threshold(tmp_path: Path) -> None:
     project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
     for name in ("tower", "qdq", "npu"):
         make_current(project, project.artifact(name), **QUIET)
-    report = verify_artifact(project, project.artifact("npu"), **QUIET)
+    report = verify_along(project, "npu", **QUIET)
     assert report.passed
     assert not any(check.name.startswith("simulator.") for check in report.checks)
     assert report.metrics["simulator"].startswith("skipped: the source's weights are 0.2 MiB, over verify.simulate_max_weight_mib = 0.1")

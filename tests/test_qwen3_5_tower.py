@@ -244,5 +244,5 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     assert_code_digests(
         "qwen3_5_vision_tower",
         build=['edgebuild/kinds/qwen3_5_tower/build.py', 'edgebuild/kinds/qwen3_5_tower/model.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/ml/onnx_tools.py'],
-        verify=['edgebuild/ml/compare.py', 'edgebuild/kinds/qwen3_5_tower/model.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower/verify.py', 'edgebuild/ml/onnx_tools.py'],
+        verify=['edgebuild/kinds/qwen3_5_tower/images.py', 'edgebuild/kinds/qwen3_5_tower/model.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower/verify.py', 'edgebuild/ml/onnx_tools.py'],
     )

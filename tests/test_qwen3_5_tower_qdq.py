@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-from edgebuild.run.builder import make_current, verify_artifact
+from edgebuild.run.builder import make_current
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.core.project import SourceNotBuilt
 from edgebuild.errors import CheckpointError, ParameterError
@@ -20,7 +20,7 @@ from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
 from edgebuild.core.project import Project
 from edgebuild.run.workspace import Workspace
 
-from helpers import pretend_built, REPO
+from helpers import REPO, pretend_built, verify_along
 
 QUIET = {"log": lambda message: None}
 
@@ -254,7 +254,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, qwen_checkpoint: Path) -> Pa
 @pytest.mark.parametrize(("name", "patches", "inputs", "calibration"), [("q64", 16, "2 held_out", 4), ("q64x128", 32, "6 calibration", 6)])
 def test_qdq_builds_and_verifies_at_two_sizes(built: Path, name: str, patches: int, inputs: str, calibration: int) -> None:
     project = Workspace.load(built / "artifacts.yaml", built)
-    report = verify_artifact(project, project.artifact(name), **QUIET)
+    report = verify_along(project, name, **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check for check in report.checks}
     # Two blocks (qkv, proj, fc1, fc2, norm1, norm2 each), the merger (norm, fc1, fc2), the patch Conv.
@@ -311,6 +311,6 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
 
     assert_code_digests(
         "qwen3_5_tower_qdq",
-        build=['edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/build.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/qdq.py', 'edgebuild/ml/qdq_graph.py'],
-        verify=['edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/verify.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/qdq.py', 'edgebuild/ml/qdq_checks.py', 'edgebuild/ml/qdq_graph.py'],
+        build=['edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/images.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/build.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/qdq.py', 'edgebuild/ml/qdq_graph.py'],
+        verify=['edgebuild/kinds/qwen3_5_tower/images.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/verify.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/qdq.py', 'edgebuild/ml/qdq_checks.py', 'edgebuild/ml/qdq_graph.py'],
     )

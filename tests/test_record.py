@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from edgebuild.errors import RecordError
 from edgebuild.core.record import RECORD_FILE, RECORD_FORMAT, BuildRecord, output_manifest, read_record
+
+from helpers import seeded_bytes
 
 
 def _record() -> BuildRecord:
@@ -76,6 +77,6 @@ def test_output_digests_through_a_mapping_are_the_file_digests(tmp_path: Path, s
     from edgebuild.core.hashing import file_digest, written_file_digest
 
     path = tmp_path / "out.bin"
-    path.write_bytes(os.urandom(size))
+    path.write_bytes(seeded_bytes(size, size))
     assert written_file_digest(path) == file_digest(path)
     assert output_manifest(tmp_path)["out.bin"].digest == file_digest(path)

@@ -19,7 +19,7 @@ from edgebuild.core.config import Settings
 from edgebuild.run.publish import publish
 from edgebuild.run.workspace import Workspace
 
-from helpers import clone_project, commit, git
+from helpers import clone_project, commit, git, flipped
 
 
 @pytest.fixture
@@ -113,16 +113,15 @@ def test_a_signed_release_is_fetched_and_a_tampered_one_is_refused(remote_url: s
     # A flipped byte: SHA256SUMS says otherwise.
     key = f"t/{fingerprint}/model.onnx.data"
     original = destination.read(key)
-    flipped = bytearray(original)
-    flipped[len(flipped) // 2] ^= 0x01
-    destination.write(key, bytes(flipped))
+    damaged = flipped(original, len(original) // 2, 0x01)
+    destination.write(key, damaged)
     refused("model.onnx.data does not match SHA256SUMS; nothing fetched")
 
     # The same bytes with SHA256SUMS and the index's checksum rewritten to agree (what
     # anyone who can write the bucket can do): only the signature tells.
     sums_key = f"t/{fingerprint}/SHA256SUMS"
     sums = destination.read(sums_key).decode().replace(
-        hashlib.sha256(original).hexdigest(), hashlib.sha256(bytes(flipped)).hexdigest())
+        hashlib.sha256(original).hexdigest(), hashlib.sha256(damaged).hexdigest())
     destination.write(sums_key, sums.encode())
     index["artifacts"]["t"][fingerprint]["checksum"] = "sha256:" + hashlib.sha256(sums.encode()).hexdigest()
     destination.write("index.json", json.dumps(index).encode())
@@ -144,3 +143,22 @@ def test_an_unsigned_release_is_refused(verified_seed: Path, keys: dict[str, Pat
     nowhere = fetch("t", "--from", str(tmp_path / "nowhere"), "--to", str(tmp_path / "out"), trusted=keys["team"])
     assert nowhere.stderr == (f"edgebuild: error: t: nothing is published at {tmp_path / 'nowhere'} (no index.json "
                               "there: is it where `doit publish --to` published?)\n")
+
+
+@pytest.mark.parametrize("link", ["to a directory", "to nothing"])
+def test_fetch_never_writes_through_a_link(tmp_path: Path, link: str) -> None:
+    """A --to that is a symbolic link is refused before anything is read from the
+    destination (here: one that does not exist), and nothing is written anywhere."""
+    real = tmp_path / "real"
+    if link == "to a directory":
+        real.mkdir()
+    (tmp_path / "models").symlink_to(real)
+    result = fetch("t", "--from", str(tmp_path / "nowhere"), "--to", str(tmp_path / "models"), trusted=None)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"edgebuild: error: {tmp_path / 'models'}: a symbolic link to {real}; fetch creates the directory --to names "
+        "and never writes through a link: give the directory itself, or a new name; nothing fetched\n"
+    )
+    expected = ["models", "real"] if link == "to a directory" else ["models"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == expected
+    assert link == "to nothing" or list(real.iterdir()) == []

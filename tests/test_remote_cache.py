@@ -23,7 +23,7 @@ from edgebuild.cache.entries import blob_key, entry_key
 from edgebuild.cache.remote import RemoteCache
 from edgebuild.cache.store import Store
 
-from helpers import TOWER_MANIFEST, clone_project, fresh_clone, signing_env
+from helpers import TOWER_MANIFEST, clone_project, fresh_clone, signing_env, flip_bits, flipped
 
 
 @pytest.fixture
@@ -54,9 +54,8 @@ def stored_build(root: Path, params: dict | None = None) -> tuple[Store, str]:
 
 def flip_byte(location: Location, key: str) -> None:
     """Same size, one bit different: only a digest can tell."""
-    data = bytearray(location.read(key))
-    data[len(data) // 2] ^= 0x01
-    location.write(key, bytes(data))
+    data = location.read(key)
+    location.write(key, flipped(data, len(data) // 2, 0x01))
 
 
 def test_push_then_pull_into_another_store(remote_url: str, tmp_path: Path) -> None:
@@ -174,9 +173,7 @@ def test_unreadable_entry_is_corrupt(tmp_path: Path) -> None:
 def test_push_refuses_a_damaged_local_entry(remote_url: str, tmp_path: Path) -> None:
     store, fingerprint = stored_build(tmp_path / "a")
     stored = store.files(fingerprint)["model.bin"]
-    data = bytearray(stored.read_bytes())
-    data[0] ^= 0xFF
-    stored.write_bytes(bytes(data))
+    flip_bits(stored, 0)
     cache = RemoteCache.open(remote_url)
     with pytest.raises(StoreError) as error:
         cache.push(fingerprint, store, lambda message: None)
@@ -533,6 +530,86 @@ def test_unreachable_remote_is_an_error_that_says_how_to_go_without(
     with pytest.raises(RemoteError) as error:
         make_current(project, project.artifact("t"), log=lambda message: None)
     assert str(error.value) == (
-        f"t: {not_a_directory}: not a directory (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
+        f"t: EDGEBUILD_REMOTE_CACHE={not_a_directory}: not a directory "
+        "(EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
     )
     assert not (clone.root / "build" / "t").exists()
+
+
+# --- every backend's failure is one line naming the setting -----------------------------
+
+
+@pytest.fixture
+def refused_port():
+    """A loopback port that refuses connections: bound, never listening, held for the test
+    (a port closed by its last user could be taken by another process meanwhile)."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+def unreachable_remotes(port: int, missing: Path) -> list[tuple[str, str]]:
+    """Locations on several fsspec backends that cannot be used, and what is said of each."""
+    return [
+        # FTP connects as the filesystem is made.
+        (f"ftp://127.0.0.1:{port}/cache", "cannot reach it: [Errno 111] Connection refused"),
+        ("nosuch://bucket/cache", "cannot open this location: Protocol not known: nosuch"),
+        # fsspec's HTTP backend reports the refused connection as a missing file.
+        (f"http://127.0.0.1:{port}/cache",
+         f"cannot reach it: Cannot connect to host 127.0.0.1:{port} ssl:default [Connect call failed ('127.0.0.1', {port})]"),
+        (f"file://{missing}", f"no such directory; create it (mkdir -p {missing}) or mount the shared disk"),
+    ]
+
+
+def test_every_backends_failure_is_one_remote_error_naming_the_location(refused_port: int, tmp_path: Path) -> None:
+    for url, said in unreachable_remotes(refused_port, tmp_path / "missing"):
+        with pytest.raises(RemoteError) as error:
+            RemoteCache.open(url, setting="EDGEBUILD_REMOTE_CACHE").has_entry("ab" * 32)
+        assert str(error.value) == f"EDGEBUILD_REMOTE_CACHE={url}: {said}", url
+        # Options are named as they are typed; without a setting, the location alone.
+        with pytest.raises(RemoteError) as error:
+            Location(url, setting="--to").check_root()
+        assert str(error.value) == f"--to {url}: {said}", url
+        with pytest.raises(RemoteError) as error:
+            Location(url).check_root()
+        assert str(error.value) == f"{url}: {said}", url
+
+
+def test_a_read_that_cannot_reach_the_backend_is_not_a_miss(refused_port: int, tmp_path: Path) -> None:
+    """A key read from an HTTP server that refuses is an error, never "nothing there"
+    (which would make a pull a miss and a build start)."""
+    location = Location(f"http://127.0.0.1:{refused_port}/cache", setting="EDGEBUILD_REMOTE_CACHE")
+    reason = f"Cannot connect to host 127.0.0.1:{refused_port} ssl:default [Connect call failed ('127.0.0.1', {refused_port})]"
+    import hashlib
+
+    for action, verb in ((location.read, "read"), (location.size, "read"),
+                         (lambda key: location.digest(key, hashlib.sha256()), "read"),
+                         (lambda key: location.download(key, tmp_path / "downloaded"), "download")):
+        with pytest.raises(RemoteError) as error:
+            action("v1/entries")
+        assert str(error.value) == f"EDGEBUILD_REMOTE_CACHE=http://127.0.0.1:{refused_port}/cache: cannot {verb} v1/entries: {reason}"
+
+
+def test_the_manifests_remote_cache_is_named_by_its_key(refused_port: int, tmp_path: Path) -> None:
+    manifest = tmp_path / "artifacts.yaml"
+    manifest.write_text(TOWER_MANIFEST + f"remote_cache: ftp://127.0.0.1:{refused_port}/cache\n")
+    with pytest.raises(RemoteError) as error:
+        Workspace.load(manifest, tmp_path).remote
+    assert str(error.value) == (
+        f"artifacts.yaml: remote_cache=ftp://127.0.0.1:{refused_port}/cache: cannot reach it: [Errno 111] Connection refused")
+
+
+def test_commands_say_an_unusable_remote_in_one_line(project_dir, refused_port: int, tmp_path: Path) -> None:
+    """doit cache and doit build, with EDGEBUILD_REMOTE_CACHE on each backend: one line
+    naming the setting, no traceback; the build fails before anything is exported."""
+    project_dir.manifest(TOWER_MANIFEST)
+    for url, said in unreachable_remotes(refused_port, tmp_path / "missing"):
+        listed = project_dir.doit("cache", env={"EDGEBUILD_REMOTE_CACHE": url})
+        assert (listed.returncode, listed.stderr) == (1, f"edgebuild: error: EDGEBUILD_REMOTE_CACHE={url}: {said}\n"), url
+    built = project_dir.doit("build", "t", env={"EDGEBUILD_REMOTE_CACHE": f"ftp://127.0.0.1:{refused_port}/cache"})
+    assert built.returncode == 1 and "Traceback" not in built.stdout + built.stderr
+    assert (f"t: EDGEBUILD_REMOTE_CACHE=ftp://127.0.0.1:{refused_port}/cache: cannot reach it: [Errno 111] Connection "
+            "refused (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)\n") in built.stdout + built.stderr
+    assert not (project_dir.root / "build" / "t").exists()

@@ -109,6 +109,7 @@ VALID = {
     "the documentation's checkpoint snippets": readme_checkpoint_snippets(),
     **{f"the documentation's whole manifest #{number}": text for number, text in enumerate(whole_manifests(), 1)},
     "the starter manifest of init": starter_manifest(),
+    "the starter manifest of init --plugins": starter_manifest(plugins=True),
     "the tests' one-tower manifest": TOWER_MANIFEST,
     "a rectangular image": HEAD + TOWER.replace("448", "[224, 448]"),
     "dtype aliases": HEAD + TOWER + "    dtype: half\n",
@@ -231,6 +232,9 @@ def test_schema_file_of_init_is_the_schema(tmp_path: Path) -> None:
     from edgebuild.cli.scaffold import SCHEMA_FILE, init_project
 
     init_project(tmp_path)
-    assert json.loads((tmp_path / SCHEMA_FILE).read_text()) == manifest_json_schema()
+    # The plugins' kinds by name only: init imports none unless asked (--plugins).
+    assert json.loads((tmp_path / SCHEMA_FILE).read_text()) == manifest_json_schema(plugins=False)
+    init_project(tmp_path / "with", plugins=True)
+    assert json.loads((tmp_path / "with" / SCHEMA_FILE).read_text()) == manifest_json_schema()
     assert (tmp_path / "artifacts.yaml").read_text().splitlines()[0] == f"# yaml-language-server: $schema=./{SCHEMA_FILE}"
 

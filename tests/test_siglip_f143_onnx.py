@@ -11,6 +11,8 @@ import numpy
 import pytest
 import torch
 
+from edgebuild.errors import SourceNotVerified
+
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.ml.quant.f143 import quantize_nearest
 from edgebuild.kinds.siglip_f143_onnx.build import rewrite_fp8
@@ -100,14 +102,23 @@ def test_onnx_artifact_builds_and_verifies(root: Path) -> None:
     project = Workspace.load(root / "artifacts.yaml", root)
     make_current(project, project.artifact("q"), log=lambda message: None)
     make_current(project, project.artifact("q_onnx"), log=lambda message: None)
+    # Judged only once its source passed (the chain rule).
+    with pytest.raises(SourceNotVerified, match="^q_onnx: not judged: its source q is not verified at its current "):
+        verify_artifact(project, project.artifact("q_onnx"), log=lambda message: None)
+    verify_artifact(project, project.artifact("q"), log=lambda message: None)
     report = verify_artifact(project, project.artifact("q_onnx"), log=lambda message: None)
     checks = {check.name: check for check in report.checks}
     assert all(check.passed for check in report.checks), report.summary()
     assert checks["fp8_weights"].value == 12
     assert 0.25 < checks["quantized_weight_ratio"].value < 0.28
     assert 0 < checks["vs_quantized_torch.max_rel"].value <= 1e-4
-    assert 0.99 < checks["vs_float.cosine"].value < 1.0
+    # The quantization error, against the float encoder at the root of the chain (the
+    # checkpoint's SiglipVisionModel), on the source's held-out images.
+    assert 0.99 < checks["vs_float.last_hidden_state.cosine"].value < 1.0
+    assert checks["vs_float.last_hidden_state.cosine"].limit == 0.99
     assert report.metrics["inputs"] == "2 held_out images of q"
+    assert report.metrics["vs_float"]["inputs"] == "2 held_out images of q"
+    assert report.metrics["vs_float"]["root"] == "q"
     assert report.metrics["graph_bytes"] < report.metrics["float_graph_bytes"]
 
 

@@ -9,6 +9,7 @@ verified unless a trusted key signed it. Against a directory and the real S3 API
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -72,6 +73,84 @@ def test_a_trusted_key_that_is_not_a_public_key_is_one_line(content: bytes | Non
     with pytest.raises(ConfigError) as raised:
         Trust.from_settings(settings)
     assert str(raised.value) == f"EDGEBUILD_TRUSTED_KEYS: {path}: {expected}"
+
+
+def _copied(key: Path, folder: Path, name: str, mode: int, folder_mode: int = 0o700) -> Path:
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_bytes(key.read_bytes())
+    path.chmod(mode)
+    folder.chmod(folder_mode)
+    return path
+
+
+@pytest.mark.parametrize("variable, mode, folder_mode, expected", [
+    ("EDGEBUILD_SIGNING_KEY", 0o644, 0o700, "mode 0644 lets others than its owner read or write the private key; "
+     "refused, as ssh refuses such a key (chmod 600 {path})"),
+    ("EDGEBUILD_SIGNING_KEY", 0o640, 0o700, "mode 0640 lets others than its owner read or write the private key; "
+     "refused, as ssh refuses such a key (chmod 600 {path})"),
+    ("EDGEBUILD_TRUSTED_KEYS", 0o666, 0o755, "mode 0666 lets anyone rewrite a trusted key, and with it what counts as "
+     "verified here; refused (chmod o-w {path})"),
+    ("EDGEBUILD_TRUSTED_KEYS", 0o644, 0o777, "its directory {folder} (mode 0777) lets anyone replace the trusted key; "
+     "refused (chmod o-w {folder})"),
+    # A sticky directory (as /tmp) lets no one replace another's file; a group-writable
+    # checkout (umask 002) is the group's business; the owner alone may read a private key.
+    ("EDGEBUILD_TRUSTED_KEYS", 0o664, 0o1777, None),
+    ("EDGEBUILD_TRUSTED_KEYS", 0o644, 0o775, None),
+    ("EDGEBUILD_SIGNING_KEY", 0o600, 0o755, None),
+    ("EDGEBUILD_SIGNING_KEY", 0o400, 0o700, None),
+])
+def test_a_key_anyone_else_may_read_or_rewrite_is_refused(variable: str, mode: int, folder_mode: int,
+                                                         expected: str | None, keys: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    from edgebuild.core.config import Settings
+
+    suffix = ".key" if variable == "EDGEBUILD_SIGNING_KEY" else ".pub"
+    folder = tmp_path / "keys"
+    path = _copied(Path(f"{keys['team']}{suffix}"), folder, f"ci{suffix}", mode, folder_mode)
+    try:
+        settings = Settings.from_environ({variable: str(path)})
+        if expected is None:
+            trust = Trust.from_settings(settings)
+            assert list(trust.trusted) == [key_id(load_public_key(Path(f"{keys['team']}.pub")))]
+            return
+        with pytest.raises(ConfigError) as raised:
+            Trust.from_settings(settings)
+        assert str(raised.value) == f"{variable}: {path}: " + expected.format(path=path, folder=folder)
+    finally:
+        folder.chmod(0o700)
+
+
+@pytest.mark.parametrize("variable, suffix", [("EDGEBUILD_TRUSTED_KEYS", ".pub"), ("EDGEBUILD_SIGNING_KEY", ".key")])
+def test_a_key_file_of_several_pem_blocks_is_refused(variable: str, suffix: str, keys: dict[str, Path],
+                                                     tmp_path: Path) -> None:
+    """One key per file: trusting only the first block was silent; trusting all would make
+    cache entries and releases (model-signing reads one key per file) disagree."""
+    from edgebuild.core.config import Settings
+
+    path = tmp_path / f"both{suffix}"
+    path.write_bytes(Path(f"{keys['team']}{suffix}").read_bytes() + Path(f"{keys['other']}{suffix}").read_bytes())
+    path.chmod(0o600)
+    with pytest.raises(ConfigError) as raised:
+        Trust.from_settings(Settings.from_environ({variable: str(path)}))
+    assert str(raised.value) == (f"{variable}: {path}: holds 2 PEM blocks; expected one key per file (put each key in "
+                                 "a file of its own and list every file, comma-separated)")
+
+
+@pytest.mark.parametrize("make, found", [
+    (os.mkfifo, "a FIFO (named pipe), not a regular file"),
+    (os.mkdir, "a directory, not a regular file"),
+])
+def test_a_trusted_key_that_is_a_fifo_or_a_directory_is_one_line_at_once(make, found: str, tmp_path: Path) -> None:
+    """Read through the bounded reader: a FIFO is refused, never waited on (it hung)."""
+    path = tmp_path / "keys.pub"
+    make(path)
+    result = subprocess.run([sys.executable, "-m", "edgebuild", "fetch", "t", "--from", str(tmp_path / "nowhere"),
+                             "--to", str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "EDGEBUILD_TRUSTED_KEYS": str(path)})
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"edgebuild: error: EDGEBUILD_TRUSTED_KEYS: {path}: {found}; expected a PEM key file\n"
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_empty_path_among_the_trusted_keys_is_an_error() -> None:

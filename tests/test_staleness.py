@@ -22,6 +22,8 @@ from edgebuild.core.staleness import explain
 from edgebuild.cli.gc import parse_age, parse_size
 from edgebuild.run.state import status
 
+from helpers import flip_bits, flipped
+
 
 MANIFEST = """\
 checkpoints:
@@ -69,11 +71,7 @@ def patch_tensor_bytes(checkpoint: Path, tensor: str) -> None:
     """Flip the lowest mantissa bit of the first bf16 value of ``tensor`` in place
     (same size, new content, still a finite number)."""
     entry = Checkpoint(checkpoint).tensors[tensor]
-    with open(entry.file, "r+b") as handle:
-        handle.seek(entry.start)
-        byte = handle.read(1)
-        handle.seek(entry.start)
-        handle.write(bytes([byte[0] ^ 0x01]))
+    flip_bits(entry.file, entry.start, 0x01)
 
 
 @pytest.fixture
@@ -163,12 +161,19 @@ def test_corrupt_store_entry_is_dropped_and_rebuilt(root: Path) -> None:
     shutil.rmtree(root / "build")
     stored = project.store.files(fingerprint)["model.onnx.data"]
     # Same size, different bytes: only the digest can tell.
-    data = bytearray(stored.read_bytes())
-    data[100] ^= 0xFF
+    data = flipped(stored.read_bytes(), 100)
     stored.unlink()
-    stored.write_bytes(bytes(data))
+    stored.write_bytes(data)
     logs = build_all(root)
     assert exported(logs["tower_a"])
+    # Named first, never repaired without a word: a stored file does not change by itself.
+    from edgebuild.core.hashing import digest_bytes
+
+    assert logs["tower_a"][0] == (
+        f"warning: the store's build of {fingerprint[:12]} is damaged (model.onnx.data: digest "
+        f"{digest_bytes(bytes(data))[:12]}, expected {stored.name[:12]}); stored files do not change by themselves: "
+        f"check the disk under {project.store.root}, and who else writes there. It was dropped"
+    )
     assert logs["tower_b"][0].startswith("restored from the store")
 
 

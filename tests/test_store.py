@@ -17,7 +17,11 @@ from edgebuild.cache.location import Location
 from edgebuild.cache.remote import RemoteCache
 from edgebuild.cache.store import Store
 from edgebuild.core.hashing import file_digest
-from edgebuild.core.record import RECORD_FILE, BuildRecord, output_manifest
+from edgebuild.core.hashing import digest_bytes as file_digest_of
+from edgebuild.core.record import RECORD_FILE, BuildRecord, output_manifest, read_record
+from edgebuild.errors import StoreError
+
+from helpers import flip_bits, seeded_bytes
 
 
 def built(root: Path, size: int, weights: bytes) -> Path:
@@ -36,10 +40,10 @@ def fingerprint_of(directory: Path) -> str:
 
 def test_two_builds_share_their_identical_files_and_gc_frees_only_what_none_reaches(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
-    shared = os.urandom(1 << 16)
+    shared = seeded_bytes(1 << 16, 1)
     first = built(tmp_path / "a", 1, shared)
     second = built(tmp_path / "b", 2, shared)
-    third = built(tmp_path / "c", 3, os.urandom(1 << 15))
+    third = built(tmp_path / "c", 3, seeded_bytes(1 << 15, 2))
     for directory in (first, second, third):
         store.put(fingerprint_of(directory), directory)
     entries = {entry.fingerprint: entry for entry in store.entries()}
@@ -62,7 +66,7 @@ def test_two_builds_share_their_identical_files_and_gc_frees_only_what_none_reac
 
 def test_gc_fits_the_size_counting_each_blob_once(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
-    shared = os.urandom(1 << 16)
+    shared = seeded_bytes(1 << 16, 3)
     directories = [built(tmp_path / name, size, shared) for size, name in enumerate("ab")]
     for age, directory in zip((300, 200), directories):
         store.put(fingerprint_of(directory), directory)
@@ -76,15 +80,71 @@ def test_gc_fits_the_size_counting_each_blob_once(tmp_path: Path) -> None:
 
 def test_a_damaged_blob_drops_the_entry_and_the_blob(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
-    directory = built(tmp_path / "a", 1, os.urandom(4096))
+    directory = built(tmp_path / "a", 1, seeded_bytes(4096, 4))
     fingerprint = fingerprint_of(directory)
     store.put(fingerprint, directory)
     blob = store.files(fingerprint)["model.bin"]
-    data = bytearray(blob.read_bytes())
-    data[7] ^= 0x10
-    blob.write_bytes(bytes(data))
-    assert store.restore(fingerprint, tmp_path / "out", tmp_path / ".tmp") is None
+    flip_bits(blob, 7, 0x10)
+    data = blob.read_bytes()
+    said: list[str] = []
+    assert store.restore(fingerprint, tmp_path / "out", tmp_path / ".tmp", said.append) is None
     assert not store.has(fingerprint) and not blob.exists() and not (tmp_path / "out").exists()
+    # Named, never repaired without a word: a stored file does not change by itself.
+    assert said == [
+        f"warning: the store's build of {fingerprint[:12]} is damaged (model.bin: digest {file_digest_of(data)[:12]}, "
+        f"expected {blob.name[:12]}); stored files do not change by themselves: check the disk under {store.root}, "
+        "and who else writes there. It was dropped"
+    ]
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda entry: entry.write_text("{not json"), "v1/entries/{fp2}/{fp}.json is not an entry of format 1 for this fingerprint"),
+    (lambda entry: (entry.unlink(), os.mkfifo(entry)), "v1/entries/{fp2}/{fp}.json: a FIFO (named pipe), not a regular file"),
+    (lambda record: record.write_text("{}"), ".edgebuild.json: 2 bytes, expected {size}"),
+    (lambda record: record.unlink(), ".edgebuild.json: blob {record} is missing"),
+])
+def test_a_damaged_entry_or_record_is_named_and_dropped(tmp_path: Path, damage, problem: str) -> None:
+    store = Store(tmp_path / "store")
+    directory = built(tmp_path / "a", 1, seeded_bytes(4096, 0))
+    fingerprint = fingerprint_of(directory)
+    store.put(fingerprint, directory)
+    entry = store.entry(fingerprint)
+    record_blob = store.blob_path(entry["files"][RECORD_FILE]["digest"])
+    damage(store.entry_path(fingerprint) if "entries" in problem else record_blob)
+    said: list[str] = []
+    assert store.restore(fingerprint, tmp_path / "out", tmp_path / ".tmp", said.append) is None
+    expected = problem.format(fp=fingerprint, fp2=fingerprint[:2], size=(directory / RECORD_FILE).stat().st_size,
+                              record=record_blob.name[:12])
+    assert said == [f"warning: the store's build of {fingerprint[:12]} is damaged ({expected}); stored files do not "
+                    f"change by themselves: check the disk under {store.root}, and who else writes there. It was dropped"]
+    assert not store.entry_path(fingerprint).exists() and not (tmp_path / "out").exists()
+    # Gone, it is simply not there: nothing more is said.
+    assert store.restore(fingerprint, tmp_path / "out", tmp_path / ".tmp", said.append) is None and len(said) == 1
+
+
+@pytest.mark.parametrize("link", ["to a file with the same bytes", "to a directory"])
+def test_a_link_in_a_build_directory_is_never_stored_nor_an_intact_output(tmp_path: Path, link: str) -> None:
+    """Outputs are regular files inside the build directory: a link there -- even to the
+    same bytes -- is an output changed since the build, and the store refuses it."""
+    store = Store(tmp_path / "store")
+    directory = built(tmp_path / "a", 1, seeded_bytes(4096, 0))
+    record = read_record(directory)
+    outside = tmp_path / "outside"
+    if link == "to a directory":
+        outside.mkdir()
+        (directory / "extra").symlink_to(outside)
+        assert record.changed_outputs(directory) == []
+    else:
+        outside.write_bytes((directory / "config.json").read_bytes())
+        (directory / "config.json").unlink()
+        (directory / "config.json").symlink_to(outside)
+        assert record.changed_outputs(directory) == ["config.json"]
+    name = "extra" if link == "to a directory" else "config.json"
+    with pytest.raises(StoreError) as caught:
+        store.put(fingerprint_of(directory), directory)
+    assert str(caught.value) == (f"{directory / name}: a symbolic link to {outside}; a build's outputs are regular files "
+                                 "inside its directory, and only those are stored")
+    assert store.blobs() == {} and list(store.entries()) == []
 
 
 def test_a_pull_downloads_only_the_blobs_the_store_lacks(tmp_path: Path) -> None:
@@ -92,7 +152,7 @@ def test_a_pull_downloads_only_the_blobs_the_store_lacks(tmp_path: Path) -> None
     even have lost them, and the pull still completes from the store's own blob."""
     (tmp_path / "remote").mkdir()
     remote = RemoteCache.open(str(tmp_path / "remote"))
-    shared = os.urandom(1 << 16)
+    shared = seeded_bytes(1 << 16, 5)
     first, second = built(tmp_path / "a", 1, shared), built(tmp_path / "b", 2, shared)
     source = Store(tmp_path / "source")
     for directory in (first, second):
@@ -110,8 +170,8 @@ def test_a_pull_downloads_only_the_blobs_the_store_lacks(tmp_path: Path) -> None
 
 def test_the_store_of_the_old_layout_is_moved_in_on_first_use(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    kept = built(tmp_path / "a", 1, os.urandom(4096))
-    damaged = built(tmp_path / "b", 2, os.urandom(4096))
+    kept = built(tmp_path / "a", 1, seeded_bytes(4096, 6))
+    damaged = built(tmp_path / "b", 2, seeded_bytes(4096, 7))
     for directory in (kept, damaged):
         fingerprint = fingerprint_of(directory)
         old = root / fingerprint[:2] / fingerprint
@@ -120,8 +180,7 @@ def test_the_store_of_the_old_layout_is_moved_in_on_first_use(tmp_path: Path) ->
         (old / ".last-used").write_text("1000000000.0\n")
     (root / fingerprint_of_old(root, 0) / ".unvouched").write_text("pulled from somewhere: it is unsigned\n")
     first, second = sorted(path for prefix in root.iterdir() for path in prefix.iterdir())
-    with open(second / "model.bin", "r+b") as handle:
-        handle.write(b"\0")
+    flip_bits(second / "model.bin", 0)
     weights = (first / "model.bin").read_bytes()
 
     store = Store(root)

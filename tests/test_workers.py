@@ -120,12 +120,15 @@ def test_a_killed_worker_is_reported_by_artifact_name_and_the_next_run_recovers(
     (project.root / "build" / "t" / "report.json").unlink()
     killed = project.doit("verify", env=NO_REMOTE | {"EDGEBUILD_FAULT": "verify.after_report=kill"})
     assert killed.returncode != 0
+    # Said as the next command finds it: the report was written, and passed, before the kill.
     assert re.search(
-        r"t: the verify process \(pid \d+\) was killed by SIGKILL \(out of memory\? the kernel's OOM killer sends "
-        r"SIGKILL\); nothing of it counts as built",
+        r"\nt: the verify process \(pid \d+\) was killed by SIGKILL \(out of memory\? the kernel's OOM killer sends "
+        r"SIGKILL\); its report was complete and passed before it ended: t is verified \(the next `doit verify` keeps "
+        r"it in the store and pushes it\)\n",
         killed.stdout + killed.stderr,
     ), killed.stdout + killed.stderr
     assert "Traceback" not in killed.stdout + killed.stderr
+    assert project.doit("status", env=NO_REMOTE).stdout == "t  up to date (verified)\n"
     # The report was written before the kill and passed: the next run keeps it without judging
     # again (the store kept the seed's identical report: nothing is left to do at all).
     again = project.doit("verify", env=NO_REMOTE)
@@ -153,13 +156,25 @@ def test_an_unexpected_exception_shows_the_workers_traceback(verified_seed: Path
     assert re.search(r"t: the verify process \(pid \d+\) failed with exit status 1 \(its traceback is above\)", output), output
 
 
-def test_a_signal_is_named(tmp_path: Path) -> None:
-    """The parent's reading of a worker's end, without a build: a worker that kills itself."""
-    from edgebuild.run.workers import _outcome
+@pytest.mark.parametrize("status, raw, seen, lost, said", [
+    (-15, b"", False, False, "was killed by SIGTERM"),
+    (-9, b"", False, False, "was killed by SIGKILL (out of memory? the kernel's OOM killer sends SIGKILL)"),
+    (130, b'{"interrupted": true}\n', False, False, "was interrupted (SIGINT)"),
+    # Said only when one was relayed: an exit status alone is no traceback.
+    (1, b"", True, False, "failed with exit status 1 (its traceback is above)"),
+    (3, b"", False, False, "failed with exit status 3, with no traceback (code it ran ended the process: os._exit, or a "
+                          "native library's crash)"),
+    (0, b"", False, False, "exited with status 0 without handing back its result (code it ran ended the process: "
+                          "os._exit?)"),
+    # A fork server gone is not the OOM killer, though the worker is reported as killed.
+    (-9, b"", False, True, "ended with the fork server it was forked from (the server was stopped or killed before the "
+                          "worker ended; a shared one by another command, or by hand)"),
+])
+def test_how_a_worker_ended_is_said_as_it_happened(status: int, raw: bytes, seen: bool, lost: bool, said: str) -> None:
+    """The parent's reading of a worker's end, without a build; what it left behind is
+    read from disk after (``_left_behind``, in the tests that kill real workers)."""
+    from edgebuild.run.workers import WorkerCrash, _outcome
 
-    with pytest.raises(WorkerError) as caught:
-        _outcome("build", "tower", 4242, -15, b"")
-    assert str(caught.value) == "tower: the build process (pid 4242) was killed by SIGTERM; nothing of it counts as built"
-    with pytest.raises(WorkerError) as caught:
-        _outcome("verify", "tower", 4242, 130, b'{"interrupted": true}\n')
-    assert str(caught.value) == "tower: the verify process (pid 4242) was interrupted (SIGINT); nothing of it counts as built"
+    with pytest.raises(WorkerCrash) as caught:
+        _outcome("build", "tower", 4242, status, raw, traceback=seen, server_lost=lost)
+    assert str(caught.value) == f"tower: the build process (pid 4242) {said}"

@@ -16,6 +16,14 @@ not a plain relative path (no ``..``, no absolute path, no empty or ``.``
 component, no backslash, no control character), so a key built from something
 read off a remote can never name a file outside it.
 
+Errors: every failure of a backend -- opening it (an FTP server refusing the
+connection, a protocol fsspec does not know, a package it needs) or any call on it
+(``OSError``, a client library's own connection errors, an HTTP server that cannot
+be reached, which fsspec reports as a missing file) -- is one :class:`RemoteError`
+line, raised here, naming the location and the setting it came from
+(``EDGEBUILD_REMOTE_CACHE=ftp://...: cannot reach it: ...``): this class is the one
+boundary between edgebuild and the backends, so no caller catches per backend.
+
 Endpoints: for ``s3://`` the ``s3_endpoint`` setting (``EDGEBUILD_S3_ENDPOINT_URL``)
 sets the endpoint (an S3-compatible server: MinIO, Ceph, a loopback test
 server); botocore's own ``AWS_ENDPOINT_URL_S3`` and fsspec's configuration
@@ -86,18 +94,30 @@ def storage_options(protocol: str, s3_endpoint: str | None) -> dict[str, Any]:
     return {}
 
 
+def shown_setting(setting: str | None, spec: str) -> str:
+    """How an error names a location and where it was set: ``EDGEBUILD_REMOTE_CACHE=URL``
+    for a variable or a manifest key, ``--to URL`` for an option, the spec alone for none."""
+    if not setting:
+        return spec
+    return f"{setting} {spec}" if setting.startswith("-") else f"{setting}={spec}"
+
+
 class Location:
     """Keys (``a/b/c.json``, always with '/') under one root of one filesystem.
 
-    ``label`` is what messages show: the spec as the user wrote it.
+    ``label`` is what messages show: the spec as the user wrote it; ``setting`` what
+    set it (``EDGEBUILD_REMOTE_CACHE``, ``--to``, ...), which an error about reaching
+    the location names with it (:attr:`shown`).
     """
 
-    def __init__(self, spec: str, base: Path | None = None, s3_endpoint: str | None = FROM_SETTINGS) -> None:
+    def __init__(self, spec: str, base: Path | None = None, s3_endpoint: str | None = FROM_SETTINGS,
+                 setting: str | None = None) -> None:
         if s3_endpoint == FROM_SETTINGS:
             from edgebuild.core.config import Settings
 
             s3_endpoint = Settings.from_environ().s3_endpoint
         self.label = spec
+        self.shown = shown_setting(setting, spec)
         self.s3_endpoint = s3_endpoint
         if is_url(spec):
             protocol = spec.split("://", 1)[0]
@@ -118,7 +138,7 @@ class Location:
         self.is_local = "file" in protocols
         if self.has_buckets and not self.root.strip("/").split("/", 1)[0]:
             # Else the first key's first part would become the bucket (s3://t/<fp>/...).
-            raise RemoteError(f"{spec}: names no bucket; expected {protocol}://BUCKET or {protocol}://BUCKET/PREFIX")
+            raise RemoteError(f"{self.shown}: names no bucket; expected {protocol}://BUCKET or {protocol}://BUCKET/PREFIX")
 
     @property
     def url(self) -> str:
@@ -131,12 +151,16 @@ class Location:
 
         try:
             self._fs, root = fsspec.core.url_to_fs(self._url, **self._options)
+            # Listings cached by another call of this process could hide what another
+            # process wrote meanwhile; every read below asks the backend.
+            self._fs.invalidate_cache()
         except (ImportError, ValueError) as error:
-            raise RemoteError(f"{self.label}: cannot open this location: {error}") from None
+            # No such protocol, or its package is not installed.
+            raise RemoteError(f"{self.shown}: cannot open this location: {error}") from None
+        except _BACKEND_ERRORS as error:
+            # Some backends connect as they open (ftp://, sftp://, smb://).
+            raise RemoteError(f"{self.shown}: cannot reach it: {_describe(error)}") from None
         self._pid = os.getpid()
-        # Listings cached by another call of this process could hide what another
-        # process wrote meanwhile; every read below asks the backend.
-        self._fs.invalidate_cache()
         return self._fs, root
 
     @property
@@ -173,17 +197,32 @@ class Location:
         container = self.root.split("/", 1)[0] if self.has_buckets else self.root
         try:
             info = self.fs.info(container)
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            self._absent(error, "reach", "")
             info = None
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.label}: cannot reach: {_describe(error)}") from None
+            raise RemoteError(f"{self.shown}: cannot reach it: {_describe(error)}") from None
         if self.has_buckets:
             if info is None:
-                raise RemoteError(f"{self.label}: bucket {container!r} does not exist (or these credentials cannot see it)")
+                raise RemoteError(f"{self.shown}: bucket {container!r} does not exist (or these credentials cannot see it)")
         elif info is None:
-            raise RemoteError(f"{self.label}: no such directory; create it (mkdir -p {shlex.quote(container)}) or mount the shared disk")
+            create = f"create it (mkdir -p {shlex.quote(container)}) or mount the shared disk" if self.is_local else "create it"
+            raise RemoteError(f"{self.shown}: no such directory; {create}")
         elif info.get("type") != "directory":
-            raise RemoteError(f"{self.label}: not a directory")
+            raise RemoteError(f"{self.shown}: not a directory")
+
+    def _failed(self, verb: str, key: str, error: BaseException) -> RemoteError:
+        """The one line for a backend's failure to ``verb`` ``key`` (``""``: the location itself)."""
+        what = f" {key}" if key else " it"
+        return RemoteError(f"{self.shown}: cannot {verb}{what}: {_describe(error)}")
+
+    def _absent(self, error: FileNotFoundError, verb: str, key: str) -> None:
+        """Let ``error`` mean "nothing there" only when it is not a failure to reach the
+        backend in disguise: fsspec's HTTP backend answers a refused connection with
+        ``FileNotFoundError``, the connection error as its cause."""
+        cause = _unreachable(error)
+        if cause is not None:
+            raise self._failed(verb, key, cause) from None
 
     # --- reads ------------------------------------------------------------------
 
@@ -202,12 +241,13 @@ class Location:
             if size > limit:
                 raise UnfitObject(f"{self.where(key)}: {size} bytes, more than the {limit} it may hold; not read")
             data = self.fs.cat_file(path, start=0, end=limit + 1)
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            self._absent(error, "read", key)
             return None
         except RemoteError:
             raise
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
+            raise self._failed("read", key, error) from None
         if len(data) > limit:
             raise UnfitObject(f"{self.where(key)}: more than the {limit} bytes it may hold; not read")
         return data
@@ -217,10 +257,11 @@ class Location:
         path = self.path(key)
         try:
             info = self.fs.info(path)
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            self._absent(error, "read", key)
             return None
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
+            raise self._failed("read", key, error) from None
         return int(info["size"]) if info.get("type") != "directory" else None
 
     def sizes(self, keys: list[str]) -> dict[str, int | None]:
@@ -238,7 +279,8 @@ class Location:
         async def one(key: str) -> int | None:
             try:
                 info = await self.fs._info(self.path(key))
-            except FileNotFoundError:
+            except FileNotFoundError as error:
+                self._absent(error, "read", key)
                 return None
             return int(info["size"]) if info.get("type") != "directory" else None
 
@@ -248,12 +290,12 @@ class Location:
         try:
             found = sync(self.fs.loop, every)
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.label}: cannot read: {_describe(error)}") from None
+            raise self._failed("read", "", error) from None
         sizes = {}
         for key, size in zip(keys, found):
             if isinstance(size, BaseException):
-                if isinstance(size, _BACKEND_ERRORS):
-                    raise RemoteError(f"{self.where(key)}: cannot read: {_describe(size)}") from None
+                if isinstance(size, _BACKEND_ERRORS) and not isinstance(size, RemoteError):
+                    raise self._failed("read", key, size) from None
                 raise size
             sizes[key] = size
         return sizes
@@ -264,10 +306,11 @@ class Location:
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.fs.get_file(path, str(target))
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            self._absent(error, "download", key)
             return False
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.where(key)}: cannot download: {_describe(error)}") from None
+            raise self._failed("download", key, error) from None
         return True
 
     def digest(self, key: str, hasher: Any) -> str | None:
@@ -278,10 +321,11 @@ class Location:
             with self.fs.open(path, "rb") as handle:
                 while chunk := handle.read(READ_CHUNK):
                     hasher.update(chunk)
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            self._absent(error, "read", key)
             return None
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.where(key)}: cannot read: {_describe(error)}") from None
+            raise self._failed("read", key, error) from None
         return hasher.hexdigest()
 
     def listing(self, prefix: str) -> dict[str, tuple[int, float | None]]:
@@ -290,10 +334,11 @@ class Location:
         base = self.path(prefix)
         try:
             found = self.fs.find(base, detail=True)
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            self._absent(error, "list", prefix)
             return {}
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.where(prefix)}: cannot list: {_describe(error)}") from None
+            raise self._failed("list", prefix, error) from None
         listing = {}
         for path, info in found.items():
             if info.get("type") == "directory" or not path.startswith(base.rstrip("/") + "/"):
@@ -328,17 +373,17 @@ class Location:
         except FileExistsError:
             return False
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.where(key)}: cannot write: {_describe(error)}") from None
+            raise self._failed("write", key, error) from None
         return True
 
     def delete(self, key: str) -> None:
         path = self.path(key)
         try:
             self.fs.rm_file(path)
-        except FileNotFoundError:
-            pass
+        except FileNotFoundError as error:
+            self._absent(error, "delete", key)
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.where(key)}: cannot delete: {_describe(error)}") from None
+            raise self._failed("delete", key, error) from None
 
     def _put(self, key: str, write: Any) -> None:
         target = self.path(key)
@@ -356,7 +401,7 @@ class Location:
                 if self.fs.exists(temporary):
                     self.fs.rm_file(temporary)
         except _BACKEND_ERRORS as error:
-            raise RemoteError(f"{self.where(key)}: cannot write: {_describe(error)}") from None
+            raise self._failed("write", key, error) from None
 
 
 def _modified(info: dict[str, Any]) -> float | None:
@@ -383,6 +428,20 @@ def quoted(value: object) -> str:
     come from a remote and be of any length."""
     text = repr(value)
     return text if len(text) <= 80 else text[:80] + "..."
+
+
+def _unreachable(error: BaseException) -> BaseException | None:
+    """The error behind ``error`` (its cause or context, transitively) that is a failure to
+    reach a backend -- an ``OSError`` other than a missing file, such as aiohttp's
+    ``ClientConnectorError`` -- or ``None``."""
+    seen: set[int] = set()
+    current = error.__cause__ or error.__context__
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and not isinstance(current, FileNotFoundError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _describe(error: BaseException) -> str:

@@ -70,10 +70,10 @@ from edgebuild.cache.entries import (
     CACHE_FORMAT, ENTRY_BYTES, PREFIX, CorruptEntry, blob_key, check_blob, entry_key, parse_entry,
 )
 from edgebuild.cache.location import FROM_SETTINGS, Location, UnfitObject
-from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, parse_json
+from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, parse_json, read_bytes
 from edgebuild.core.report import REPORT_FORMAT, REPORT_JSON
 from edgebuild.cache.signing import Trust
-from edgebuild.cache.store import Store
+from edgebuild.cache.store import Store, damaged
 
 REMOTE_FORMAT = CACHE_FORMAT
 
@@ -103,8 +103,11 @@ class RemoteCache:
 
     @classmethod
     def open(cls, spec: str, base: Path | None = None, readonly: bool = False,
-             s3_endpoint: str | None = FROM_SETTINGS, trust: Trust | None = None) -> "RemoteCache":
-        return cls(Location(spec, base, s3_endpoint), readonly, trust)
+             s3_endpoint: str | None = FROM_SETTINGS, trust: Trust | None = None,
+             setting: str | None = None) -> "RemoteCache":
+        """The remote cache at ``spec``; ``setting`` is what set it (``EDGEBUILD_REMOTE_CACHE``),
+        named by every error about reaching it."""
+        return cls(Location(spec, base, s3_endpoint, setting), readonly, trust)
 
     @property
     def label(self) -> str:
@@ -255,7 +258,7 @@ class RemoteCache:
                         "--pull-only takes only builds signed by a trusted key (sign pushes with EDGEBUILD_SIGNING_KEY, "
                         "or verify it here without --pull-only)"
                     )
-                files = self._download(entry, fingerprint, store, scratch)
+                files = self._download(entry, fingerprint, store, scratch, log)
             except CorruptEntry as corrupt:
                 log(f"remote cache: entry {fingerprint[:12]} is corrupt ({corrupt}); dropped, building instead")
                 self._drop(fingerprint, corrupt.bad_blobs)
@@ -271,28 +274,32 @@ class RemoteCache:
                     "verification judges it here")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        restored = store.restore(fingerprint, target, scratch_root)
+        restored = store.restore(fingerprint, target, scratch_root, log)
         if restored is None:
             raise StoreError(f"{name}: the build pulled from {self.label} did not survive the local store's check")
         return restored
 
-    def _download(self, entry: dict[str, Any], fingerprint: str, store: Store, scratch: Path) -> dict[str, dict[str, Any]]:
+    def _download(self, entry: dict[str, Any], fingerprint: str, store: Store, scratch: Path,
+                  log: Log) -> dict[str, dict[str, Any]]:
         """Download into ``scratch`` every file of ``entry`` whose blob the store lacks,
         check each, and check the record against the fingerprint. Returns the entry's
-        files; those downloaded are in ``scratch``, the rest are the store's already."""
+        files; those downloaded are in ``scratch``, the rest are the store's already. A
+        damaged blob of the store is named through ``log``, removed and downloaded."""
         files: dict[str, dict[str, Any]] = entry["files"]
         for relative, meta in sorted(files.items()):
             path = scratch / relative
             stored = store.blob_path(meta["digest"])
             if stored.is_file():
                 # Read, not written: a blob the store holds is checked and used. A bad one
-                # (damaged on disk) is removed and downloaded like a missing one.
+                # (damaged on disk) is named, removed and downloaded like a missing one.
                 try:
                     check_blob(stored, relative, meta)
                     path.parent.mkdir(parents=True, exist_ok=True)
                     continue
-                except CorruptEntry:
+                except CorruptEntry as corrupt:
                     stored.unlink(missing_ok=True)
+                    log(damaged(store.root, f"the store's blob {meta['digest'][:12]}", corrupt,
+                                "It was removed and is downloaded again"))
             if not self.location.download(blob_key(meta["digest"]), path):
                 raise CorruptEntry(f"{relative}: blob {meta['digest'][:12]} is missing")
             check_blob(path, relative, meta)
@@ -300,7 +307,9 @@ class RemoteCache:
         if not record_path.is_file():
             record_path = store.blob_path(files[RECORD_FILE]["digest"])
         try:
-            record = parse_record(record_path.read_bytes(), RECORD_FILE)
+            record = parse_record(read_bytes(record_path, RECORD_BYTES), RECORD_FILE)
+        except UnreadableFile as error:
+            raise CorruptEntry(f"{RECORD_FILE}: {error}") from None
         except (OSError, RecordError) as error:
             raise CorruptEntry(str(error)) from None
         hashes_to = record.hashes_to()

@@ -11,7 +11,10 @@ and is judged here before anything calls it verified.
 
 Keys are ECDSA P-256 pairs in PEM (PKCS#8 private key, SubjectPublicKeyInfo public
 key), the kind OpenSSF ``model-signing``'s key signer takes, so one pair can sign
-cache entries and releases. ``python -m edgebuild keygen PREFIX`` writes one.
+cache entries and releases. ``python -m edgebuild keygen PREFIX`` writes one. A key
+file holds one key (several PEM blocks are refused: list one file per key); a private
+key readable by anyone but its owner, or a trusted key that anyone may rewrite (the
+file, or its directory unless sticky), is refused, as ssh refuses them.
 
 An entry's signature covers the canonical JSON of the entry (format, fingerprint and
 every file's size and blake3 digest: the outputs, the build record and the reports),
@@ -27,10 +30,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebuild.core.files import UnreadableFile, read_bytes
 from edgebuild.core.hashing import canonical_json
 from edgebuild.errors import ConfigError
 
@@ -88,22 +93,50 @@ def generate(prefix: Path) -> tuple[Path, Path]:
     return private_path, public_path
 
 
-def _read_key_file(path: Path, variable: str) -> bytes:
+def _read_key_file(path: Path, variable: str, private: bool) -> bytes:
+    """The bytes of one PEM key, through the bounded reader (a FIFO is refused, never
+    waited on), from a file whose permissions keep it what it is: a private key readable
+    by its owner only, a trusted public key (and its directory) writable by no one else.
+    ssh and gpg refuse the same; a key anyone may rewrite decides nothing."""
     try:
-        with open(path, "rb") as reader:
-            data = reader.read(KEY_FILE_BYTES + 1)
+        data = read_bytes(path, KEY_FILE_BYTES)
+    except UnreadableFile as error:
+        raise ConfigError(f"{variable}: {path}: {error}; expected a PEM key file") from None
     except OSError as error:
-        raise ConfigError(f"{variable}: {path}: cannot read the key ({error.strerror})") from None
-    if len(data) > KEY_FILE_BYTES:
-        raise ConfigError(f"{variable}: {path}: over {KEY_FILE_BYTES >> 10} KiB, not a PEM key")
+        raise ConfigError(f"{variable}: {path}: cannot read the key ({error.strerror or error})") from None
+    _check_permissions(path, variable, private)
+    blocks = data.count(b"-----BEGIN ")
+    if blocks > 1:
+        # Trusting the first silently was the bug; trusting all would let cache entries
+        # and releases (model-signing takes one key per file) disagree on who is trusted.
+        raise ConfigError(f"{variable}: {path}: holds {blocks} PEM blocks; expected one key per file (put each key in a "
+                          "file of its own and list every file, comma-separated)")
     return data
+
+
+def _check_permissions(path: Path, variable: str, private: bool) -> None:
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if private and mode & 0o077:
+        raise ConfigError(f"{variable}: {path}: mode {mode:04o} lets others than its owner read or write the private "
+                          f"key; refused, as ssh refuses such a key (chmod 600 {path})")
+    if private:
+        return
+    if mode & 0o002:
+        raise ConfigError(f"{variable}: {path}: mode {mode:04o} lets anyone rewrite a trusted key, and with it what "
+                          f"counts as verified here; refused (chmod o-w {path})")
+    for folder in dict.fromkeys((path.absolute().parent, Path(os.path.realpath(path)).parent)):
+        info = os.stat(folder)
+        # A sticky directory (/tmp) lets no one else replace a file they do not own.
+        if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
+            raise ConfigError(f"{variable}: {path}: its directory {folder} (mode {stat.S_IMODE(info.st_mode):04o}) lets "
+                              f"anyone replace the trusted key; refused (chmod o-w {folder})")
 
 
 def load_private_key(path: Path, variable: str = "EDGEBUILD_SIGNING_KEY") -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    data = _read_key_file(path, variable)
+    data = _read_key_file(path, variable, private=True)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError):
@@ -120,7 +153,7 @@ def load_public_key(path: Path, variable: str = "EDGEBUILD_TRUSTED_KEYS") -> Any
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    data = _read_key_file(path, variable)
+    data = _read_key_file(path, variable, private=False)
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError):

@@ -34,15 +34,17 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from edgebuild.cache.copying import copy_file
 from edgebuild.cache.entries import CACHE_FORMAT, ENTRY_BYTES, PREFIX, CorruptEntry, blob_key, check_blob, entry_key, parse_entry
 from edgebuild.core.atomic import new_directory
 from edgebuild.core.faults import fault_point
-from edgebuild.core.files import RECORD_BYTES
-from edgebuild.core.hashing import canonical_json, file_digest
-from edgebuild.errors import RecordError
+from edgebuild.core.files import (
+    RECORD_BYTES, SMALL_BYTES, NotRegular, UnreadableFile, read_bytes, read_text, regular_file_below, regular_tree,
+)
+from edgebuild.core.hashing import canonical_json, digest_bytes, file_digest
+from edgebuild.errors import RecordError, StoreError
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
 
 # Beside an entry pulled from a remote cache that no trusted key signed: where it came
@@ -68,6 +70,12 @@ def materialise(sources: dict[str, Path], target: Path, scratch_root: Path) -> N
             destination.parent.mkdir(parents=True, exist_ok=True)
             copy_file(source, destination)
 
+
+
+def damaged(root: Path, what: str, corrupt: CorruptEntry, done: str) -> str:
+    """What a command says of something of the store under ``root`` it found damaged."""
+    return (f"warning: {what} is damaged ({corrupt}); stored files do not change by themselves: check the disk under "
+            f"{root}, and who else writes there. {done}")
 
 
 @dataclass(frozen=True)
@@ -116,14 +124,25 @@ class Store:
     def entry(self, fingerprint: str) -> dict[str, Any] | None:
         """The entry of ``fingerprint`` (``None`` when there is none, or it is not a
         well-formed entry: such an entry is never served). Blobs are not checked here."""
+        try:
+            return self._read_entry(fingerprint)
+        except CorruptEntry:
+            return None
+
+    def _read_entry(self, fingerprint: str) -> dict[str, Any] | None:
+        """The entry of ``fingerprint``; ``None`` when there is none; :class:`CorruptEntry`
+        for one that cannot be read or is not a well-formed entry of this fingerprint."""
         self._migrate_legacy()
         path = self.entry_path(fingerprint)
         try:
-            if path.stat().st_size > ENTRY_BYTES:
-                return None
-            return parse_entry(path.read_bytes(), fingerprint)
-        except (OSError, CorruptEntry):
+            raw = read_bytes(path, ENTRY_BYTES)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except UnreadableFile as error:
+            raise CorruptEntry(f"{entry_key(fingerprint)}: {error}") from None
+        except OSError as error:
+            raise CorruptEntry(f"{entry_key(fingerprint)}: cannot read it ({error.strerror or error})") from None
+        return parse_entry(raw, fingerprint)
 
     def files(self, fingerprint: str) -> dict[str, Path]:
         """Each file of the stored build of ``fingerprint`` and the blob holding it
@@ -142,15 +161,44 @@ class Store:
         return self._record_of(entry, fingerprint)
 
     def _record_of(self, entry: dict[str, Any], fingerprint: str) -> BuildRecord | None:
+        try:
+            return self._read_record(entry, fingerprint)
+        except CorruptEntry:
+            return None
+
+    def _read_record(self, entry: dict[str, Any], fingerprint: str) -> BuildRecord:
+        """The record ``entry`` names; :class:`CorruptEntry` when its blob is missing, not
+        at its size, not a record, or the record of another fingerprint."""
         meta = entry["files"][RECORD_FILE]
         path = self.blob_path(meta["digest"])
+
+        def bad(problem: str) -> CorruptEntry:
+            # The blob is bad for every entry only when its bytes are not what its name says.
+            try:
+                wrong = digest_bytes(read_bytes(path, RECORD_BYTES)) != meta["digest"]
+            except (OSError, UnreadableFile):
+                wrong = os.path.lexists(path)
+            return CorruptEntry(f"{RECORD_FILE}: {problem}", (meta["digest"],) if wrong else ())
+
         try:
-            if meta["size"] > RECORD_BYTES or path.stat().st_size != meta["size"]:
-                return None
-            record = parse_record(path.read_bytes(), RECORD_FILE)
-        except (OSError, RecordError):
-            return None
-        return record if record.fingerprint == fingerprint else None
+            if meta["size"] > RECORD_BYTES:
+                raise CorruptEntry(f"{RECORD_FILE}: {meta['size']} bytes, more than a record may hold")
+            raw = read_bytes(path, RECORD_BYTES)
+        except FileNotFoundError:
+            raise CorruptEntry(f"{RECORD_FILE}: blob {meta['digest'][:12]} is missing") from None
+        except UnreadableFile as error:
+            raise bad(str(error)) from None
+        except OSError as error:
+            raise CorruptEntry(f"{RECORD_FILE}: cannot read it ({error.strerror or error})") from None
+        if len(raw) != meta["size"]:
+            raise bad(f"{len(raw)} bytes, expected {meta['size']}")
+        try:
+            record = parse_record(raw, RECORD_FILE)
+        except RecordError as error:
+            raise bad(str(error).removeprefix(f"{RECORD_FILE}: ")) from None
+        if record.fingerprint != fingerprint:
+            raise CorruptEntry(f"{RECORD_FILE} is the record of fingerprint {record.fingerprint[:12]}")
+        return record
 
     def has(self, fingerprint: str) -> bool:
         return self.record(fingerprint) is not None
@@ -170,10 +218,14 @@ class Store:
     def unvouched(self, fingerprint: str) -> str | None:
         """Why the stored build of ``fingerprint`` is a pulled one nobody trusted vouched
         for; ``None`` when it was built or verified here, or signed by a trusted key."""
+        path = self._unvouched_path(fingerprint)
         try:
-            return self._unvouched_path(fingerprint).read_text().strip() or "pulled, unsigned"
-        except OSError:
+            return read_text(path, SMALL_BYTES).strip() or "pulled, unsigned"
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except (OSError, UnreadableFile, UnicodeDecodeError):
+            # There, but not a note of ours: still not vouched for (never trusted by accident).
+            return "pulled, unsigned" if os.path.lexists(path) else None
 
     # --- writing ------------------------------------------------------------------
 
@@ -188,14 +240,19 @@ class Store:
         try:
             # The build hashed its outputs as it wrote them: not hashed again here (a
             # restore checks every blob before it serves one).
-            known = parse_record((directory / RECORD_FILE).read_bytes(), RECORD_FILE).to_json(only=("outputs",))["outputs"]
-        except (OSError, RecordError):
+            record = parse_record(read_bytes(directory / RECORD_FILE, RECORD_BYTES), RECORD_FILE)
+            known = record.to_json(only=("outputs",))["outputs"]
+        except (OSError, UnreadableFile, RecordError):
             known = {}
+        try:
+            listed = regular_tree(directory)
+        except NotRegular as found:
+            raise StoreError(f"{directory / found.relative}: {found}; a build's outputs are regular files inside its "
+                             "directory, and only those are stored") from None
         files = {}
-        for path in sorted(directory.rglob("*")):
-            if path.is_file() and path.name not in REPORT_FILES:
-                relative = path.relative_to(directory).as_posix()
-                files[relative] = self.add_blob(path, known.get(relative))
+        for relative in listed:
+            if Path(relative).name not in REPORT_FILES:
+                files[relative] = self.add_blob(directory / relative, known.get(relative))
         fault_point("store.before_rename")
         self._write_entry(fingerprint, files)
 
@@ -219,9 +276,8 @@ class Store:
             return
         files = dict(entry["files"])
         for name in REPORT_FILES:
-            source = directory / name
-            if source.is_file():
-                files[name] = self.add_blob(source)
+            if regular_file_below(directory, name) is not None:
+                files[name] = self.add_blob(directory / name)
         self._write_entry(fingerprint, files)
         self._unvouched_path(fingerprint).unlink(missing_ok=True)
 
@@ -277,16 +333,20 @@ class Store:
         finally:
             Path(name).unlink(missing_ok=True)
 
-    def restore(self, fingerprint: str, target: Path, scratch_root: Path) -> BuildRecord | None:
-        """Materialise the stored entry at ``target``; ``None`` (and the entry dropped)
-        when it is missing or any blob fails its digest."""
-        entry = self.entry(fingerprint)
-        record = self._record_of(entry, fingerprint) if entry is not None else None
-        if entry is None or record is None:
-            return None
-        outputs = record.to_json(only=("outputs",))["outputs"]
-        files = entry["files"]
+    def restore(self, fingerprint: str, target: Path, scratch_root: Path,
+                log: Callable[[str], None] | None = None) -> BuildRecord | None:
+        """Materialise the stored entry at ``target``; ``None`` when there is none. A
+        damaged one -- an entry that does not parse, a record or blob that is missing or
+        does not hold its bytes -- is dropped (with its bad blobs) and ``None`` returned,
+        after ``log`` says so: stored bytes do not change by themselves, so it is a failing
+        disk or someone writing the store, and the user hears of it."""
         try:
+            entry = self._read_entry(fingerprint)
+            if entry is None:
+                return None
+            record = self._read_record(entry, fingerprint)
+            outputs = record.to_json(only=("outputs",))["outputs"]
+            files = entry["files"]
             if any(files.get(relative) != meta for relative, meta in outputs.items()):
                 raise CorruptEntry("the files listed do not match the outputs in the record")
             for relative, meta in files.items():
@@ -295,6 +355,8 @@ class Store:
             self.remove(fingerprint)
             for digest in corrupt.bad_blobs:
                 self.blob_path(digest).unlink(missing_ok=True)
+            if log is not None:
+                log(damaged(self.root, f"the store's build of {fingerprint[:12]}", corrupt, "It was dropped"))
             return None
         materialise({relative: self.blob_path(meta["digest"]) for relative, meta in files.items()}, target, scratch_root)
         self.touch(fingerprint)
@@ -446,8 +508,8 @@ class Store:
 
     def _adopt_legacy(self, fingerprint: str, directory: Path) -> None:
         try:
-            record = parse_record((directory / RECORD_FILE).read_bytes(), RECORD_FILE)
-        except (OSError, RecordError):
+            record = parse_record(read_bytes(directory / RECORD_FILE, RECORD_BYTES), RECORD_FILE)
+        except (OSError, UnreadableFile, RecordError):
             return
         if record.fingerprint != fingerprint or record.changed_outputs(directory):
             return
@@ -460,12 +522,14 @@ class Store:
                 files[name] = self.add_blob(directory / name, move=True)
         self._write_entry(fingerprint, files)
         try:
-            last_used = float((directory / _LEGACY_LAST_USED).read_text())
+            last_used = float(read_text(directory / _LEGACY_LAST_USED, SMALL_BYTES))
             os.utime(self.entry_path(fingerprint), (last_used, last_used))
-        except (OSError, ValueError):
+        except (OSError, UnreadableFile, ValueError):
             pass
         try:
-            why = (directory / _LEGACY_UNVOUCHED).read_text()
-        except OSError:
+            why = read_text(directory / _LEGACY_UNVOUCHED, SMALL_BYTES)
+        except FileNotFoundError:
             return
+        except (OSError, UnreadableFile):
+            why = "pulled, unsigned\n"
         self._unvouched_path(fingerprint).write_text(why)

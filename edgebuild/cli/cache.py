@@ -30,14 +30,15 @@ class Cache(NamesAnywhere, WorkspaceCommand):
             ("local store", shown_path(workspace.store.root),
              [(entry.artifact, entry.fingerprint, entry.size, entry.last_used) for entry in workspace.store.entries()])
         ]
-        if workspace.remote is not None:
-            try:
-                remote = [(entry.artifact, entry.fingerprint, entry.size, entry.pushed)
-                          for entry in workspace.remote.entries()]
-            except EdgebuildError as error:
-                fail(str(error))
-                return 1
-            sections.append(("remote cache", workspace.remote.label, remote))
+        try:
+            # Opening the remote cache is reaching it: the same failure as a listing's.
+            opened = workspace.remote
+            if opened is not None:
+                remote = [(entry.artifact, entry.fingerprint, entry.size, entry.pushed) for entry in opened.entries()]
+                sections.append(("remote cache", opened.label, remote))
+        except EdgebuildError as error:
+            fail(str(error))
+            return 1
         if args:
             sections = [(title, where, [row for row in rows if row[0] in args]) for title, where, rows in sections]
         if params["as_json"]:
@@ -64,6 +65,6 @@ class Cache(NamesAnywhere, WorkspaceCommand):
             widths = [max(len(row[column]) for row in table) for column in range(4)]
             for row in table:
                 print(("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4]).rstrip())
-        if workspace.remote is None:
+        if opened is None:
             print("remote cache: none (set remote_cache in the manifest, or EDGEBUILD_REMOTE_CACHE)")
         return 0

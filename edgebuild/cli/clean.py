@@ -6,7 +6,10 @@ import io
 
 from doit.cmd_clean import Clean as DoitClean
 
-class Clean(DoitClean):
+from edgebuild.cli.common import OneLineErrors
+
+
+class Clean(OneLineErrors, DoitClean):
     """doit's ``clean``, saying what it removes: doit writes ``NAME - executing 'Python:
     function _clean_action'`` for every clean action and keeps what the action printed
     to itself; here the action's own line (``removed build/NAME``) is shown, and

@@ -99,7 +99,12 @@ def options_first(args: list[str], options: list[Any]) -> list[str]:
             flag = arg[:2]  # a short option with its value attached: -n2
         if arg.startswith("-") and flag in takes_value:
             moved.append(arg)
-            if takes_value[flag] and arg == flag and index + 1 < len(args):
+            if takes_value[flag] and arg == flag:
+                if index + 1 == len(args):
+                    # No value follows: left last, where no name can be taken for its value.
+                    moved.pop()
+                    rest.append(arg)
+                    break
                 moved.append(args[index + 1])
                 index += 1
         else:
@@ -108,14 +113,126 @@ def options_first(args: list[str], options: list[Any]) -> list[str]:
     return moved + rest
 
 
-class NamesAnywhere:
-    """Options may follow the artifact names: ``doit verify NAME --fail-fast``."""
+def option_problem(parser: Any, args: list[str], command: str) -> str | None:
+    """What is wrong with the options in ``args`` for doit's ``CmdParse`` ``parser`` (an
+    unknown one, a value missing or given where none is taken, a value of the wrong type
+    or not among the choices), as the one line ``command`` ends with; ``None`` when
+    nothing is. (doit's own message lists every option object it knows.)"""
+    import getopt
+
+    from doit.cmdparse import CmdParseError
+
+    try:
+        found, rest = getopt.getopt(args, parser.get_short(), parser.get_long())
+    except getopt.GetoptError as error:
+        flag = f"--{error.opt}" if len(error.opt) > 1 else f"-{error.opt}"
+        if "not recognized" in error.msg:
+            return _unknown_option(parser, flag, command)
+        if "requires argument" in error.msg:
+            return _needs_value(parser, flag)
+        if "must not have an argument" in error.msg:
+            given = next((arg for arg in args if arg.startswith(flag + "=")), flag)
+            return f"{flag} takes no value, found {given!r}"
+        if "not a unique prefix" in error.msg:
+            return f"{flag} is the start of more than one option of doit {command}; `doit help {command}` lists them"
+        return f"{flag}: {error.msg}"
+    for flag, value in found:
+        option, _ = parser.get_option(flag)
+        if option is None or option.type in (bool, list):
+            continue
+        names = "/".join(name for name in (f"-{option.short}" if option.short else "",
+                                           f"--{option.long}" if option.long else "") if name)
+        try:
+            option.str2type(value)
+        except CmdParseError:
+            if option.choices:
+                return f"{names}: expected one of {', '.join(option.choices)}, found {value!r}"
+            expected = {int: "an integer", float: "a number"}.get(option.type, f"a {option.type.__name__}")
+            return f"{names}: expected {expected}, found {value!r}"
+    # Options that follow the artifact names were moved ahead of them: one still among them is unknown.
+    for arg in rest:
+        if arg == "--":
+            break
+        if arg.startswith("-") and arg != "-":
+            flag = arg.split("=", 1)[0]
+            option, _ = parser.get_option(flag)
+            if option is not None and option.type is not bool and arg == flag:
+                return _needs_value(parser, flag)
+            return _unknown_option(parser, flag, command)
+    return None
+
+
+def _needs_value(parser: Any, flag: str) -> str:
+    option, _ = parser.get_option(flag)
+    what = f": {option.help.splitlines()[0]}" if option is not None and option.help else ""
+    return f"{flag} needs a value{what}"
+
+
+def _unknown_option(parser: Any, flag: str, command: str) -> str:
+    """The line for ``flag``, which ``command`` does not take: the other edgebuild commands
+    that take it, or the option of ``command`` it may be a typo of."""
+    elsewhere = [name for name, options in _edgebuild_command_options().items()
+                 if name != command and flag.startswith("--") and flag[2:] in options]
+    if elsewhere:
+        hint = f" (it is an option of {' and '.join(f'doit {name}' for name in elsewhere)})"
+    else:
+        known = [f"--{option.long}" for option in parser.options if option.long]
+        known += [f"--{option.inverse}" for option in parser.options if option.inverse]
+        match = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+        hint = f" (did you mean {match[0]}?)" if match else ""
+    return f"doit {command} has no option {flag}{hint}; `doit help {command}` lists its options"
+
+
+def _edgebuild_command_options() -> dict[str, set[str]]:
+    """edgebuild's doit commands (its ``doit.COMMAND`` entry points) and the long names of
+    the options each adds to doit's; loaded only to word an error."""
+    from importlib import metadata
+
+    commands: dict[str, set[str]] = {}
+    for point in metadata.entry_points(group="doit.COMMAND"):
+        if not point.value.startswith("edgebuild."):
+            continue
+        try:
+            loaded = point.load()
+        except Exception:  # a command that does not load has nothing to suggest
+            continue
+        commands[point.name] = {option["long"] for option in getattr(loaded, "cmd_options", ()) if option.get("long")}
+    return dict(sorted(commands.items()))
+
+
+class OneLineErrors:
+    """The boundary of every edgebuild command: misused options and edgebuild's own errors
+    (an unreachable remote cache among them) end it with one line, never with doit's
+    list of option objects or a traceback."""
+
+    def arranged(self, args: list[str]) -> list[str]:
+        return args
 
     def parse_execute(self, in_args):  # noqa: D102 - doit's signature
-        return super().parse_execute(options_first(list(in_args), self.get_options()))  # type: ignore[misc]
+        from doit.cmdparse import CmdParseError
+
+        args = self.arranged(list(in_args))
+        problem = option_problem(self.cmdparser, args, self.name)  # type: ignore[attr-defined]
+        if problem is not None:
+            raise InvalidCommand(problem)
+        try:
+            return super().parse_execute(args)  # type: ignore[misc]
+        except CmdParseError as error:
+            # A value from DOIT_CONFIG or the environment that does not parse.
+            raise InvalidCommand(f"doit {self.name}: {' '.join(str(error).split())}") from None  # type: ignore[attr-defined]
+        except EdgebuildError as error:
+            fail(str(error))
+            return 2
 
 
-class WorkspaceCommand(DoitCmdBase):
+class NamesAnywhere(OneLineErrors):
+    """Options may follow the artifact names: ``doit verify NAME --fail-fast``."""
+
+    def arranged(self, args: list[str]) -> list[str]:
+        return options_first(args, self.get_options())  # type: ignore[attr-defined]
+
+
+class WorkspaceCommand(OneLineErrors, DoitCmdBase):
     """A command that reads the workspace and runs no task: it finds the dodo file as
     doit does (``-f``, ``-d``, ``-k``), and needs nothing else of doit's."""
 
@@ -182,7 +299,19 @@ class RecordingReporter:
     def add_failure(self, task: Any, fail: Any) -> None:
         from doit.exceptions import UnmetDependency
 
-        type(self).outcomes.failure(task.name, None if isinstance(fail, UnmetDependency) else str(fail))
+        outcomes = type(self).outcomes
+        if getattr(fail, "not_run", False):
+            outcomes.not_run(task.name, fail.get_msg().strip())
+        elif isinstance(fail, UnmetDependency):
+            failed_sources = [dependency for dependency in task.task_dep
+                              if dependency.startswith("verify:") and dependency in outcomes.failed]
+            if failed_sources and task.name.startswith("verify:"):
+                outcomes.not_run(task.name, f"{task.name.removeprefix('verify:')}: not run: its source "
+                                            f"{failed_sources[0].removeprefix('verify:')} did not pass verification")
+            else:
+                outcomes.failure(task.name, None)
+        else:
+            outcomes.failure(task.name, str(fail))
         self.inner.add_failure(task, fail)
 
     def add_success(self, task: Any) -> None:
@@ -251,8 +380,17 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
 
         # doit's json reporter owns stdout: one JSON document, nothing after it.
         stream = sys.stderr if issubclass(RecordingReporter.base or object, JsonReporter) else sys.stdout
-        outcome = outcomes.verification(chosen)
+        # The artifacts asked for, and those they are made from whose verification failed
+        # in this run (what held the others back).
+        names = list(dict.fromkeys([*chosen, *(artifact.name for artifact in workspace.order(chosen)
+                                                if outcomes.failed.get(artifact.name)
+                                                or outcomes.failed.get(f"verify:{artifact.name}"))]))
+        outcome = outcomes.verification(names)
         outcome["failed"] += list(failed_elsewhere)
+        for name in outcome["not run"]:
+            reason = outcomes.not_run_because.get(f"verify:{name}")
+            if reason:
+                print(f"  [{name}] {reason.removeprefix(f'{name}: ')}", file=stream, flush=True)
         print(verification_summary(outcome), file=stream, flush=True)
     return result
 

@@ -126,6 +126,9 @@ def _state_label(state_of: ArtifactState) -> tuple[str, str]:
             return "verified", "good"
         if note == "verification FAILED":
             return "verification failed", "bad"
+        if note == "source not verified":
+            # Its own checks may have passed: an artifact it is made from did not.
+            return "source not verified", "bad"
         return f"up to date, {note}" if note else "up to date", "warn"
     if state == "error":
         return "error", "bad"
@@ -133,9 +136,22 @@ def _state_label(state_of: ArtifactState) -> tuple[str, str]:
 
 
 def _headline(artifact: Artifact, report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The kind's headline check; for a report that failed, its first failed check when the
+    headline passed (a failed artifact is not summed up by an output that passed)."""
     checks = [check for check in (report or {}).get("checks", []) if isinstance(check, dict)]
     chosen = artifact.kind.headline([str(check.get("name")) for check in checks])
-    return next((check for check in checks if check.get("name") == chosen), None) if chosen else None
+    headline = next((check for check in checks if check.get("name") == chosen), None) if chosen else None
+    if report is not None and not report.get("passed") and (headline is None or headline.get("passed")):
+        headline = next((check for check in checks if not check.get("passed")), headline)
+    return headline
+
+
+def _versus_float(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The worst cosine against the float model of the artifact's chain (``vs_float.*``)."""
+    checks = [check for check in (report or {}).get("checks", []) if isinstance(check, dict)
+              and str(check.get("name", "")).startswith("vs_float.") and str(check.get("name")).endswith(".cosine")
+              and isinstance(check.get("value"), (int, float))]
+    return min(checks, key=lambda check: check["value"]) if checks else None
 
 
 def _overview(artifacts: list[Artifact], statuses: dict[str, ArtifactState], builds: dict[str, _Build],
@@ -153,6 +169,7 @@ def _overview(artifacts: list[Artifact], statuses: dict[str, ArtifactState], bui
         passed = sum(1 for check in checks if check.get("passed"))
         headline = _headline(artifact, current)
         moved = diffs[name].check(headline["name"]) if headline is not None and name in diffs else None
+        versus_float = _versus_float(current)
         rows.append(
             f'<tr><td><a href="#{_anchor(index)}">{escape(name)}</a></td>'
             f"<td>{escape(artifact.params.kind)}</td>"
@@ -160,13 +177,15 @@ def _overview(artifacts: list[Artifact], statuses: dict[str, ArtifactState], bui
             + (f'<td>{escape(str(headline["name"]))} {escape(format_number(headline.get("value")))}</td>'
                if headline is not None else "<td>&ndash;</td>")
             + f"<td>{_delta_cell(moved, diffs.get(name))}</td>"
-            f"<td>{f'{passed} / {len(checks)}' if current else '&ndash;'}</td></tr>"
+            + (f'<td>{escape(str(versus_float["name"]).removeprefix("vs_float."))} '
+               f'{escape(format_number(versus_float.get("value")))}</td>' if versus_float is not None else "<td>&ndash;</td>")
+            + f"<td>{f'{passed} / {len(checks)}' if current else '&ndash;'}</td></tr>"
         )
     against = escape(compared.against) if compared is not None else "the committed build"
     return (
         '<section class="overview"><table>'
         f"<thead><tr><th>artifact</th><th>kind</th><th>state</th><th>headline</th><th>since {against}</th>"
-        "<th>checks passed</th></tr></thead>"
+        "<th>vs the float model</th><th>checks passed</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></section>"
     )
 

@@ -2,23 +2,30 @@
 
 - ``dodo.py``, the thin doit entry point (the commands themselves come with the
   installed package, through its entry points);
-- ``artifacts.yaml``, a commented manifest with one artifact of each installed
-  kind that has a starter, each on a generated tiny checkpoint (each kind's
-  ``starter`` hook), whose first line points editors at
-- ``edgebuild.schema.json``, the manifest's JSON Schema;
+- ``artifacts.yaml``, a commented manifest with one artifact of each built-in kind
+  (with ``--plugins``: of each installed kind) that has a starter, each on a
+  generated tiny checkpoint (each kind's ``starter`` hook), whose first line points
+  editors at
+- ``edgebuild.schema.json``, the manifest's JSON Schema (plugin kinds by name only,
+  unless ``--plugins``: init imports no plugin it was not asked to, so a plugin that
+  imports slowly or not at all costs it nothing);
 - the sample input files the starter entries calibrate and verify with (each
   starter's ``samples``: for the built-in kinds, ``data/calibration/*.png`` and
   ``data/held_out/*.png``);
 - ``.gitignore`` lines for ``build/`` and ``cache/``, appended to an existing one;
 - with ``--ci github`` or ``--ci script``, the CI files for the repository
-  (``ci_template.py``).
+  (``ci_template.py``): ``ci/requirements.txt`` names what a runner installs for the
+  kinds the manifest uses (the starter's, or those of an ``artifacts.yaml`` kept), each
+  ``--requirement`` replacing what this installation would say of its package.
 
 Nothing that exists is overwritten: an existing file is kept as it is and named
 in the summary, with what would have been written. Everything is checked before
 anything is written -- the directory, each path (a directory or a dangling symlink
-where a file goes, a file where a folder goes), the ``.gitignore`` (a regular UTF-8
-file inside the project) -- so a refusal is one line and leaves the directory as it
-was; a write that fails midway (a full disk) removes what this run wrote.
+where a file goes, a file where a folder goes, a symbolic link on the way to a file it
+writes), the ``.gitignore`` (a regular UTF-8 file, not a link) -- so a refusal is one
+line and leaves the directory as it was; a write that fails midway (a full disk)
+removes what this run wrote. An existing file kept as it is may be a link: nothing is
+written through it.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from edgebuild.core.files import UnreadableFile, read_text
+from edgebuild.core.files import UnreadableFile, describe_entry, link_on_the_way, read_text
 from edgebuild.errors import InitError
 
 SCHEMA_FILE = "edgebuild.schema.json"
@@ -63,14 +70,21 @@ class InitResult:
     # Relative path -> what would have been written there.
     kept: dict[str, str] = field(default_factory=dict)
     appended: list[str] = field(default_factory=list)
+    # Installed plugin kinds whose starters were not written (not asked for: no --plugins).
+    plugins_left_out: list[str] = field(default_factory=list)
+    # Plugins asked for that did not load, one line each.
+    plugin_errors: list[str] = field(default_factory=list)
 
 
-def _starters() -> list[tuple[str, Any]]:
-    """``(kind name, starter)`` of every installed kind with a starter, each kind after the
-    kinds its ``source:`` takes: the starter manifest reads top down."""
-    from edgebuild.core.registry import all_kinds
+def _starters(plugins: bool = False, on_error: Callable[[Any], None] | None = None) -> list[tuple[str, Any]]:
+    """``(kind name, starter)`` of every built-in kind (with ``plugins``: every installed
+    kind) with a starter, each kind after the kinds its ``source:`` takes: the starter
+    manifest reads top down. A plugin that does not load goes to ``on_error``."""
+    from edgebuild.core.registry import all_kinds, builtin_names
 
-    kinds = {kind.name: kind for kind in all_kinds(on_error=lambda error: None) if kind.starter is not None}
+    names = None if plugins else builtin_names()
+    loaded = all_kinds(on_error=on_error or (lambda error: None), names=names)
+    kinds = {kind.name: kind for kind in loaded if kind.starter is not None}
     ordered: list[str] = []
 
     def place(name: str) -> None:
@@ -85,9 +99,10 @@ def _starters() -> list[tuple[str, Any]]:
     return [(name, kinds[name].starter) for name in ordered]
 
 
-def starter_manifest() -> str:
-    """The starter ``artifacts.yaml``: one artifact of every installed kind that has a starter."""
-    starters = _starters()
+def starter_manifest(plugins: bool = False, starters: list[tuple[str, Any]] | None = None) -> str:
+    """The starter ``artifacts.yaml``: one artifact of every built-in kind (with ``plugins``:
+    every installed kind) that has a starter (``starters``: those, found already)."""
+    starters = _starters(plugins) if starters is None else starters
     checkpoints: dict[str, str] = {}
     for _, starter in starters:
         checkpoints.update(starter.checkpoints)
@@ -117,40 +132,55 @@ def starter_manifest() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def sample_files() -> dict[str, Any]:
-    """Every sample input file the starters name: path under the project -> its bytes' maker."""
-    files: dict[str, Any] = {}
-    for _, starter in _starters():
-        files.update(starter.samples)
-    return files
-
-
-def init_project(directory: Path, ci: str | None = None) -> InitResult:
+def init_project(directory: Path, ci: str | None = None, plugins: bool = False,
+                 requirements: list[str] | tuple[str, ...] = ()) -> InitResult:
     """Write the starter files into ``directory`` (created if missing), with the CI files
-    of ``ci`` (``github``, ``script`` or ``None``); keep every file that exists.
-    :class:`InitError` before anything is written when a path is in the way."""
-    from edgebuild.cli.ci_template import CI_CHOICES, ci_files
+    of ``ci`` (``github``, ``script`` or ``None``); keep every file that exists. With
+    ``plugins``, the installed plugin kinds' starters and parameters too (each imported;
+    one that does not load is left out and named in ``plugin_errors``). ``requirements``:
+    where a CI runner installs packages from, instead of what this installation says
+    (``ci/requirements.txt``). :class:`InitError` before anything is written when a path
+    is in the way, or a package cannot be installed on a runner."""
+    from edgebuild.cli.ci_template import CI_CHOICES, REQUIREMENTS_FILE, ci_files, requirements_text
     from edgebuild.core.manifest import manifest_json_schema
+    from edgebuild.core.registry import plugin_names
 
     if ci is not None and ci not in CI_CHOICES:
         raise InitError(f"--ci: expected one of {', '.join(CI_CHOICES)}, found {ci!r}")
+    if requirements and ci is None:
+        raise InitError("--requirement: says what CI installs; give it with --ci github or --ci script")
     _check_directory(directory)
+    result = InitResult(directory)
+    if not plugins:
+        result.plugins_left_out = plugin_names()
+
+    def plugin_error(error: Any) -> None:
+        if str(error) not in result.plugin_errors:
+            result.plugin_errors.append(str(error))
+
+    schema = json.dumps(manifest_json_schema(on_error=plugin_error, plugins=plugins), indent=2) + "\n"
+    starters = _starters(plugins, plugin_error)
+    manifest = starter_manifest(plugins, starters)
     files: dict[str, tuple[str, Callable[[], bytes]]] = {
         DODO_FILE: ("the doit entry point", lambda: DODO.encode()),
-        MANIFEST_FILE: ("a starter manifest, one artifact of each kind", lambda: starter_manifest().encode()),
-        SCHEMA_FILE: ("the manifest's JSON Schema", lambda: (json.dumps(manifest_json_schema(), indent=2) + "\n").encode()),
+        MANIFEST_FILE: ("a starter manifest, one artifact of each kind", lambda: manifest.encode()),
+        SCHEMA_FILE: ("the manifest's JSON Schema", lambda: schema.encode()),
     }
-    for relative, content in sample_files().items():
-        files[relative] = ("a generated sample input", content)
+    for _, starter in starters:
+        for relative, content in starter.samples.items():
+            files[relative] = ("a generated sample input", content)
     for relative, (what, text) in (ci_files(ci) if ci else {}).items():
         files[relative] = (what, lambda text=text: text.encode())
-    result = InitResult(directory)
     planned = {}
     for relative, (what, content) in files.items():
         if _existing_file(directory, relative):
             result.kept[relative] = what
         else:
             planned[relative] = content
+    if REQUIREMENTS_FILE in planned:
+        # Derived now: a package a runner cannot install refuses init before anything is written.
+        text = requirements_text(_manifest_kinds(directory, starters), requirements)
+        planned[REQUIREMENTS_FILE] = lambda: text.encode()
     gitignore = _gitignore_plan(directory)
     written: list[Path] = []
     made: list[Path] = []
@@ -194,6 +224,21 @@ def init_project(directory: Path, ci: str | None = None) -> InitResult:
     return result
 
 
+def _manifest_kinds(directory: Path, starters: list[tuple[str, Any]]) -> list[str]:
+    """The kinds the project's manifest uses: an ``artifacts.yaml`` init keeps, or else the
+    starter's (the kinds whose starter entry is written uncommented)."""
+    from edgebuild.core.manifest import load_manifest
+    from edgebuild.errors import EdgebuildError
+
+    path = directory / MANIFEST_FILE
+    if path.is_file():
+        try:
+            return sorted({params.kind for params in load_manifest(path, environ={}).artifacts.values()})
+        except EdgebuildError:
+            pass  # a manifest being written: what the starter would use is the best guess
+    return [name for name, starter in starters if starter.available()]
+
+
 def _check_directory(directory: Path) -> None:
     """``directory`` is a directory, or nothing that ``mkdir -p`` could not make."""
     for path in [directory, *directory.parents]:
@@ -215,6 +260,7 @@ def _existing_file(directory: Path, relative: str) -> bool:
     something else is in its way (a directory, a dangling symlink, a file where a folder
     of its path goes)."""
     path = directory / relative
+    _refuse_links(directory, Path(relative).parent, f"it writes {relative} there")
     for folder in reversed([*Path(relative).parents][:-1]):
         above = directory / folder
         if (above.exists() or above.is_symlink()) and not above.is_dir():
@@ -226,6 +272,16 @@ def _existing_file(directory: Path, relative: str) -> bool:
     if not path.is_file():
         raise InitError(f"{path}: {_what(path)}; expected a file to keep, or nothing (init writes {relative})")
     return True
+
+
+def _refuse_links(directory: Path, relative: Path, doing: str) -> None:
+    """:class:`InitError` for a symbolic link on the way to ``directory/relative``: init
+    writes real files and folders inside the project, never through a link (the rule of
+    ``edgebuild/core/files.py``)."""
+    link = link_on_the_way(directory, relative)
+    if link is not None:
+        raise InitError(f"{link}: {describe_entry(link, os.lstat(link).st_mode)}; init writes inside the project and "
+                        f"never through a link ({doing}): remove the link, or init another directory")
 
 
 def _what(path: Path) -> str:
@@ -245,12 +301,7 @@ def _gitignore_plan(directory: Path) -> tuple[Path, str | None, list[str]] | Non
     path = directory / GITIGNORE_FILE
     if not (path.exists() or path.is_symlink()):
         return path, None, list(IGNORED)
-    if path.is_symlink():
-        target = path.resolve()
-        if not target.is_relative_to(directory.resolve()):
-            raise InitError(f"{path}: a symlink to {target}, outside the project; expected the project's own "
-                            f"{GITIGNORE_FILE} (init appends {', '.join(IGNORED)} to it)")
-        path = target
+    _refuse_links(directory, Path(GITIGNORE_FILE), f"it appends {', '.join(IGNORED)} to {GITIGNORE_FILE}")
     try:
         existing = read_text(path, GITIGNORE_BYTES)
     except UnreadableFile as error:
@@ -312,6 +363,9 @@ def describe(result: InitResult, shown: str) -> str:
         lines.append(f"added {', '.join(result.appended)} to {shown}/{GITIGNORE_FILE}")
     for relative, what in _grouped_kept(result.kept).items():
         lines.append(f"kept {relative}: it exists (init would have written {what})")
+    if result.plugins_left_out:
+        lines.append(f"plugin kinds installed, not loaded: {', '.join(result.plugins_left_out)} "
+                     "(init --plugins writes their starters and parameters too)")
     prefix = "" if shown == "." else f"cd {shlex.quote(shown)} && "
     lines += [
         "next:",

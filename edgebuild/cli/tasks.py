@@ -49,8 +49,14 @@ def load_or_exit(manifest_path: str | None = None) -> Any:
     from edgebuild.core.manifest import manifest_path as resolve
 
     try:
+        settings = Settings.from_environ()
+        if not settings.verbose:
+            # Before anything here imports a library (a fixture generated, a processor checked).
+            from edgebuild.core.console import quiet_logging
+
+            quiet_logging()
         with _collection_paused():
-            workspace = workspace_for(str(resolve(manifest_path or Settings.from_environ().manifest)))
+            workspace = workspace_for(str(resolve(manifest_path or settings.manifest)))
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -132,6 +138,8 @@ def artifact_tasks(workspace: Any) -> Iterator[dict[str, Any]]:
 
 
 def _task_dicts(workspace: Any) -> Iterator[dict[str, Any]]:
+    from edgebuild.run.scheduler import verify_dependencies
+
     manifest_path = str(workspace.manifest.path)
     ordered = workspace.order()
     for artifact in ordered:
@@ -154,7 +162,8 @@ def _task_dicts(workspace: Any) -> Iterator[dict[str, Any]]:
             "doc": f"verify {artifact.name} against its thresholds; writes build/{artifact.name}/report.json",
             "actions": [(_verify_action, [manifest_path, artifact.name])],
             "uptodate": [(_verify_uptodate, [manifest_path, artifact.name])],
-            "task_dep": [artifact.name],
+            # Its build, and its sources' verifications: one whose source failed is not run.
+            "task_dep": verify_dependencies(artifact),
             "verbosity": 2,
         }
 
@@ -162,7 +171,13 @@ def _task_dicts(workspace: Any) -> Iterator[dict[str, Any]]:
 def _failed(error: EdgebuildError) -> Any:
     from doit.exceptions import TaskFailed
 
-    return TaskFailed(str(error))
+    from edgebuild.errors import SourceNotVerified
+
+    failure = TaskFailed(str(error))
+    # Not a failure of its own: the reporter counts it as not run (the attribute travels
+    # with the exception to doit's main process under -n N).
+    failure.not_run = isinstance(error, SourceNotVerified)
+    return failure
 
 
 def _build_action(manifest_path: str, name: str) -> Any:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable
 
-from edgebuild.core.files import UnreadableFile, json_kind, parse_json, read_bytes
+from edgebuild.core.files import UnreadableFile, json_kind, open_regular, parse_json, read_bytes
 from edgebuild.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def read_header(path: Path) -> tuple[dict[str, Any], int]:
     size is its byte range, and ranges that tile the data region.
     """
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             file_size = os.fstat(handle.fileno()).st_size
             prefix = handle.read(8)
             if len(prefix) != 8:

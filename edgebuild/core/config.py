@@ -71,6 +71,10 @@ VARIABLES = (
     Variable("EDGEBUILD_CLUSTER_WAIT", "cluster_wait_seconds", "seconds",
              "How long --dask waits for a worker to join, or for one that offers what a waiting job needs "
              "(default 60)."),
+    Variable("EDGEBUILD_LITERT_PYTHON", "litert_python", "path",
+             "The Python of the environment that holds LiteRT's converter (litert-torch), which cannot share one "
+             "with model-signing (default: .venv-litert beside the environment edgebuild runs in, as "
+             "python -m edgebuild toolenv litert makes it)."),
     Variable("EDGEBUILD_JOB_OUTPUT_TO_WORKER_LOG", "job_output_to_worker_log", "switch",
              "Whether a cluster job's output also goes to the cluster worker's own log (default on; a local "
              "cluster turns it off, its workers share the driver's terminal)."),
@@ -97,6 +101,7 @@ class Settings:
     jobs: int = 0
     s3_endpoint: str | None = None
     cluster_wait_seconds: float = 60.0
+    litert_python: str | None = None
     job_output_to_worker_log: bool = True
 
     @classmethod

@@ -19,9 +19,26 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # The exporter, its optimiser and the IR library under it.
-CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx", "torch.export", "torch._export", "torch._dynamo")
+CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx", "torch.export", "torch._export", "torch._dynamo",
+                  "ort_format_model", "executorch", "nncf", "coremltools",
+                  # torchao (which ExecuTorch installs, and transformers then imports) warns on import
+                  # about GPU kernels a CPU machine does not load; torch's pytree about its enums.
+                  "torchao", "torch.utils._pytree")
 # Packages whose warnings (deprecations, tracer notes) concern their own internals.
-CHATTY_PACKAGES = ("torch", "transformers", "onnxscript", "onnx_ir", "onnxruntime")
+CHATTY_PACKAGES = ("torch", "transformers", "onnxscript", "onnx_ir", "onnxruntime", "executorch", "openvino", "nncf",
+                   "coremltools", "torchao",
+                   # torch's pytree deprecation notes, raised where pickling reconstructs a spec.
+                   "copyreg")
+
+
+def quiet_logging() -> None:
+    """The libraries' loggers at ERROR and their warnings ignored, without importing any of
+    them (a logger's level holds for the library imported later): what a command's own
+    process does first, before a fixture or a check imports transformers (and torchao)."""
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for package in CHATTY_PACKAGES:
+        warnings.filterwarnings("ignore", module=rf"{package}(\..*)?$")
 
 
 def quiet_libraries(verbose: bool = False) -> None:
@@ -29,10 +46,7 @@ def quiet_libraries(verbose: bool = False) -> None:
     unless ``verbose`` (``Settings.verbose``: ``EDGEBUILD_VERBOSE=1``, ``-v 2``)."""
     if verbose:
         return
-    for name in CHATTY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    for package in CHATTY_PACKAGES:
-        warnings.filterwarnings("ignore", module=rf"{package}(\..*)?$")
+    quiet_logging()
     _quiet_onnxruntime()
 
 
@@ -45,6 +59,12 @@ LIBRARY_NOISE = (
     re.compile(r"^(\x1b\[[0-9;]*m)?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \[[VIWE]:onnxruntime:"),
     re.compile(r"^WARNING:root:Please consider (to run )?pre-processing before quantization"),
     re.compile(r"^\[transformers\] `\w+` requires torchvision \(not installed\); falling back to "),
+    # ExecuTorch's runtime reading CPU details; LiteRT's interpreter and converter (absl logging).
+    re.compile(r"^\[cpuinfo_utils\.cpp:\d+\] "),
+    re.compile(r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$"),
+    re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"),
+    re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w./]+:\d+\] "),
+    re.compile(r"^Failed to load \S+/torchao/_C\w*\.\S+\.so: "),
 )
 
 

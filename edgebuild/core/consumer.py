@@ -18,7 +18,9 @@ file (its kind's ``TensorSelection.files``), so every byte here is a function of
 fingerprint; absent otherwise. ``preprocessing``: what the kind says a consumer must
 do besides (``ArtifactKind.consumer_preprocessing``: for a tower, the image size its
 fixed shapes were exported at, and the processor's ``size`` that keeps an image of
-that size as it is). A kind that writes ``consumer.json`` itself keeps its own.
+that size as it is). An artifact made from a source carries the source's
+``image_processor`` and ``preprocessing`` where it has none of its own. A kind that
+writes ``consumer.json`` itself keeps its own.
 """
 
 from __future__ import annotations
@@ -49,10 +51,12 @@ def fingerprinted_selections(kind: "ArtifactKind", params: "ArtifactParams",
 
 
 def write_consumer_contract(out_dir: Path, kind: "ArtifactKind", params: "ArtifactParams",
-                            checkpoints: dict[str, "Checkpoint"]) -> None:
+                            checkpoints: dict[str, "Checkpoint"], sources: dict[str, Path] | None = None) -> None:
     """Write ``consumer.json`` into the build's scratch directory ``out_dir`` (unless the
     kind wrote one), from the outputs there, the checkpoints' fingerprinted files and the
-    kind's ``consumer_preprocessing``."""
+    kind's ``consumer_preprocessing``; an artifact made from a source, that reads no image
+    processor itself, carries its source's ``image_processor`` and ``preprocessing`` (the
+    QNN context of a QDQ graph is what a deployment feeds images to)."""
     target = out_dir / CONSUMER_FILE
     if target.exists():
         return
@@ -75,6 +79,16 @@ def write_consumer_contract(out_dir: Path, kind: "ArtifactKind", params: "Artifa
     preprocessing = kind.consumer_preprocessing(params)
     if preprocessing:
         contract["preprocessing"] = preprocessing
+    for source in (sources or {}).values():
+        # The source's contract is one of its outputs: its bytes are in this artifact's fingerprint.
+        try:
+            inherited = read_json(source / CONSUMER_FILE, PREPROCESSOR_BYTES)
+        except (OSError, UnreadableFile):
+            continue
+        if isinstance(inherited, dict):
+            for key in ("image_processor", "preprocessing"):
+                if key not in contract and key in inherited:
+                    contract[key] = inherited[key]
     target.write_text(json.dumps(contract, indent=2, sort_keys=True) + "\n")
 
 

@@ -12,11 +12,12 @@ manifest error, a lock file error, ...), with its own context.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from edgebuild.core.console import format_size
 
@@ -37,6 +38,16 @@ class UnreadableFile(Exception):
     depth; the message says which (without the path: the caller names it)."""
 
 
+class NotRegular(UnreadableFile):
+    """A path in a tree of outputs, or on the way to a file edgebuild writes, that is a
+    symbolic link or neither a regular file nor a directory. ``relative`` names it under
+    the root it was found in; the message says what it is (``a symbolic link to /etc``)."""
+
+    def __init__(self, relative: str, what: str) -> None:
+        super().__init__(what)
+        self.relative = relative
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -44,6 +55,85 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a regular file"
+
+
+def describe_entry(path: Path, mode: int) -> str:
+    """What a path that is not a regular file is, in words (``mode``: its ``lstat``)."""
+    if stat.S_ISLNK(mode):
+        try:
+            return f"a symbolic link to {os.readlink(path)}"
+        except OSError:
+            return "a symbolic link"
+    return _kind(mode)
+
+
+# --- links: one rule --------------------------------------------------------------------
+#
+# Outputs are regular files inside the build directory, and edgebuild writes only where it
+# was asked to. So, below a root -- a build's directory, the project ``init`` lays out, the
+# directory ``fetch --to`` creates its target in, the ``fixture`` directory, a local
+# ``publish`` destination -- a symbolic link is never followed to
+# write, nor taken as an output: it is an error naming it, found before anything is
+# recorded, stored, written or downloaded. Above the root (a ``build/`` or a checkout on
+# another disk, linked) links are the user's own business. Reading inputs follows links
+# (a checkpoint directory linked from elsewhere is the same checkpoint).
+
+
+def regular_tree(directory: Path) -> list[str]:
+    """Every file under ``directory`` (relative POSIX paths, sorted; hidden ones included),
+    without following a link. :class:`NotRegular` for the first entry (in sorted order) that
+    is a symbolic link -- to a file, to a directory or to nothing -- or a FIFO, socket or
+    device: a tree of outputs holds regular files and directories only."""
+    found: list[str] = []
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        with os.scandir(directory / folder if folder else directory) as entries:
+            listed = sorted(entries, key=lambda entry: entry.name)
+        for entry in listed:
+            relative = f"{folder}/{entry.name}" if folder else entry.name
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                pending.append(relative)
+            elif stat.S_ISREG(mode):
+                found.append(relative)
+            else:
+                raise NotRegular(relative, describe_entry(Path(entry.path), mode))
+    return sorted(found)
+
+
+def regular_file_below(directory: Path, relative: str) -> os.stat_result | None:
+    """The ``lstat`` of ``directory/relative`` when every folder on the way below
+    ``directory`` is a directory (not a link to one) and the file is a regular file (not a
+    link to one); ``None`` otherwise (missing included)."""
+    current = directory
+    parts = Path(relative).parts
+    try:
+        for part in parts[:-1]:
+            current = current / part
+            if not stat.S_ISDIR(os.lstat(current).st_mode):
+                return None
+        info = os.lstat(current / parts[-1])
+    except (OSError, IndexError):
+        return None
+    return info if stat.S_ISREG(info.st_mode) else None
+
+
+def link_on_the_way(root: Path, relative: str | Path) -> Path | None:
+    """The first path below ``root`` on the way to ``root/relative`` (``relative`` itself
+    included) that is a symbolic link, dangling or not; ``None`` when there is none (a
+    part that does not exist yet is no link: it is to be made)."""
+    current = root
+    for part in Path(relative).parts:
+        current = current / part
+        try:
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return current
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+    return None
 
 
 def read_bytes(path: Path, limit: int) -> bytes:
@@ -71,6 +161,48 @@ def read_bytes(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise UnreadableFile(f"more than the {format_size(limit)} a file of this kind may hold")
     return data
+
+
+class IrregularFile(UnreadableFile, OSError):
+    """What :func:`open_regular` and :func:`open_lock` raise for a path that is not a
+    regular file: an :class:`UnreadableFile` and an ``OSError`` (``EINVAL``, the path as
+    its ``filename``), so a caller's handler of either names it in one line."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        super().__init__(errno.EINVAL, what, str(path))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _open_checked(path: Path, flags: int, mode: str) -> BinaryIO:
+    # O_NONBLOCK: opening a FIFO neither waits for a writer nor for a reader; the
+    # descriptor's own stat then refuses it (and a device, socket or directory).
+    descriptor = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o644)
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise IrregularFile(path, f"{_kind(info.st_mode)}, not a regular file")
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, mode)
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened to be read as a stream, when it is a regular file: for a file read
+    in full whatever its size (a checkpoint, an input file, a store blob, an output),
+    which no cap fits. :class:`IrregularFile` for a FIFO, device, socket or directory
+    (never waited on); ``OSError`` as ``open`` raises it."""
+    return _open_checked(path, os.O_RDONLY, "rb")
+
+
+def open_lock(path: Path) -> BinaryIO:
+    """The lock file ``path`` (created if missing), opened to hold an ``flock`` on:
+    :class:`IrregularFile` when something else is there (a FIFO opened for writing
+    would wait for a reader forever)."""
+    return _open_checked(path, os.O_RDWR | os.O_CREAT, "r+b")
 
 
 def read_text(path: Path, limit: int) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 import blake3
 
 from edgebuild.core.atomic import write_text
-from edgebuild.core.files import CACHE_BYTES, UnreadableFile, read_json
+from edgebuild.core.files import CACHE_BYTES, UnreadableFile, open_lock, open_regular, read_json
 from edgebuild.errors import FilesystemError
 from edgebuild.core.hashing import HASH_NAME, digest_bytes, is_digest
 
@@ -172,7 +172,7 @@ class StatCache:
 def locked(path: Path) -> Iterator[None]:
     """An exclusive advisory lock on ``path`` for the duration of the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
+    with open_lock(path) as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -200,7 +200,8 @@ def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterat
     show_progress = total >= PROGRESS_THRESHOLD
     done = 0
     started = last_report = time.monotonic()
-    descriptor = os.open(path, os.O_RDONLY)
+    handle = open_regular(path)
+    descriptor = handle.fileno()
     blocks = _BlockReader(descriptor, _extents(pending), path)
     hashing: list[tuple[tuple[int, int], Any]] = []
     upcoming = 0
@@ -234,7 +235,7 @@ def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterat
                 last_report = now
     finally:
         blocks.close()
-        os.close(descriptor)
+        handle.close()
 
 
 def _extents(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -326,9 +327,14 @@ _ROOTS: dict[str, tuple[Path, ...]] = {}
 # Modules no code digest follows: they cannot change an artifact's bytes nor its
 # verdict. The package itself (its version string), the error classes (message
 # text), phase timing (the record's, never a payload's), and the kind registry and
-# the list of built-in kinds (adding a kind must not make the others stale).
+# the list of built-in kinds (adding a kind must not make the others stale), and the
+# cache of float reference outputs (kept by the digest of what computes them and
+# checked against the digest of its content on every read: it stores, it decides nothing).
 NEUTRAL_MODULES = frozenset(
-    {"edgebuild", "edgebuild.errors", "edgebuild.kinds", "edgebuild.core.registry", "edgebuild.core.timing"}
+    {"edgebuild", "edgebuild.errors", "edgebuild.kinds", "edgebuild.core.registry", "edgebuild.core.timing",
+     "edgebuild.cache.references",
+     # Where a tool that cannot share edgebuild's environment runs; its versions are in the fingerprint.
+     "edgebuild.ml.toolenv"}
 )
 # Modules that only re-export: ``from edgebuild.plugin import BuildContext`` is followed
 # to the module that defines ``BuildContext``, so what a kind names is digested and

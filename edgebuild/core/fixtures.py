@@ -18,12 +18,14 @@ import copy
 import hashlib
 import inspect
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from edgebuild.core.atomic import new_directory
+from edgebuild.core.files import describe_entry
 from edgebuild.core.kind import Fixture
-from edgebuild.errors import ManifestError
+from edgebuild.errors import FilesystemError, ManifestError
 
 FIXTURE_FORMAT = 2
 
@@ -100,16 +102,16 @@ def redraw_weights(state: dict[str, Any], seed: int, *, uneven_norms: bool = Fal
 def fixture(name: str) -> Fixture:
     """The fixture ``name``, from whichever kind declares it; a :class:`ManifestError`
     listing the known ones (with a close match) when none does."""
-    from edgebuild.core.registry import fixtures
+    from edgebuild.core.registry import find_fixture
 
-    known = fixtures()
-    if name not in known:
+    found, known = find_fixture(name)
+    if found is None:
         import difflib
 
         match = difflib.get_close_matches(name, list(known), n=1)
         hint = f" (did you mean {match[0]!r}?)" if match else ""
         raise ManifestError(f"fixture: unknown fixture {name!r}; expected one of {', '.join(map(repr, known))}{hint}")
-    return known[name]
+    return found
 
 
 def fixture_directory(cache_dir: Path, name: str, overrides: dict[str, Any], seed: int = 0) -> Path:
@@ -151,8 +153,17 @@ def ensure_fixture(cache_dir: Path, name: str, overrides: dict[str, Any] | None 
 
 
 def write_fixture(directory: Path, name: str, overrides: dict[str, Any] | None = None, seed: int = 0) -> Path:
-    """Write a fixture into ``directory`` (for tests and users who want a copy to edit)."""
+    """Write a fixture into ``directory``, a new or empty one (for tests and users who want
+    a copy to edit): written beside it and renamed into place, so nothing that was there
+    is overwritten and nothing is written through a link (``edgebuild/core/files.py``)."""
     generator = fixture(name)
-    directory.mkdir(parents=True, exist_ok=True)
-    generator.write(directory, _merge(generator.defaults, overrides or {}), seed)
+    if os.path.islink(directory):
+        raise FilesystemError(f"{directory}: {describe_entry(directory, os.lstat(directory).st_mode)}; expected a new "
+                              "or empty directory to write the fixture into (never through a link)")
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise FilesystemError(f"{directory}: exists and is not an empty directory; expected a new or empty directory "
+                              "to write the fixture into")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with new_directory(directory, directory.parent) as scratch:
+        generator.write(scratch, _merge(generator.defaults, overrides or {}), seed)
     return directory

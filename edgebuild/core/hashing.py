@@ -11,6 +11,8 @@ from typing import Any
 
 import blake3
 
+from edgebuild.core.files import open_regular
+
 HASH_NAME = "blake3"
 # blake3's digest, as lowercase hex: the only shape a digest read from anywhere may have.
 DIGEST_HEX_LENGTH = 64
@@ -32,9 +34,10 @@ def digest_json(value: Any) -> str:
 
 
 def file_digest(path: Path) -> str:
-    """Digest of a whole file, read now (outputs are checked against their recorded digests)."""
+    """Digest of a whole file, read now (outputs are checked against their recorded digests).
+    A FIFO, device or directory there is an ``OSError`` at once (``files.open_regular``)."""
     hasher = blake3.blake3()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while chunk := handle.read(READ_CHUNK):
             hasher.update(chunk)
     return hasher.hexdigest()

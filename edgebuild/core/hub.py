@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from edgebuild.core.files import SMALL_BYTES, UnreadableFile, read_text
+from edgebuild.core.files import SMALL_BYTES, UnreadableFile, open_regular, read_text
 from edgebuild.errors import CheckpointError
 
 # huggingface_hub's own CLI (it replaced ``huggingface-cli`` in huggingface_hub 1.0).
@@ -135,7 +135,7 @@ def blob_digest(path: Path, algorithm: str) -> str:
     """The name the Hub gives ``path``'s bytes: ``sha256`` (large files, stored with
     LFS) or ``git-blob`` (sha1 of ``blob <size>\\0`` and the bytes: small files)."""
     hasher = hashlib.sha256() if algorithm == "sha256" else hashlib.sha1()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         if algorithm == "git-blob":
             hasher.update(b"blob %d\0" % os.fstat(handle.fileno()).st_size)
         for block in iter(lambda: handle.read(1 << 22), b""):

@@ -136,6 +136,13 @@ class ArtifactParams(Strict):
         name = self._optional("source")
         return [name] if name else []
 
+    def implied_source(self) -> dict[str, Any] | None:
+        """The manifest values of an artifact this one is made from without naming it (a
+        target that describes its model inline implies the ``torch_export`` of that model),
+        or ``None``. The manifest adds it as ``<name>.<kind>`` -- one for every artifact
+        that implies the same values -- and makes it this artifact's ``source``."""
+        return None
+
 
 class InputFiles(Strict):
     """A set of input files named in the manifest: every field is a list of paths or
@@ -256,6 +263,9 @@ class ArtifactKind:
     # so every later worker of a run starts with them. Nothing else changes: a module
     # that fails to import there is imported (and fails) in the worker, as without it.
     worker_imports: ClassVar[tuple[str, ...]] = ()
+    # Environments of their own that its tools run in (``edgebuild/ml/toolenv.py``), by
+    # name: ``python -m edgebuild toolenv --needed`` makes those a manifest's kinds need.
+    tool_environments: ClassVar[tuple[str, ...]] = ()
 
     # --- optional hooks --------------------------------------------------------------
     # The entry ``python -m edgebuild init`` writes for this kind, with what it needs.
@@ -290,6 +300,17 @@ class ArtifactKind:
         size a fixed-shape graph was exported at, settings to override in the processor.
         JSON values, a function of ``params`` alone (the file is a build output). None by default."""
         return {}
+
+    def extra_versions(self) -> dict[str, str]:
+        """Versions of tools this kind runs outside edgebuild's environment (a converter in an
+        environment of its own): in its fingerprints, like ``tool_packages``'. None by default."""
+        return {}
+
+    def code_roots(self, params: ArtifactParams) -> tuple[str, ...]:
+        """Modules beyond ``build_module`` that can change this artifact's bytes, chosen by its
+        parameters (a model family from another package): its build fingerprint follows
+        their imports too. None by default."""
+        return ()
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
         """Raise :class:`~edgebuild.errors.ParameterError` for parameters this checkpoint
@@ -336,10 +357,16 @@ class Starter:
     # so that ``doit verify`` passes right after ``init`` in any installation.
     extra: str | None = None
     extra_module: str | None = None
+    # What to run instead of installing the extra alone, when that is not all it takes, and
+    # what says it was done (instead of ``extra_module`` importing).
+    install: str | None = None
+    ready: Callable[[], bool] | None = None
 
     def available(self) -> bool:
         import importlib.util
 
+        if self.ready is not None:
+            return self.ready()
         return self.extra_module is None or importlib.util.find_spec(self.extra_module) is not None
 
     def text(self) -> str:
@@ -347,7 +374,8 @@ class Starter:
         if self.available():
             return entry
         commented = "\n".join(f"  # {line[2:]}" if line.strip() else line for line in entry.splitlines())
-        return f"  # Needs the {self.extra!r} extra: pip install 'edgebuild[{self.extra}]', then uncomment.\n{commented}"
+        how = self.install or f"pip install 'edgebuild[{self.extra}]'"
+        return f"  # Needs the {self.extra!r} extra: {how}, then uncomment.\n{commented}"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from edgebuild.core.config import Settings
 from edgebuild.core.console import terminal_unsafe
 from edgebuild.core.kind import ArtifactParams, PrintableText, Strict
-from edgebuild.core.registry import all_kinds, get_kind, kind_names
+from edgebuild.core.registry import all_kinds, builtin_names, get_kind, kind_names, plugin_names
 from edgebuild.core.yamlsource import KeyPath, SourceMap, format_key_path, load_yaml
 from edgebuild.errors import ManifestError, PluginError
 DEFAULT_MANIFEST = "artifacts.yaml"
@@ -255,6 +255,8 @@ def load_manifest(
                 origin[name] = template
             except ManifestError as error:
                 errors.append(str(error))
+    if not errors:
+        _add_implied_sources(artifacts, origin, source, errors)
     if errors:
         raise ManifestError("\n".join(errors))
 
@@ -337,7 +339,7 @@ def expand_matrix(template: str, entry: dict[str, Any], source: SourceMap) -> li
     return expanded
 
 
-def manifest_json_schema(on_error: Any = None) -> dict[str, Any]:
+def manifest_json_schema(on_error: Any = None, plugins: bool = True) -> dict[str, Any]:
     """JSON Schema of the manifest, for editors: it accepts what :func:`load_manifest`
     accepts, as far as a schema can say it.
 
@@ -351,8 +353,11 @@ def manifest_json_schema(on_error: Any = None) -> dict[str, Any]:
 
     Every installed kind is in it, plugins included; a plugin that does not load is
     passed to ``on_error`` (a :class:`~edgebuild.errors.PluginError`; default: raised).
+    Without ``plugins`` no plugin is imported: their kinds are in it by name only, with
+    parameters unchecked (``init`` writes that one; ``schema`` the whole).
     """
-    kinds = all_kinds(on_error)
+    kinds = all_kinds(on_error, None if plugins else builtin_names())
+    unloaded = [] if plugins else plugin_names()
     definitions: dict[str, Any] = {}
     document = ManifestDocument.model_json_schema(ref_template="#/$defs/{model}")
     definitions.update(document.pop("$defs", {}))
@@ -384,7 +389,7 @@ def manifest_json_schema(on_error: Any = None) -> dict[str, Any]:
     definitions["Artifact"] = {
         "type": "object",
         "required": ["kind"],
-        "properties": {"kind": {"enum": [kind.name for kind in kinds]}},
+        "properties": {"kind": {"enum": [kind.name for kind in kinds] + unloaded}},
         "allOf": dispatch,
     }
     artifact = {"$ref": "#/$defs/Artifact"}
@@ -489,6 +494,39 @@ def _without_interpolation(schema: Any) -> Any:
 
 
 # --- helpers -----------------------------------------------------------------
+
+
+def _add_implied_sources(artifacts: dict[str, ArtifactParams], origin: dict[str, str], source: SourceMap,
+                         errors: list[str]) -> None:
+    """Add the artifacts that others imply (``ArtifactParams.implied_source``: a target
+    describing its model inline implies the model's ``torch_export``) as ``<name>.<kind>``,
+    one for all artifacts that imply the same values, and make each its implier's source."""
+    from edgebuild.core.hashing import canonical_json
+
+    added: dict[str, str] = {}
+    for name in list(artifacts):
+        params = artifacts[name]
+        values = params.implied_source()
+        if values is None or params.source_artifacts():
+            continue
+        key = canonical_json(values)
+        implied = added.get(key)
+        if implied is None:
+            implied = f"{name}.{values['kind']}"
+            where = source.where(("artifacts", origin[name]))
+            problem = _name_problem(implied)
+            if implied in artifacts or problem:
+                errors.append(f"{where}: artifacts -> {origin[name]}: the {values['kind']} it implies would be named "
+                              f"{implied!r}, " + (problem or "and an artifact has that name: rename it, or give source:"))
+                continue
+            try:
+                artifacts[implied] = _validate_artifact(implied, origin[name], values, source)
+            except ManifestError as error:
+                errors.append(str(error))
+                continue
+            origin[implied] = origin[name]
+            added[key] = implied
+        artifacts[name] = params.model_copy(update={"source": implied})
 
 
 def _validate_artifact(name: str, template: str, values: dict[str, Any], source: SourceMap) -> ArtifactParams:

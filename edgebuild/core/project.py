@@ -40,12 +40,15 @@ from edgebuild.core.kind import ArtifactKind, ArtifactParams
 from edgebuild.core.manifest import Manifest, load_manifest
 from edgebuild.core.record import BuildRecord, CheckpointOrigin, config_leaves, read_record_or_none
 from edgebuild.core.registry import get_kind
+from edgebuild.core.thresholds import dataset_gate
 from edgebuild.errors import CheckpointError, EdgebuildError, FilesystemError, ManifestError, ParameterError
 
 # The builder's verify path: with the kind's verify module, the code a verification
 # fingerprint covers (a module name, not an import: the engine that runs it sits above).
 VERIFICATION_MODULE = "edgebuild.run.verification"
 
+# The packages whose versions can change what a chain's float model computes.
+FLOAT_MODEL_PACKAGES = ("torch", "transformers")
 # ``outputs_of(source, fingerprint)``: the outputs (relative path -> digest) of the build
 # of ``source`` at ``fingerprint``, wherever a record of it is known; ``None`` if nowhere.
 OutputsResolver = Callable[["Artifact", str], "dict[str, str] | None"]
@@ -214,13 +217,16 @@ class Project:
                 return ensure_fixture(self.layout.cache_dir, spec.fixture, spec.fixture_config)
             except ManifestError as error:
                 raise ManifestError(f"{where}: checkpoints -> {name} -> {error}") from None
-        directory = Path(spec.path).expanduser()
-        if not directory.is_absolute():
-            directory = (self.manifest.root / directory).absolute()
+        directory = self.path_checkpoint_directory(name)
         if not directory.is_dir():
             found = "is a file, not a directory" if directory.exists() else "does not exist"
             raise CheckpointError(f"{where}: checkpoints -> {name} -> path: checkpoint directory {directory} {found}")
         return directory
+
+    def path_checkpoint_directory(self, name: str) -> Path:
+        """Where the ``path:`` checkpoint ``name`` is: relative paths from the manifest's directory."""
+        directory = Path(self.manifest.checkpoints[name].path or "").expanduser()
+        return directory if directory.is_absolute() else (self.manifest.root / directory).absolute()
 
     def _hub_checkpoint(self, name: str, repo_id: str, revision: str) -> Checkpoint:
         """A snapshot of the local Hugging Face cache, its config and weights all there."""
@@ -302,13 +308,14 @@ class Project:
         # metadata (CPU, small files) while the checkpoint's tensors stream from disk:
         # on a cold cache that was 75 ms of a 0.57 s fingerprint of the full-size tower.
         # Once per process: later artifacts take them from memory, without a thread.
-        code_packages, version_packages = kind_code_packages(kind), _version_packages(kind)
-        if known_code_and_versions((kind.build_module,), code_packages, version_packages):
-            code: Any = _Done(code_digests(kind.build_module, packages=code_packages))
+        roots = (kind.build_module, *kind.code_roots(params))
+        code_packages, version_packages = _code_packages(kind, roots), _version_packages(kind)
+        if known_code_and_versions(roots, code_packages, version_packages):
+            code: Any = _Done(code_digests(*roots, packages=code_packages))
             versions: Any = _Done(tool_versions(version_packages))
         else:
             background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgebuild-code-digest")
-            code = background.submit(code_digests, kind.build_module, packages=code_packages)
+            code = background.submit(code_digests, *roots, packages=code_packages)
             versions = background.submit(tool_versions, version_packages)
             background.shutdown(wait=False)
         try:
@@ -341,7 +348,7 @@ class Project:
             params=params.build_parameters(),
             inputs=inputs,
             code=code.result(),
-            versions=versions.result(),
+            versions=versions.result() | kind.extra_versions(),
         ).model_copy(update={"inputs_named": named, "checkpoint_origins": checkpoint_origins,
                       "config_values": config_values})
         self._records[memo] = record
@@ -371,9 +378,10 @@ class Project:
         if memo not in self._records:
             entries, shown = self._frozen
             kind = artifact.kind
-            code = code_digests(kind.build_module, packages=kind_code_packages(kind))
+            roots = (kind.build_module, *kind.code_roots(artifact.params))
+            code = code_digests(*roots, packages=_code_packages(kind, roots))
             self._records[memo] = frozen_record(artifact, _roles("source", artifact.sources), entries, shown, code,
-                                                tool_versions(_version_packages(kind)))
+                                                tool_versions(_version_packages(kind)) | kind.extra_versions())
         return self._records[memo]
 
     def _source_key(self, artifact: Artifact, source: Artifact) -> dict[str, Any]:
@@ -430,9 +438,11 @@ class Project:
         }
 
     def check(self, artifact: "str | Artifact") -> None:
-        """Everything about ``artifact`` that can go wrong before its build, without
-        hashing anything: its checkpoints open, their config and tensors suit its
-        parameters (the kind's ``check_parameters``), every input file exists."""
+        """Everything about ``artifact`` that can go wrong before its build: its
+        checkpoints open, their config and tensors suit its parameters (the kind's
+        ``check_parameters``), every input file exists, and each Hugging Face blob it reads
+        holds the bytes its name says (hashed, as the build's fingerprint would: the same
+        error). Nothing else is hashed."""
         artifact = self.artifact(artifact)
         params = artifact.params
         try:
@@ -449,6 +459,13 @@ class Project:
             # Say which artifact needs the checkpoint (a ParameterError says where already).
             key = "checkpoint" if params.checkpoint_names() else "source"
             raise CheckpointError(f"{artifact.where(key)}: {error}") from None
+        for checkpoint_name in params.checkpoint_names():
+            checkpoint = checkpoints[checkpoint_name]
+            if checkpoint.origin is not None:
+                # What the build refuses, refused here too, in the build's words: a blob of the
+                # Hugging Face cache whose bytes are not what its name says.
+                selection = artifact.kind.tensor_selection(params, checkpoint)
+                self._hub_origin(checkpoint_name, checkpoint, selection.files if selection is not None else ())
         for verify_only in (False, True):
             for role, patterns in params.input_patterns(verify_only).items():
                 expand_inputs(patterns, self.manifest.root, artifact.where(*role.split(".")))
@@ -468,11 +485,18 @@ class Project:
         return code_digests(kind.verify_module, VERIFICATION_MODULE, packages=kind_code_packages(kind))
 
     def verify_fingerprint(self, artifact: "str | Artifact") -> str:
-        """The digest of what a verdict on ``artifact`` depends on: its build, its
-        thresholds, the judging code, the files only verification reads, and the input
-        files of its sources (a verification may measure on its source's held-out images)."""
+        """The digest of what a verdict on ``artifact`` depends on (:meth:`verify_identity`)."""
+        return digest_json(self.verify_identity(artifact))
+
+    def verify_identity(self, artifact: "str | Artifact") -> dict[str, Any]:
+        """What a verdict on ``artifact`` depends on, by part: its build, its thresholds, the
+        judging code, the files only verification reads and the input files of its sources
+        (a verification may measure on its source's held-out images) and, along its chain
+        (``edgebuild/run/chain.py``), the judging code of every artifact it is made from,
+        the input files of those further up, and the float model at the root; and the
+        dataset of a dataset gate, by content. ``doit diff`` names a changed part."""
         artifact = self.artifact(artifact)
-        fingerprinted: dict[str, Any] = {
+        identity: dict[str, Any] = {
             "build": self.fingerprint(artifact),
             "verify": artifact.params.verify_parameters(),
             "code": self.verify_code(artifact),
@@ -484,18 +508,87 @@ class Project:
                 files |= {f"{role}:{key}": digests for key, digests in source_files.items()}
         # Only when there are any: every other artifact's verification fingerprint stays as it was.
         if files:
-            fingerprinted["files"] = files
-        return digest_json(fingerprinted)
+            identity["files"] = files
+        chain = self.lineage(artifact)
+        if len(chain) > 1:
+            # The chain's judgement runs the root's float model on inputs an ancestor's kind
+            # may give (held-out images two steps up): their code, files and model count.
+            identity["ancestors_code"] = {ancestor.name: self._kind_verify_code(ancestor) for ancestor in chain[1:]}
+            further: dict[str, Any] = {}
+            for depth, ancestor in enumerate(chain[2:], start=2):
+                for verify_only in (False, True):
+                    further |= {f"ancestor.{depth}:{key}": digests
+                                for key, digests in self._input_files(ancestor, verify_only)[0].items()}
+            if further:
+                identity["ancestors_files"] = further
+        gate = dataset_gate(artifact.params)
+        if len(chain) > 1 or gate is not None:
+            identity["float"] = self.float_identity(chain[-1])
+        if gate is not None:
+            identity["dataset"] = self.dataset_identity(artifact, gate)
+        return identity
+
+    def verify_parts(self, artifact: "str | Artifact") -> dict[str, str]:
+        """A digest of each part of :meth:`verify_identity` but the build and the thresholds:
+        what a report and a lock entry keep, so that "why is it judged again" names the
+        part that moved."""
+        return {part: digest_json(value) for part, value in self.verify_identity(artifact).items()
+                if part not in ("build", "verify")}
+
+    def lineage(self, artifact: "str | Artifact") -> list[Artifact]:
+        """``artifact``, its source, the source's source, ...: the chain it is made along, up
+        to its root (an artifact made from no source, or from several)."""
+        chain = [self.artifact(artifact)]
+        while len(sources := chain[-1].sources) == 1:
+            chain.append(sources[0])
+        return chain
+
+    def _kind_verify_code(self, artifact: Artifact) -> dict[str, str]:
+        """The code of ``artifact``'s kind's verify module alone (its chain hooks: the float
+        model, the inputs it gives), without the engine's."""
+        kind = artifact.kind
+        return code_digests(kind.verify_module, packages=kind_code_packages(kind))
+
+    def float_identity(self, root: "str | Artifact") -> dict[str, Any]:
+        """What the float model of a chain rooted at ``root`` computes from, by content: the
+        part of its checkpoints the root reads, its parameters, the code of the root kind's
+        verify module (its ``float_model``), the torch and transformers versions. Not the
+        root's export code nor onnxruntime's version: an upgrade of those keeps the float
+        model's outputs (``cache/references``)."""
+        root = self.artifact(root)
+        record = self.record(root)
+        versions = tool_versions(_version_packages(root.kind))
+        return {
+            "kind": record.kind,
+            "params": record.params,
+            "inputs": record.inputs,
+            "code": self._kind_verify_code(root),
+            "versions": {package: versions.get(package) for package in FLOAT_MODEL_PACKAGES},
+        }
+
+    def dataset_identity(self, artifact: "str | Artifact", gate: Any) -> dict[str, Any]:
+        """A dataset gate's set, by content (``edgebuild/core/datasets.py``)."""
+        from edgebuild.core.datasets import dataset_files, dataset_identity
+
+        artifact = self.artifact(artifact)
+        files = dataset_files(gate, self.manifest.root, artifact.where("verify", "dataset"))
+        return dataset_identity(gate, files, self.stat_cache.file_digest)
 
     def input_paths(self, artifact: "str | Artifact") -> list[Path]:
-        """Every input file ``artifact`` and its sources read (build and verification), as
-        the manifest reaches them: what a commit must hold to say what produced it."""
+        """Every input file ``artifact`` and its sources read (build and verification, a
+        dataset gate's own files included), as the manifest reaches them: what a commit
+        must hold to say what produced it."""
         artifact = self.artifact(artifact)
         paths: list[Path] = []
         for each in self.order([artifact.name]):
             for verify_only in (False, True):
                 for role, patterns in each.params.input_patterns(verify_only).items():
                     paths += expand_inputs(patterns, self.manifest.root, each.where(*role.split(".")))
+            gate = dataset_gate(each.params)
+            if gate is not None and gate.patterns():
+                from edgebuild.core.datasets import dataset_files
+
+                paths += dataset_files(gate, self.manifest.root, each.where("verify", "dataset"))
         return list(dict.fromkeys(paths))
 
     def _input_files(self, artifact: Artifact, verify_only: bool) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -583,6 +676,11 @@ def _roles(field: str, items: list[Any]) -> list[tuple[str, Any]]:
     if len(items) == 1:
         return [(field, items[0])]
     return [(f"{field}.{index}", item) for index, item in enumerate(items)]
+
+
+def _code_packages(kind: ArtifactKind, roots: tuple[str, ...]) -> tuple[str, ...]:
+    """The packages a kind's build digest follows: its own, and those of its extra code roots."""
+    return tuple(sorted({*kind_code_packages(kind), *(root.split(".")[0] for root in roots)}))
 
 
 def _version_packages(kind: ArtifactKind) -> tuple[str, ...]:

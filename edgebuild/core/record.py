@@ -21,7 +21,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from edgebuild.core.atomic import write_text
-from edgebuild.core.files import RECORD_BYTES, UnreadableFile, parse_json, read_bytes
+from edgebuild.core.files import RECORD_BYTES, UnreadableFile, parse_json, read_bytes, regular_file_below, regular_tree
 from edgebuild.errors import RecordError
 from edgebuild.core.hashing import digest_json, file_digest, is_digest, written_file_digest
 
@@ -123,10 +123,11 @@ class BuildRecord(BaseModel):
         stat cache's ``file_digest`` to skip files not written since they were last hashed."""
         changed = []
         for relative, meta in self.outputs.items():
-            path = directory / relative
-            if not path.is_file() or path.stat().st_size != meta.size:
+            # A link (to a file with the same bytes, even) is not the output the build wrote.
+            info = regular_file_below(directory, relative)
+            if info is None or info.st_size != meta.size:
                 changed.append(relative)
-            elif digest is not None and digest(path) != meta.digest:
+            elif digest is not None and digest(directory / relative) != meta.digest:
                 changed.append(relative)
         return changed
 
@@ -194,11 +195,13 @@ def read_record_or_none(directory: Path) -> BuildRecord | None:
 def output_manifest(directory: Path) -> dict[str, OutputFile]:
     """Size and digest of every file a build's scratch directory holds (but the record,
     the report and hidden files): files this process just wrote, so hashed through a
-    mapping on every core (:func:`written_file_digest`)."""
+    mapping on every core (:func:`written_file_digest`). :class:`NotRegular` for a link
+    (or FIFO, socket, device) anywhere in it, hidden or not: outputs are regular files
+    inside the build directory (``edgebuild/core/files.py``)."""
     skipped = {RECORD_FILE, *REPORT_FILES}
     files = {}
-    for path in sorted(directory.rglob("*")):
-        if path.is_file() and path.name not in skipped and not path.name.startswith("."):
-            relative = path.relative_to(directory).as_posix()
+    for relative in regular_tree(directory):
+        path = directory / relative
+        if path.name not in skipped and not path.name.startswith("."):
             files[relative] = OutputFile(size=path.stat().st_size, digest=written_file_digest(path))
     return files

@@ -4,10 +4,12 @@ those of other installed packages, declared as entry points of the group
 
 Every kind is loaded by name when something first needs it (a manifest names it,
 the schema lists it), and checked when it is loaded, the same way for built-in and
-plugin kinds. A plugin that fails to import is one line naming its entry point and
-the error; a manifest that does not use it never notices. The list itself is data
-(module and class names), not imports: no module here imports a kind, and adding
-one makes no other kind's fingerprint change.
+plugin kinds. An entry point's name is its kind's name, so a plugin's module is
+imported only when a manifest names its kind (or ``schema`` and ``init --plugins``
+list every kind): a plugin that imports slowly, or not at all, costs a command that
+does not use it nothing. A plugin that fails to import is one line naming its entry
+point and the error. The list itself is data (module and class names), not imports:
+no module here imports a kind, and adding one makes no other kind's fingerprint change.
 """
 
 from __future__ import annotations
@@ -138,11 +140,11 @@ def check_kind(cls: type[ArtifactKind], name: str) -> None:
             raise TypeError(f"artifact kind {cls.name!r}: fixtures must be edgebuild.plugin.Fixture, found {fixture!r}")
 
 
-def all_kinds(on_error: Callable[[PluginError], None] | None = None) -> list[ArtifactKind]:
-    """Every kind that loads, in name order. A plugin that does not load is passed to
-    ``on_error`` (default: raised)."""
+def all_kinds(on_error: Callable[[PluginError], None] | None = None, names: list[str] | None = None) -> list[ArtifactKind]:
+    """Every kind (of ``names``; default: every kind there is) that loads, in name order.
+    A plugin that does not load is passed to ``on_error`` (default: raised)."""
     kinds = []
-    for name in kind_names():
+    for name in sorted(kind_names() if names is None else names):
         try:
             kinds.append(get_kind(name))
         except PluginError as error:
@@ -152,16 +154,42 @@ def all_kinds(on_error: Callable[[PluginError], None] | None = None) -> list[Art
     return kinds
 
 
-def fixtures() -> dict[str, Fixture]:
-    """Every generated checkpoint a loadable kind declares, by name. Two kinds may declare
-    the same one (the same object); a plugin that does not load offers none."""
+def builtin_names() -> list[str]:
+    """The built-in kinds' names (nothing imported but the list)."""
+    return sorted(importlib.import_module(BUILTIN_LIST_MODULE).BUILTIN_KINDS)
+
+
+def plugin_names() -> list[str]:
+    """The kinds other installed packages declare, by entry point name (nothing imported)."""
+    return sorted(name for name, declaration in declarations().items() if declaration.distribution is not None)
+
+
+def fixtures(names: list[str] | None = None) -> dict[str, Fixture]:
+    """Every generated checkpoint the kinds ``names`` (default: every kind) declare, by
+    name, for those that load. Two kinds may declare the same one (the same object); a
+    plugin that does not load offers none."""
     found: dict[str, Fixture] = {}
-    for kind in all_kinds(on_error=lambda error: None):
+    for name in kind_names() if names is None else names:
+        try:
+            kind = get_kind(name)
+        except PluginError:
+            continue
         for fixture in kind.fixtures:
             if fixture.name in found and found[fixture.name] is not fixture:
                 raise PluginError(f"fixture {fixture.name!r} is declared by two kinds with different generators ({kind.name!r} is one)")
             found[fixture.name] = fixture
     return found
+
+
+def find_fixture(name: str) -> tuple[Fixture | None, dict[str, Fixture]]:
+    """The fixture ``name`` and the fixtures looked through to find it. The built-in kinds
+    and the kinds loaded already (those the manifest names) are asked first; the other
+    plugins are imported only when none of those declares it."""
+    nearby = fixtures([*builtin_names(), *(loaded for loaded in _loaded if loaded in declarations())])
+    if name in nearby:
+        return nearby[name], nearby
+    everything = fixtures()
+    return everything.get(name), everything
 
 
 def register(cls: type[ArtifactKind]) -> type[ArtifactKind]:

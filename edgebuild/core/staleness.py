@@ -194,3 +194,28 @@ def mapping_changes(before: dict[str, Any], after: dict[str, Any], changed: str,
         elif before[key] != after[key]:
             reasons.append(changed.format(key))
     return reasons
+
+
+# Each part of a verification fingerprint (``Project.verify_identity``) beside the thresholds, in words.
+VERIFY_PART_CHANGES = {
+    "code": "the judging code changed",
+    "files": "the files only verification reads changed (held-out inputs, or its sources' input files)",
+    "ancestors_code": "the judging code of an artifact it is made from changed (the float model or the inputs it gives)",
+    "ancestors_files": "the input files of an artifact further up its chain changed",
+    "float": "the float model of its chain changed (the root's checkpoint, parameters, or torch/transformers)",
+    "dataset": "the dataset of its gate changed (its files, labels or the samples drawn)",
+}
+
+
+def verification_changes(thresholds_before: dict[str, Any] | None, parts_before: dict[str, Any] | None,
+                         thresholds: dict[str, Any], parts: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
+    """Why an artifact's verification is out of date, in words: its thresholds, key by key
+    (``verify.cosine_min 0.99 -> 0.995``, a default become a value included), then each
+    other part of its verification fingerprint that moved (by digest). ``skip``: parts
+    the caller says in more detail."""
+    reasons = parameter_changes(thresholds_before, thresholds, "verify.") if isinstance(thresholds_before, dict) else []
+    if isinstance(parts_before, dict):
+        for part in sorted(set(parts_before) | set(parts)):
+            if part not in skip and part in VERIFY_PART_CHANGES and parts_before.get(part) != parts.get(part):
+                reasons.append(VERIFY_PART_CHANGES[part])
+    return reasons

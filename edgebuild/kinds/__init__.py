@@ -12,4 +12,9 @@ BUILTIN_KINDS = {
     "qwen3_5_vision_tower": "edgebuild.kinds.qwen3_5_tower:Qwen3_5VisionTower",
     "siglip_f143": "edgebuild.kinds.siglip_f143:SiglipF143",
     "siglip_f143_onnx": "edgebuild.kinds.siglip_f143_onnx:SiglipF143Onnx",
+    "torch_export": "edgebuild.kinds.torch_export:TorchExport",
+    "executorch": "edgebuild.kinds.executorch:Executorch",
+    "litert": "edgebuild.kinds.litert:Litert",
+    "openvino": "edgebuild.kinds.openvino:Openvino",
+    "ort_format": "edgebuild.kinds.ort_format:OrtFormat",
 }

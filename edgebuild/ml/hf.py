@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 from edgebuild.errors import CheckpointError, ExportError
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from edgebuild.core.checkpoint import Checkpoint
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
@@ -114,22 +116,70 @@ def load_pretrained(model_class: Any, checkpoint: "Checkpoint", **options: Any) 
     return model.eval(), used
 
 
-def pixel_batches(checkpoint: "Checkpoint", paths: list[Path], shape: list[int], default: str = "CLIPImageProcessor") -> list[Any]:
-    """Images as ``pixel_values`` batches of a graph's fixed ``shape`` ([batch, channels,
-    height, width]), through the checkpoint's own image processor resized to that height
-    and width; a last batch that is not full is dropped."""
+def pixel_batches(checkpoint: "Checkpoint", images: "list[Path | Image.Image]", shape: list[int],
+                  default: str = "CLIPImageProcessor") -> list[Any]:
+    """Images (paths, or RGB images already read) as ``pixel_values`` batches of a graph's
+    fixed ``shape`` ([batch, channels, height, width]), through the checkpoint's own image
+    processor; a last batch that is not full is dropped.
+
+    By the processor's own rules first (its resize, crop and normalisation, exactly as a
+    deployment that loads ``preprocessor_config.json`` runs it); where they make another
+    size, with its size (and crop size) set to the graph's, in the processor's own terms
+    (``height``/``width``, or ``shortest_edge``); failing that, the image resized to the
+    graph's height and width with the processor's resampling filter, and the processor
+    left to rescale and normalise. Whatever fails inside the processor is one
+    :class:`CheckpointError` naming it and its file."""
+    import torch
+
     from edgebuild.ml.images import load_rgb_image
 
     batch, channels, height, width = shape
     processor = image_processor(checkpoint, default)
+    label = f"{type(processor).__name__.removesuffix('Pil')} ({checkpoint.file(PREPROCESSOR_FILE)})"
+    attempts = _size_attempts(processor, height, width)
+    pixels = []
+    for image in images:
+        loaded = image if not isinstance(image, Path) else load_rgb_image(image)
+        made = []
+        for resized, overrides in attempts:
+            given = loaded.resize((width, height), resample=processor.resample) if resized else loaded
+            made.append(_processed(processor, given, overrides, label))
+            if tuple(made[-1].shape[1:]) == (channels, height, width):
+                break
+        else:
+            shapes = " or ".join(dict.fromkeys(str(list(found.shape[1:])) for found in made))
+            raise CheckpointError(f"{label}: makes pixel_values of shape {shapes}, not the graph's "
+                                  f"[{channels}, {height}, {width}], by its own rules or set to {height}x{width}")
+        pixels.append(made[-1])
+    stacked = torch.cat(pixels).float() if pixels else torch.zeros(0, channels, height, width)
+    return [stacked[index * batch:(index + 1) * batch] for index in range(len(pixels) // batch)]
+
+
+def _size_attempts(processor: Any, height: int, width: int) -> list[tuple[bool, dict[str, Any]]]:
+    """``(resize first, settings)`` to try in order: the processor's own; its size set to
+    the graph's in the terms it uses; the image resized first, the processor's resize and
+    crop off."""
+    size = getattr(processor, "size", None)
+    crops = bool(getattr(processor, "do_center_crop", False)) and getattr(processor, "crop_size", None) is not None
+    set_size: dict[str, Any] = {}
+    if getattr(size, "height", None) is not None and getattr(size, "width", None) is not None:
+        set_size = {"size": {"height": height, "width": width}}
+    elif getattr(size, "shortest_edge", None) is not None:
+        set_size = {"size": {"shortest_edge": min(height, width)}}
+    if set_size and crops:
+        set_size["crop_size"] = {"height": height, "width": width}
+    attempts: list[tuple[bool, dict[str, Any]]] = [(False, {})]
+    if set_size:
+        attempts.append((False, set_size))
+    attempts.append((True, {"do_resize": False, "do_center_crop": False}))
+    return attempts
+
+
+def _processed(processor: Any, image: Any, overrides: dict[str, Any], label: str) -> Any:
+    """``processor(images=[image], **overrides)``'s ``pixel_values``, or one line naming the processor."""
     with quiet_transformers():
         try:
-            pixels = processor(images=[load_rgb_image(path) for path in paths], return_tensors="pt",
-                               size={"height": height, "width": width}, do_center_crop=False)["pixel_values"]
-        except (TypeError, ValueError) as error:
-            reason = " ".join(str(error).split())
-            raise CheckpointError(f"{checkpoint.label}: its image processor cannot make {height}x{width} pixels: {reason}") from None
-    if tuple(pixels.shape[1:]) != (channels, height, width):
-        raise ExportError(f"the image processor made pixel_values of shape {list(pixels.shape[1:])}, "
-                          f"not the graph's [{channels}, {height}, {width}]")
-    return [pixels[index * batch:(index + 1) * batch].float() for index in range(len(paths) // batch)]
+            return processor(images=[image], return_tensors="pt", **overrides)["pixel_values"]
+        except Exception as error:  # a processor raises what its own code does (AttributeError, KeyError, ...)
+            reason = " ".join(str(error).split())[:300]
+            raise CheckpointError(f"{label}: cannot process an image: {type(error).__name__}: {reason}") from None

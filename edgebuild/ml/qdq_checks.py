@@ -52,19 +52,19 @@ def graph_checks(float_model: Path, qdq_model: Path, options: QdqOptions) -> tup
     return checks, summary
 
 
-def compare_graphs(float_model: Path, qdq_model: Path, feeds: list[Feeds]) -> list[list[dict[str, float]]]:
+def compare_graphs(float_model: Path, qdq_model: Path, feeds: list[Feeds]) -> list[list[dict[str, Any]]]:
     """Per sample, per output: the QDQ graph's output against the float graph's, both on
     onnxruntime's CPU provider (one session at a time: the two graphs are never both in
     memory)."""
     import torch
 
-    from edgebuild.ml.compare import compare_outputs
+    from edgebuild.ml.agreement import agreement
     from edgebuild.ml.onnx_tools import run_session
 
     quantized = run_session(qdq_model, feeds)
     reference = run_session(float_model, feeds)
     return [
-        [compare_outputs(torch.from_numpy(expected).float()[None], torch.from_numpy(actual).float()[None])
+        [agreement(torch.from_numpy(expected).float()[None], torch.from_numpy(actual).float()[None])
          for expected, actual in zip(reference_outputs, quantized_outputs)]
         for reference_outputs, quantized_outputs in zip(reference, quantized)
     ]

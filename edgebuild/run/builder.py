@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from edgebuild.core.atomic import new_directory, remove_leftovers
 from edgebuild.core.consumer import write_consumer_contract
 from edgebuild.core.faults import fault_point
+from edgebuild.core.files import NotRegular, regular_tree
 from edgebuild.core.fingerprint import locked
 from edgebuild.core.kind import BuildContext
 from edgebuild.core.project import Artifact
@@ -28,9 +30,9 @@ from edgebuild.core.record import BuildRecord, output_manifest, read_record_or_n
 from edgebuild.core.report import Report
 from edgebuild.core.timing import peak_rss_bytes
 from edgebuild.errors import (
-    EdgebuildError, ExportError, FilesystemError, RemoteError, UnvouchedEntry, VerificationFailed,
+    EdgebuildError, ExportError, FilesystemError, RemoteError, SourceNotVerified, UnvouchedEntry, VerificationFailed,
 )
-from edgebuild.run.state import changed_outputs, current_record
+from edgebuild.run.state import changed_outputs, current_record, source_blocking
 from edgebuild.run.verification import judge
 
 if TYPE_CHECKING:
@@ -101,27 +103,29 @@ def _make_current(workspace: "Workspace", artifact: Artifact, log: Log, export: 
             damaged = ", ".join(changed_outputs(workspace, artifact, existing))
             log(f"build/{artifact.name}: {damaged} changed or missing since the build; replacing it")
         started = time.perf_counter()
-        restored = workspace.store.restore(fingerprint, target, layout.scratch_dir)
+        restored = workspace.store.restore(fingerprint, target, layout.scratch_dir, log)
         if restored is not None:
             log(f"restored from the store in {time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})")
             return _remember_outputs(workspace, artifact, restored)
-        remote = workspace.remote
-        if remote is not None:
-            # A gather step that trusts keys takes only what they signed: it judges nothing.
-            vouched_only = workspace.settings.pull_only and remote.trust.configured
-            try:
+        try:
+            # Opening it is reaching it: an unreachable remote fails here, as a pull would.
+            remote = workspace.remote
+            pulled = None
+            if remote is not None:
+                # A gather step that trusts keys takes only what they signed: it judges nothing.
+                vouched_only = workspace.settings.pull_only and remote.trust.configured
                 pulled = remote.pull(artifact.name, fingerprint, workspace.store, target, layout.scratch_dir, log,
                                      vouched_only=vouched_only)
-            except UnvouchedEntry:
-                raise
-            except RemoteError as error:
-                raise RemoteError(
-                    f"{artifact.name}: {error} (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
-                ) from None
-            if pulled is not None:
-                log(f"pulled from the remote cache {remote.label} in {time.perf_counter() - started:.2f} s "
-                    f"(fingerprint {fingerprint[:12]})")
-                return _remember_outputs(workspace, artifact, pulled)
+        except UnvouchedEntry:
+            raise
+        except RemoteError as error:
+            raise RemoteError(
+                f"{artifact.name}: {error} (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
+            ) from None
+        if pulled is not None:
+            log(f"pulled from the remote cache {remote.label} in {time.perf_counter() - started:.2f} s "
+                f"(fingerprint {fingerprint[:12]})")
+            return _remember_outputs(workspace, artifact, pulled)
         if not export:
             raise ExportRequired(artifact.name)
         complete = _build_into_place(workspace, artifact, record, log)
@@ -142,11 +146,14 @@ def _build_into_place(workspace: "Workspace", artifact: Artifact, record: BuildR
         # (edgebuild/run/workers.py), so the build's -- sizes cluster tasks and balances
         # shards (edgebuild/run/costs.py). In the record only, like the timings.
         info = {**info, "peak_rss_bytes": peak_rss_bytes()}
-        missing = [output for output in kind.outputs if not (scratch / output).exists()]
+        # Before anything reads what it wrote (consumer.json opens its graphs): a link
+        # would make the recorded, stored and published bytes some other file's.
+        written = set(built_files(artifact.name, kind.name, scratch))
+        missing = [output for output in kind.outputs if output not in written]
         if missing:
             raise ExportError(f"{artifact.name}: the {kind.name} build did not write {', '.join(missing)}")
         # How a deployment job feeds it, carried with the outputs everywhere they go.
-        write_consumer_contract(scratch, kind, artifact.params, context.checkpoints)
+        write_consumer_contract(scratch, kind, artifact.params, context.checkpoints, context.sources)
         complete = record.completed(artifact.name, info, elapsed, output_manifest(scratch))
         fault_point("build.before_record")
         # The record is written last: a directory without it never counts as built.
@@ -156,12 +163,35 @@ def _build_into_place(workspace: "Workspace", artifact: Artifact, record: BuildR
     return complete
 
 
+def refuse_unverified_sources(workspace: "Workspace", artifact: Artifact) -> None:
+    """:class:`SourceNotVerified` when an artifact ``artifact`` is made from is not verified:
+    its own verdict would not count, so it is not judged, kept or pushed."""
+    blocking = source_blocking(workspace, artifact)
+    if blocking is not None:
+        source, why = blocking
+        raise SourceNotVerified(f"{artifact.name}: not judged: {why}; it is judged once that one passes", source.name)
+
+
+def built_files(name: str, kind: str, scratch: Path) -> list[str]:
+    """The files a build wrote into ``scratch``; :class:`ExportError` naming a link (or a
+    FIFO, socket, device) among them: outputs are regular files inside the build directory."""
+    try:
+        return regular_tree(scratch)
+    except NotRegular as found:
+        raise ExportError(
+            f"{name}: the {kind} build left {found.relative} as {found}; outputs are regular files inside the build "
+            "directory (nothing of this build was recorded or stored)"
+        ) from None
+
+
 def verify_artifact(workspace: "Workspace", artifact: "Artifact | str", log: Log | None = None) -> Report:
     """Judge the built ``artifact`` and write its report; keep a build that passed in the
     store and push it to the remote cache; raise :class:`VerificationFailed` on any
-    failed check."""
+    failed check, and :class:`SourceNotVerified` (judging nothing) while an artifact it is
+    made from is not verified."""
     artifact = workspace.artifact(artifact)
     log = log or stderr_log(artifact.name)
+    refuse_unverified_sources(workspace, artifact)
     try:
         report = judge(workspace, artifact, log)
     except OSError as error:
@@ -181,17 +211,19 @@ def keep_verified(workspace: "Workspace", artifact: "Artifact | str", log: Log |
     and push it to the remote cache. Only verified builds are ever pushed."""
     artifact = workspace.artifact(artifact)
     log = log or stderr_log(artifact.name)
+    # Only a build verified along its whole chain is kept as verified, or shared.
+    refuse_unverified_sources(workspace, artifact)
     fingerprint = artifact.fingerprint
     directory = artifact.directory
     if not workspace.store.has(fingerprint):
         # The store entry was pruned (or cache/ deleted) since the build.
         workspace.store.put(fingerprint, directory)
     workspace.store.put_report(fingerprint, directory)
-    remote = workspace.remote
-    if remote is not None:
-        try:
+    try:
+        remote = workspace.remote
+        if remote is not None:
             remote.push(fingerprint, workspace.store, log)
-        except OSError as error:
-            raise FilesystemError.of(error, directory, f"{artifact.name}: verified, but not pushed to the remote cache") from None
-        except EdgebuildError as error:
-            raise type(error)(f"{artifact.name}: verified, but not pushed to the remote cache: {error}") from None
+    except OSError as error:
+        raise FilesystemError.of(error, directory, f"{artifact.name}: verified, but not pushed to the remote cache") from None
+    except EdgebuildError as error:
+        raise type(error)(f"{artifact.name}: verified, but not pushed to the remote cache: {error}") from None

@@ -22,7 +22,7 @@ from edgebuild.core.lockfile import parse_lock
 from edgebuild.core.project import Artifact, SourceNotBuilt
 from edgebuild.core.record import read_record_or_none
 from edgebuild.core.report import read_report
-from edgebuild.core.staleness import explain, mapping_changes, parameter_changes
+from edgebuild.core.staleness import explain, mapping_changes, verification_changes
 from edgebuild.errors import DiffError, EdgebuildError, RemoteError
 from edgebuild.run.vcs import committed_bytes, resolve_commit, work_tree_top
 
@@ -213,15 +213,18 @@ def _entry_problem(entry: Any) -> str | None:
 
 
 def _from_destination(workspace: "Workspace", destination: str) -> _Baseline:
-    from edgebuild.cache.location import Location
+    from edgebuild.cache.location import Location, shown_setting
     from edgebuild.run.publish import INDEX_KEY, latest_published, read_index
 
+    shown = shown_setting("--against", destination)
     try:
-        location = Location(destination, workspace.manifest.root)
+        location = Location(destination, workspace.manifest.root, setting="--against")
         location.check_root()  # a destination that is not there is no baseline, not an empty one
         index = read_index(location)
     except EdgebuildError as error:
-        raise DiffError(f"--against {destination}: {error}") from None
+        # Reaching the location, its errors name --against already; an index's name only the file.
+        message = str(error)
+        raise DiffError(message if message.startswith(shown) else f"{shown}: {message}") from None
     entries = {name: {"fingerprint": fingerprint, "kind": row.get("kind")}
                for name, (fingerprint, row) in latest_published(index).items()}
     notes = [] if entries else [f"{location.where(INDEX_KEY)} lists no published artifact"]
@@ -268,6 +271,15 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
     )
 
 
+def _verify_parts(workspace: "Workspace", artifact: Artifact) -> dict[str, str]:
+    """The digest of each part of the artifact's verification fingerprint now (none when
+    one cannot be computed: a verification-only file that cannot be read)."""
+    try:
+        return workspace.verify_parts(artifact)
+    except EdgebuildError:
+        return {}
+
+
 def _verify_fingerprint(artifact: Artifact) -> str | None:
     """The current verification fingerprint; ``None`` when a file only verification reads
     cannot be read (then no verification counts as current)."""
@@ -283,13 +295,19 @@ def _verify_changes(workspace: "Workspace", artifact: Artifact, entry: dict[str,
     against the manifest's now), the judging code (from the lock entry), and -- when the
     build is the same but its verification fingerprint is not, with neither of those --
     the files only verification reads."""
-    reasons: list[str] = []
-    if before_report is not None and isinstance(before_report.get("verify"), dict):
-        reasons += parameter_changes(before_report["verify"], artifact.params.verify_parameters(), "verify.")
+    # The thresholds it was judged with: the baseline's report's, else its lock entry's.
+    thresholds = before_report.get("verify") if before_report is not None else None
+    if not isinstance(thresholds, dict):
+        thresholds = entry.get("verify")
+    parts = entry.get("verify_parts")
+    reasons = verification_changes(thresholds, parts if verify_fp is not None else None,
+                                   artifact.params.verify_parameters(), _verify_parts(workspace, artifact), skip=("code",))
     if isinstance(entry.get("verify_code"), dict):
         reasons += mapping_changes(entry["verify_code"], workspace.verify_code(artifact),
                                    "judging code {} changed", "judging code {} added", "judging code {} removed")
-    if change == "unchanged" and not reasons and entry.get("verify_fingerprint") not in (None, verify_fp):
+    if not isinstance(parts, dict) and change == "unchanged" and not reasons \
+            and entry.get("verify_fingerprint") not in (None, verify_fp):
+        # A lock entry written before it named its parts.
         reasons.append("the files only verification reads changed (held-out inputs)")
     return tuple(reasons)
 

@@ -10,10 +10,16 @@ entry into a scratch directory beside ``DIR``, and checks, before anything is pu
 - every file it lists against its sha256, and that nothing else is there;
 - its ``model.sig`` (``release.py``) against the trusted keys (``EDGEBUILD_TRUSTED_KEYS``):
   an unsigned release, one signed by another key, or one whose files differ from what
-  was signed is refused.
+  was signed is refused;
+- its verdict: ``report.json`` passed and, for an artifact made from a source, the
+  verdict it records of every artifact up its chain passed too (``provenance.json``
+  says which are sources). A QNN context published while its QDQ graph had failed --
+  what an edgebuild before the chain rule published -- is refused, whichever
+  ``latest`` says.
 
 Then the scratch directory is renamed to ``DIR``: it appears whole, or not at all. A
-``DIR`` that exists and is not empty is refused before anything is downloaded.
+``DIR`` that exists and is not empty, or that is a symbolic link (to a directory, or to
+nothing), is refused before anything is downloaded.
 """
 
 from __future__ import annotations
@@ -26,8 +32,13 @@ from pathlib import Path
 from typing import Callable
 
 from edgebuild.cache.location import FROM_SETTINGS, Location
+from edgebuild.cache.signing import load_public_key
+from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, describe_entry, read_json
+from edgebuild.core.report import REPORT_JSON
 from edgebuild.errors import FetchError, PublishError
-from edgebuild.run.publish import CHECKSUMS_FILE, parse_checksums, file_sha256, latest_published, read_index
+from edgebuild.run.publish import (
+    CHECKSUMS_FILE, PROVENANCE_FILE, file_sha256, latest_published, parse_checksums, read_index,
+)
 from edgebuild.run.release import release_distrust
 
 # A SHA256SUMS lists a few files: kilobytes. Read no more than this.
@@ -76,11 +87,19 @@ def fetch(name: str, source: str, to: str | os.PathLike[str], fingerprint: str |
 
         trusted_keys = Settings.from_environ().trusted_key_paths
     target = Path(to).absolute()
+    if os.path.islink(target):
+        # The rule of edgebuild/core/files.py: nothing is written through a link.
+        raise FetchError(f"{target}: {describe_entry(target, os.lstat(target).st_mode)}; fetch creates the directory "
+                         "--to names and never writes through a link: give the directory itself, or a new name; "
+                         "nothing fetched")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise FetchError(f"{target}: exists and is not an empty directory; nothing fetched into it")
     if not target.parent.is_dir():
         raise FetchError(f"{target.parent}: no such directory to fetch into")
-    location = Location(source, s3_endpoint=s3_endpoint)
+    for key in trusted_keys:
+        # Readable keys, of one key each, that no one else may rewrite: before any download.
+        load_public_key(Path(key))
+    location = Location(source, s3_endpoint=s3_endpoint, setting="--from")
     try:
         index = read_index(location)
     except PublishError as error:
@@ -107,7 +126,7 @@ def fetch(name: str, source: str, to: str | os.PathLike[str], fingerprint: str |
             if file_sha256(path) != digest:
                 raise FetchError(f"{where}: {relative} does not match {CHECKSUMS_FILE}; nothing fetched")
         (scratch / CHECKSUMS_FILE).write_bytes(listed)
-        distrust = release_distrust(scratch, trusted_keys)
+        distrust = release_distrust(scratch, trusted_keys) or _verdict_distrust(scratch)
         if distrust is not None:
             raise FetchError(f"{name} {chosen[:12]} at {where} is not taken: {distrust}; nothing fetched")
         if target.is_dir():
@@ -118,3 +137,28 @@ def fetch(name: str, source: str, to: str | os.PathLike[str], fingerprint: str |
         raise
     log(f"fetched {name} {chosen[:12]} from {where} into {target} ({len(checksums)} files, signature checked)")
     return target
+
+
+def _verdict_distrust(directory: Path) -> str | None:
+    """Why the downloaded entry in ``directory`` is not a verified release: its report did
+    not pass, or it was made from a source and does not record that every artifact up its
+    chain passed. ``None`` when it is one."""
+    try:
+        report = read_json(directory / REPORT_JSON, REPORT_BYTES)
+        provenance = read_json(directory / PROVENANCE_FILE, RECORD_BYTES)
+    except (OSError, UnreadableFile) as error:
+        return f"its {REPORT_JSON} or {PROVENANCE_FILE} cannot be read ({error})"
+    if not isinstance(report, dict) or report.get("passed") is not True:
+        return f"its {REPORT_JSON} does not say it passed verification"
+    inputs = provenance.get("inputs") if isinstance(provenance, dict) else None
+    made_from_sources = isinstance(inputs, dict) and any(role.split(".")[0] == "source" for role in inputs)
+    if not made_from_sources:
+        return None
+    chain = report.get("chain")
+    if not isinstance(chain, list) or not chain:
+        return ("it is made from a source and its report records no verdict of the artifacts it is made from "
+                "(published before edgebuild judged chains); publish it again")
+    failed = [str(entry.get("artifact")) for entry in chain if not isinstance(entry, dict) or entry.get("passed") is not True]
+    if failed:
+        return f"{failed[0]}, which it is made from, had not passed verification when it was judged"
+    return None

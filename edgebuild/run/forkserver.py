@@ -93,6 +93,7 @@ class ForkedWorker:
         self.stderr = stderr
         self._status = status
         self.returncode: int | None = None
+        self.server_lost = False
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
@@ -104,7 +105,9 @@ class ForkedWorker:
             finally:
                 self._status.settimeout(None)
             # No answer at all: the server is gone, and the worker with it (it exits with
-            # its parent): report it as killed.
+            # its parent). Not the worker's own death: ``server_lost`` says so, for the
+            # message (a SIGKILL would read as the OOM killer's).
+            self.server_lost = not data.strip()
             self.returncode = int(data) if data.strip() else -signal.SIGKILL
             self._status.close()
         return self.returncode
@@ -228,7 +231,9 @@ class SharedForkServer(_Client):
         connection = self._connect()
         if connection is not None:
             return connection
-        with open(self._lock_path, "a") as lock:
+        from edgebuild.core.files import open_lock
+
+        with open_lock(self._lock_path) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             connection = self._connect()  # another process started it while this one waited
             if connection is not None:

@@ -29,12 +29,13 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.core.atomic import write_text
+from edgebuild.core.files import LOCK_BYTES, UnreadableFile, read_text
 from edgebuild.core.fingerprint import locked
 from edgebuild.core.lockfile import read_lock, render_lock
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import BuildRecord, read_record_or_none
 from edgebuild.core.report import read_report
-from edgebuild.errors import EdgebuildError, FilesystemError
+from edgebuild.errors import EdgebuildError, FilesystemError, LockfileError
 from edgebuild.run.state import VerificationState, verification_state
 
 if TYPE_CHECKING:
@@ -68,6 +69,10 @@ def lock_entry(workspace: "Workspace", artifact: "Artifact | str") -> dict[str, 
         # The checkpoints' config leaves, for `doit diff` to name a changed key.
         "config_values": artifact.record.config_values,
         "verify_code": workspace.verify_code(artifact),
+        # What it is judged with: the thresholds, and a digest of each other part of its
+        # verification fingerprint (`doit diff` names the part that changed).
+        "verify": artifact.params.verify_parameters(),
+        "verify_parts": workspace.verify_parts(artifact),
         "verified": verified,
         "verify_fingerprint": verify_fingerprint if verified is not None else None,
         # What the build and its verification cost (edgebuild/costs.py): CI shards are
@@ -131,12 +136,40 @@ def update_lock(workspace: "Workspace", artifacts: list[Artifact]) -> bool:
                 entries[artifact.name] = entry
         text = render_lock(entries)
         try:
-            if path.read_text(encoding="utf-8") == text:
+            if read_text(path, LOCK_BYTES) == text:
                 return False
-        except FileNotFoundError:
-            pass
+        except (OSError, UnreadableFile):
+            pass  # missing, or not ours to compare: written anew (read_lock refused anything unreadable)
         try:
             write_text(path, text)
         except OSError as error:
             raise FilesystemError.of(error, path, "cannot write the lock file") from None
         return True
+
+
+def merge_shard_locks(committed: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """The lock file one run of every shard would have written, from the committed one and
+    the lock file each shard wrote (each the committed lock with the entries of its own
+    artifacts refreshed, and entries of artifacts no longer in the manifest dropped): each
+    artifact's entry from the shard that changed it, the committed one where none did.
+    :class:`LockfileError` when two shards wrote the same artifact differently."""
+    merged: dict[str, Any] = {}
+    for name in sorted(set(committed).union(*shards)):
+        before = committed.get(name)
+        written = {render_lock({name: lock.get(name)}): lock.get(name) for lock in shards if lock.get(name) != before}
+        if len(written) > 1:
+            raise LockfileError(f"{name}: two shards wrote different lock entries for it; each artifact is built by one shard")
+        entry = next(iter(written.values())) if written else before
+        if entry is not None:
+            merged[name] = entry
+    return merged
+
+
+def lock_changes(committed: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The artifacts whose entries differ between two lock files' artifacts, costs aside (a
+    build on another machine costs other seconds; what it is does not change)."""
+
+    def what(entry: Any) -> Any:
+        return {key: value for key, value in entry.items() if key != "cost"} if isinstance(entry, dict) else entry
+
+    return sorted(name for name in set(committed) | set(current) if what(committed.get(name)) != what(current.get(name)))

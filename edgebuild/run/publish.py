@@ -72,14 +72,18 @@ from typing import Any, Callable
 from typing import TYPE_CHECKING
 
 from edgebuild.cache.location import Location, UnfitObject, plain_path_problem, quoted
-from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, json_kind, parse_json
+from edgebuild.cache.signing import load_private_key
+from edgebuild.core.files import (
+    RECORD_BYTES, REPORT_BYTES, NotRegular, UnreadableFile, describe_entry, json_kind, open_lock, open_regular, parse_json,
+    regular_tree,
+)
 from edgebuild.core.faults import fault_point
 from edgebuild.core.fingerprint import locked
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import read_record
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report
 from edgebuild.errors import EdgebuildError, PublishError, RemoteError
-from edgebuild.run.state import VerificationState, verification_state
+from edgebuild.run.state import VerificationState, source_blocking, verification_state
 from edgebuild.run.lockfile import lock_names
 from edgebuild.run.release import SIGNATURE_FILE, STATEMENT_FILE, sign_entry, statement
 from edgebuild.run.vcs import git_state, is_ignored, work_tree_top
@@ -149,6 +153,9 @@ def publish(workspace: "Workspace", names: list[str], destination: str, log: Log
     Refused from a work tree with uncommitted changes, or outside git, unless
     ``allow_dirty`` (which provenance.json then records)."""
     location = check_destination(workspace, destination)
+    if workspace.settings.signing_key is not None:
+        # Readable, one key, its owner's only: before anything is prepared.
+        load_private_key(Path(workspace.settings.signing_key))
     git = check_work_tree(workspace, allow_dirty, names)
     check_publishable(workspace, names)
     if workspace.settings.signing_key is None:
@@ -166,10 +173,28 @@ def check_destination(workspace: "Workspace", destination: str) -> Location:
     opens (an object store with a bucket), outside the project's ``build/`` and
     ``cache/`` and outside its git work tree (unless git ignores it there), with an
     index this version can merge into (or none yet)."""
-    location = Location(destination, s3_endpoint=workspace.settings.s3_endpoint)
+    location = Location(destination, s3_endpoint=workspace.settings.s3_endpoint, setting="--to")
     _refuse_project_directories(workspace, location)
+    _refuse_links(location)
     read_index(location)
     return location
+
+
+def _refuse_links(location: Location) -> None:
+    """Nothing is written through a link below a local destination (the rule of
+    ``edgebuild/core/files.py``): an artifact's folder or the index linked elsewhere is
+    refused here, before anything is built."""
+    if not location.is_local:
+        return
+    root = location.local_path("")
+    try:
+        children = sorted(root.iterdir()) if root.is_dir() else []
+    except OSError:
+        return  # read_index, next, names what cannot be read
+    for child in children:
+        if child.is_symlink():
+            raise PublishError(f"{child}: {describe_entry(child, os.lstat(child).st_mode)}; publishing writes real files "
+                               "and folders inside the destination and never through a link: remove the link")
 
 
 def _refuse_project_directories(workspace: "Workspace", location: Location) -> None:
@@ -207,12 +232,20 @@ def _unpublishable(workspace: "Workspace", artifact: Artifact) -> str | None:
     state = verification_state(workspace, artifact)
     if state is VerificationState.FAILED:
         return f"{name}: verification failed (see build/{name}/report.md)"
+    blocking = source_blocking(workspace, artifact) if state is not VerificationState.VERIFIED else None
+    if blocking is not None:
+        return f"{name}: not verified while {blocking[1]}"
     if state is not VerificationState.VERIFIED:
         return f"{name}: not verified at its current fingerprint (run `doit verify {name}`)"
     record = read_record(directory)
     changed = record.changed_outputs(directory) if record is not None else ["the build record"]
     if changed:
         return f"{name}: {', '.join(changed)} changed since it was built (run `doit verify {name}`)"
+    try:
+        # The report files are published too: regular files here, like the outputs.
+        regular_tree(directory)
+    except NotRegular as found:
+        return f"{name}: build/{name}/{found.relative} is {found}; only regular files are published (remove it, then run `doit verify {name}`)"
     return None
 
 
@@ -281,6 +314,9 @@ def provenance_record(
             "passed": report.get("passed"),
             "verify_fingerprint": report.get("verify_fingerprint"),
             "thresholds": report.get("verify"),
+            # The verdicts of the artifacts it is made from, when it was judged: a release
+            # counts only with every one of them passed (a fetch checks).
+            "chain": report.get("chain", []),
         },
         "outputs": {
             relative: {"size": meta["size"], "blake3": meta["digest"], "sha256": sha256[relative]}
@@ -312,7 +348,10 @@ def _write_entry_by_rename(location: Location, item: EntryFiles) -> bool:
     staging = location.local_path(f"{item.name}/.{item.fingerprint}.{uuid.uuid4().hex}{STAGING_SUFFIX}")
     staging.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned_staging(staging.parent)
-    ownership = open(f"{staging}.lock", "w")
+    try:
+        ownership = open_lock(Path(f"{staging}.lock"))
+    except OSError as error:
+        raise RemoteError(f"{where}: cannot write: {error}") from None
     fcntl.flock(ownership, fcntl.LOCK_EX)
     try:
         try:
@@ -347,7 +386,11 @@ def _remove_abandoned_staging(folder: Path) -> None:
     a publish that was killed. One whose lock is held is another publisher's, at work."""
     for lock in folder.glob(f".*{STAGING_SUFFIX}.lock"):
         staging = Path(str(lock)[: -len(".lock")])
-        with open(lock, "a") as handle:
+        try:
+            handle = open_lock(lock)
+        except OSError:
+            continue  # not a lock of ours (a FIFO, a directory): never waited on, never removed
+        with handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -563,7 +606,7 @@ def parse_checksums(data: bytes, where: str) -> dict[str, str]:
 
 def file_sha256(path: Path) -> str:
     hasher = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while chunk := handle.read(16 * 1024 * 1024):
             hasher.update(chunk)
     return hasher.hexdigest()

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgebuild.cache.signing import load_private_key, load_public_key
 from edgebuild.errors import PublishError
 
 SIGNATURE_FILE = "model.sig"
@@ -128,6 +129,8 @@ def _hashing(model_signing: Any) -> Any:
 
 def sign_entry(files: dict[str, bytes | Path], private_key: Path, scratch_root: Path) -> bytes:
     """``model.sig`` for an entry made of ``files`` (file -> bytes or a local file)."""
+    # model-signing reads the key file itself: checked here first (bounded, one key, mode).
+    load_private_key(private_key)
     model_signing = _model_signing()
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="release~", dir=scratch_root))
@@ -156,6 +159,7 @@ def release_distrust(directory: Path, trusted_keys: list[str]) -> str | None:
     model_signing = _model_signing()
     reasons = []
     for key in trusted_keys:
+        load_public_key(Path(key))
         try:
             (model_signing.verifying.Config().use_elliptic_key_verifier(public_key=key)
              .set_hashing_config(_hashing(model_signing)).verify(str(directory), str(directory / SIGNATURE_FILE)))

@@ -13,6 +13,9 @@ disagree:
   here but not yet kept -- in the store with its report, and in a writable remote
   cache (the step then keeps and pushes it, without judging it again). A read-only
   remote takes no push, so it is not waited for.
+- the chain rule: an artifact's verification runs after its sources' verifications,
+  and only when they passed: one whose source (or any artifact it is made from) failed
+  is not run, and is never kept or pushed as verified (``state.py``).
 
 A step decides where its work runs: a restore, a pull and keeping a verified build
 cost no export's memory and run in the calling process; an export and a judgement
@@ -28,8 +31,10 @@ from typing import TYPE_CHECKING, Callable
 from edgebuild.core.project import Artifact
 from edgebuild.core.atomic import remove_directory
 from edgebuild.core.config import REMOTE_CACHE_OFF
-from edgebuild.errors import EdgebuildError, VerificationFailed
-from edgebuild.run.builder import ExportRequired, keep_verified, make_current, refused_export, stderr_log
+from edgebuild.errors import EdgebuildError, SourceNotVerified, VerificationFailed
+from edgebuild.run.builder import (
+    ExportRequired, keep_verified, make_current, refuse_unverified_sources, refused_export, stderr_log,
+)
 from edgebuild.run.state import VerificationState, is_built, verification_state
 from edgebuild.run.workers import Relay, run_worker, run_worker_at
 
@@ -80,6 +85,7 @@ def verify(workspace: "Workspace", artifact: Artifact, log: Log | None = None, r
     """Verify ``build/<name>/`` in a worker process, unless its report already passed at
     the current verification fingerprint (then keep and push it); return that fingerprint."""
     log = log or stderr_log(artifact.name)
+    refuse_unverified_sources(workspace, artifact)
     if verification_state(workspace, artifact) is VerificationState.VERIFIED:
         # Its report names this verification fingerprint (the build's, the thresholds and
         # the judging code) and passed, and every output is at its recorded digest: the
@@ -152,20 +158,31 @@ class Outcomes:
     failed: dict[str, str | None] = field(default_factory=dict)
     # The exception behind each failure, where the run was in this process.
     exceptions: dict[str, EdgebuildError] = field(default_factory=dict)
+    # Why a task was not run, where it says more than "something it depends on failed".
+    not_run_because: dict[str, str] = field(default_factory=dict)
 
     def success(self, task: str) -> None:
         self.succeeded.add(task)
 
     def failure(self, task: str, error: str | None, exception: EdgebuildError | None = None) -> None:
-        """``error`` ``None``: not run, because a task it depends on failed."""
+        """``error`` ``None``: not run, because a task it depends on failed. A
+        :class:`SourceNotVerified` is a not-run too, with its reason kept."""
+        if isinstance(exception, SourceNotVerified):
+            self.not_run(task, str(exception))
+            return
         self.failed[task] = error
         if exception is not None:
             self.exceptions[task] = exception
 
+    def not_run(self, task: str, reason: str) -> None:
+        self.failed[task] = None
+        self.not_run_because[task] = reason
+
     def verification(self, names: list[str]) -> dict[str, list[str]]:
         """``names`` sorted into passed (verified now or already), failed (its build or its
-        verification failed) and not run (something it depends on failed, or the run
-        stopped before reaching it). Tasks are ``NAME`` (its build) and ``verify:NAME``."""
+        verification failed) and not run (something it depends on failed -- its build, a
+        source's build or a source's verification -- or the run stopped before reaching
+        it). Tasks are ``NAME`` (its build) and ``verify:NAME``."""
         sorted_names: dict[str, list[str]] = {"passed": [], "failed": [], "not run": []}
         for name in names:
             own = [self.failed[task] for task in (name, f"verify:{name}") if task in self.failed]
@@ -215,15 +232,23 @@ def run(workspace: "Workspace", artifacts: list[Artifact], verify_them: bool, fa
 
         return (lambda message: log(artifact.name, message)), relay
 
+    ordered = workspace.order(artifacts)
     tasks: list[tuple[str, Artifact, list[str]]] = [
-        (artifact.name, artifact, [source.name for source in artifact.sources]) for artifact in workspace.order(artifacts)
+        (artifact.name, artifact, [source.name for source in artifact.sources]) for artifact in ordered
     ]
     if verify_them:
-        tasks += [(f"verify:{artifact.name}", artifact, [artifact.name]) for artifact in artifacts]
+        # Every artifact's verification waits for its sources' (the chain rule), so the
+        # sources of those asked for are verified too, first.
+        tasks += [(f"verify:{artifact.name}", artifact, verify_dependencies(artifact)) for artifact in ordered]
     stopped = False
     for task, artifact, depends_on in tasks:
-        if stopped or any(dependency in outcomes.failed for dependency in depends_on):
-            outcomes.failure(task, None)
+        failed = [dependency for dependency in depends_on if dependency in outcomes.failed]
+        if stopped or failed:
+            if failed and failed[0].startswith("verify:"):
+                outcomes.not_run(task, f"{artifact.name}: not run: its source {failed[0].removeprefix('verify:')} "
+                                       "did not pass verification")
+            else:
+                outcomes.failure(task, None)
             continue
         step_log_to, relay = step_log(artifact)
         try:
@@ -237,6 +262,11 @@ def run(workspace: "Workspace", artifacts: list[Artifact], verify_them: bool, fa
             outcomes.failure(task, str(error), error)
             stopped = fail_fast
     return outcomes
+
+
+def verify_dependencies(artifact: Artifact) -> list[str]:
+    """The tasks ``verify:NAME`` waits for: its build, and its sources' verifications."""
+    return [artifact.name, *(f"verify:{source.name}" for source in artifact.sources)]
 
 
 def _stderr_relay(stream: str, line: str) -> None:

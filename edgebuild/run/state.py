@@ -34,6 +34,8 @@ class VerificationState(str, enum.Enum):
     NOT_BUILT = "not built"
     NOT_VERIFIED = "not verified"
     FAILED = "verification failed"
+    # Its own report passed, but an artifact it is made from is not verified: it does not count.
+    SOURCE_NOT_VERIFIED = "source not verified"
     VERIFIED = "verified"
 
 
@@ -60,14 +62,58 @@ def is_built(workspace: "Workspace", artifact: "Artifact | str") -> bool:
 
 def verification_state(workspace: "Workspace", artifact: "Artifact | str") -> VerificationState:
     """The one answer to "is it verified?": built at its current fingerprint with every
-    output intact, and a report for its current verification fingerprint that passed."""
+    output intact, a report for its current verification fingerprint that passed, and
+    every artifact it is made from verified too (the chain rule: a QNN context compiled
+    from a QDQ graph that failed is not verified, whatever its own checks say)."""
     artifact = workspace.artifact(artifact)
+    own = _own_verification_state(workspace, artifact)
+    if own is VerificationState.VERIFIED and unverified_source(workspace, artifact) is not None:
+        return VerificationState.SOURCE_NOT_VERIFIED
+    return own
+
+
+def _own_verification_state(workspace: "Workspace", artifact: Artifact) -> VerificationState:
     if current_record(workspace, artifact) is None:
         return VerificationState.NOT_BUILT
     report = read_report(artifact.directory)
     if report is None or report.get("verify_fingerprint") != artifact.verify_fingerprint:
         return VerificationState.NOT_VERIFIED
     return VerificationState.VERIFIED if report.get("passed") else VerificationState.FAILED
+
+
+def unverified_source(workspace: "Workspace", artifact: "Artifact | str") -> "tuple[Artifact, VerificationState] | None":
+    """The artifact ``artifact`` is made from (a source, a source's source, ...) that holds
+    its verification back, and where it stands; ``None`` when every one is verified. The
+    one that FAILED, however far up (what the nearer ones wait for), else the nearest
+    that is not verified."""
+    artifact = workspace.artifact(artifact)
+    for source in artifact.sources:
+        try:
+            own = _own_verification_state(workspace, source)
+        except EdgebuildError:
+            own = VerificationState.NOT_BUILT
+        deeper = unverified_source(workspace, source)
+        if deeper is not None and (own is VerificationState.VERIFIED or deeper[1] is VerificationState.FAILED):
+            return deeper
+        if own is not VerificationState.VERIFIED:
+            return source, own
+    return None
+
+
+def source_blocking(workspace: "Workspace", artifact: "Artifact | str") -> "tuple[Artifact, str] | None":
+    """The artifact up ``artifact``'s chain that holds its verification back (it does not
+    count, and is not run), and why, in words; ``None`` when nothing does."""
+    found = unverified_source(workspace, artifact)
+    if found is None:
+        return None
+    source, state = found
+    said = {
+        VerificationState.FAILED: "FAILED verification (see build/{name}/report.md)",
+        VerificationState.NOT_VERIFIED: "is not verified at its current verification fingerprint",
+        VerificationState.NOT_BUILT: "is not built at its current fingerprint",
+    }[state].format(name=source.name)
+    direct = source.name in {item.name for item in workspace.artifact(artifact).sources}
+    return source, f"its source {source.name} {said}" if direct else f"{source.name} (up its chain) {said}"
 
 
 @dataclass(frozen=True)
@@ -126,4 +172,29 @@ def status(workspace: "Workspace", artifact: "Artifact | str") -> ArtifactState:
                              tuple(f"{output} changed or missing since the build" for output in changed), restorable)
     verification = verification_state(workspace, artifact)
     note = "verification FAILED" if verification is VerificationState.FAILED else verification.value
-    return ArtifactState(name, "up to date", fingerprint, note=note, verification=verification)
+    reasons: list[str] = []
+    if verification is VerificationState.NOT_VERIFIED:
+        reasons += _rejudged_because(workspace, artifact)
+    if verification is not VerificationState.VERIFIED:
+        blocking = source_blocking(workspace, artifact)
+        if blocking is not None:
+            # Its own verdict does not count (or cannot be reached) while the chain is not verified.
+            reasons.append(f"not verified while {blocking[1]}")
+    return ArtifactState(name, "up to date", fingerprint, reasons=tuple(reasons), note=note, verification=verification)
+
+
+def _rejudged_because(workspace: "Workspace", artifact: Artifact) -> list[str]:
+    """Why a build judged before must be judged again: what its report was judged with
+    against what the manifest and the code say now (nothing when it was never judged)."""
+    from edgebuild.core.staleness import verification_changes
+
+    report = read_report(artifact.directory)
+    if report is None or report.get("fingerprint") != artifact.fingerprint:
+        return []
+    try:
+        now = workspace.verify_parts(artifact)
+    except EdgebuildError as error:
+        return [str(error)]
+    reasons = verification_changes(report.get("verify"), report.get("verify_parts"),
+                                   artifact.params.verify_parameters(), now)
+    return reasons or ["judged before with other judging code or verification inputs (a report of an earlier edgebuild)"]

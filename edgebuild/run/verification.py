@@ -1,5 +1,7 @@
 """Judging one built artifact: the outputs still at their recorded digests, then
-the kind's own checks, into one report (written, never raised from here).
+the kind's own checks, then the checks along its chain and on data (``chain.py``:
+against the float model at the root of its chain, and a dataset's gates), into one
+report (written, never raised from here).
 
 This module and the kind's verify module are the code a verification
 fingerprint covers: editing either re-verifies, and rebuilds nothing.
@@ -14,6 +16,7 @@ from edgebuild.core.kind import VerifyContext
 from edgebuild.core.record import read_record
 from edgebuild.core.report import Check, Report
 from edgebuild.errors import EdgebuildError
+from edgebuild.run.chain import judge_along_chain
 
 if TYPE_CHECKING:
     # Annotations only: the judging code's digest must not hold the manifest's.
@@ -49,14 +52,19 @@ def judge(project: Project, artifact: Artifact, log: Callable[[str], None]) -> R
     started = time.perf_counter()
     verification = kind.verify(context)
     checks.extend(verification.checks)
+    along = judge_along_chain(project, artifact, context, log)
+    checks.extend(along.checks)
     report = Report(
         artifact=name,
         kind=kind.name,
         fingerprint=record.fingerprint,
         checks=checks,
-        metrics=verification.metrics | {"verify_seconds": time.perf_counter() - started},
+        metrics=verification.metrics | along.metrics | {"verify_seconds": time.perf_counter() - started},
         build=built.build_info,
-        extra={"verify_fingerprint": artifact.verify_fingerprint, "verify": artifact.params.verify_parameters()},
+        extra={"verify_fingerprint": artifact.verify_fingerprint, "verify": artifact.params.verify_parameters(),
+               # Each part of the verification fingerprint, by digest: `doit status` names the one that moves.
+               "verify_parts": project.verify_parts(artifact)}
+        | along.extra,
     )
     report.write(directory)
     return report

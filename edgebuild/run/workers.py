@@ -28,8 +28,11 @@ to them too). Its result travels apart from its output, as one JSON object on a
 pipe: the values doit keeps for the task, or an edgebuild error as its class and
 one-line message, which the parent raises again -- no traceback for a fault the
 message explains. A worker killed by a signal (the kernel's OOM killer, a kill
--9) is reported by artifact name and signal; an unexpected exception (a bug) is
-reported with the worker's own traceback above it.
+-9), interrupted, lost with its fork server, or ended without a word (``os._exit``) is
+reported by artifact name and how it ended, and with what it left behind as the next
+command finds it (read from disk then: a worker killed after its build was in place, or
+its report written, left that); an unexpected exception (a bug) is reported with the
+worker's own traceback above it, and only then is a traceback said to be above.
 """
 
 from __future__ import annotations
@@ -120,9 +123,10 @@ def run_worker_at(
         os.close(writer)
         raise WorkerError(f"{name}: cannot start a {mode} process ({error.strerror or error})") from None
     os.close(writer)
+    seen: set[str] = set()
     relays = [
-        threading.Thread(target=_copy_lines, args=(process.stdout, "stdout", relay), daemon=True),
-        threading.Thread(target=_copy_lines, args=(process.stderr, "stderr", relay), daemon=True),
+        threading.Thread(target=_copy_lines, args=(process.stdout, "stdout", relay, seen), daemon=True),
+        threading.Thread(target=_copy_lines, args=(process.stderr, "stderr", relay, seen), daemon=True),
     ]
     for thread in relays:
         thread.start()
@@ -136,7 +140,13 @@ def run_worker_at(
         raise
     for thread in relays:
         thread.join(timeout=5)
-    return _outcome(mode, name, process.pid, status, raw)
+    try:
+        return _outcome(mode, name, process.pid, status, raw, traceback=TRACEBACK in seen,
+                        server_lost=getattr(process, "server_lost", False))
+    except WorkerCrash as crash:
+        # Said only now, from what is on disk: a worker that ended after putting its build
+        # in place, or after writing a passing report, left exactly that behind.
+        raise WorkerError(f"{crash}; {_left_behind(mode, manifest_path, root, name, environment)}") from None
 
 
 def _process_environment(env: dict[str, str]) -> dict[str, str]:
@@ -168,10 +178,18 @@ def _relay_to_own_streams(stream: str, line: str) -> None:
     target.flush()
 
 
-def _copy_lines(pipe: IO[bytes], stream: str, relay: Relay) -> None:
+# How Python starts a traceback on stderr: seen in a worker's output, its failure is a bug
+# whose traceback is above; not seen, the worker ended some other way.
+TRACEBACK = "Traceback (most recent call last):"
+
+
+def _copy_lines(pipe: IO[bytes], stream: str, relay: Relay, seen: set[str]) -> None:
     with pipe:
         for line in iter(pipe.readline, b""):
-            relay(stream, line.decode("utf-8", errors="replace"))
+            text = line.decode("utf-8", errors="replace")
+            if stream == "stderr" and text.startswith(TRACEBACK):
+                seen.add(TRACEBACK)
+            relay(stream, text)
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -185,7 +203,13 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def _outcome(mode: str, name: str, pid: int, status: int, raw: bytes) -> dict[str, Any]:
+class WorkerCrash(Exception):
+    """A worker that ended without handing back a result or an error: how it ended, to
+    which the caller adds what it left behind."""
+
+
+def _outcome(mode: str, name: str, pid: int, status: int, raw: bytes, traceback: bool = False,
+             server_lost: bool = False) -> dict[str, Any]:
     try:
         result = json.loads(raw) if raw.strip() else None
     except ValueError:
@@ -194,11 +218,46 @@ def _outcome(mode: str, name: str, pid: int, status: int, raw: bytes) -> dict[st
         return result["values"]
     if isinstance(result, dict) and isinstance(result.get("error"), str):
         raise _edgebuild_error(result.get("type"), result["error"])
+    process = f"{name}: the {mode} process (pid {pid})"
+    if server_lost:
+        raise WorkerCrash(f"{process} ended with the fork server it was forked from (the server was stopped or killed "
+                          "before the worker ended; a shared one by another command, or by hand)")
     if status < 0:
-        raise WorkerError(f"{name}: the {mode} process (pid {pid}) was killed by {_signal_name(-status)}{_signal_hint(-status)}")
+        raise WorkerCrash(f"{process} was killed by {_signal_name(-status)}{_signal_hint(-status)}")
     if status == INTERRUPTED_STATUS or (isinstance(result, dict) and result.get("interrupted")):
-        raise WorkerError(f"{name}: the {mode} process (pid {pid}) was interrupted (SIGINT); nothing of it counts as built")
-    raise WorkerError(f"{name}: the {mode} process (pid {pid}) failed with exit status {status} (its traceback is above)")
+        raise WorkerCrash(f"{process} was interrupted (SIGINT)")
+    if status == 0:
+        raise WorkerCrash(f"{process} exited with status 0 without handing back its result (code it ran ended the "
+                          "process: os._exit?)")
+    if traceback:
+        raise WorkerCrash(f"{process} failed with exit status {status} (its traceback is above)")
+    raise WorkerCrash(f"{process} failed with exit status {status}, with no traceback (code it ran ended the process: "
+                      "os._exit, or a native library's crash)")
+
+
+def _left_behind(mode: str, manifest_path: str, root: str, name: str, env: dict[str, str]) -> str:
+    """What a worker that ended without a result left, as the next command will find it:
+    nothing that counts, a complete build put in place, or a report written."""
+    from edgebuild.core.config import Settings
+    from edgebuild.run.state import VerificationState, is_built, verification_state
+    from edgebuild.run.workspace import Workspace
+
+    try:
+        workspace = Workspace.open(manifest_path, Path(root), Settings.from_environ(env))
+        if mode == "build":
+            if is_built(workspace, name):
+                return (f"build/{name} was complete and in place before it ended: {name} is up to date (not "
+                        "verified), as `doit status` says")
+            return "nothing of it counts as built"
+        state = verification_state(workspace, name)
+    except Exception:  # noqa: BLE001 - a manifest broken meanwhile, a disk gone: say where to look
+        return f"what it left: `doit status {name}` says"
+    if state is VerificationState.VERIFIED:
+        return (f"its report was complete and passed before it ended: {name} is verified (the next `doit verify` "
+                "keeps it in the store and pushes it)")
+    if state is VerificationState.FAILED:
+        return f"its report was complete before it ended: {name}'s verification FAILED (see build/{name}/report.md)"
+    return "nothing of it counts as verified"
 
 
 def _edgebuild_error(type_name: Any, message: str) -> EdgebuildError:
@@ -221,8 +280,8 @@ def _signal_name(number: int) -> str:
 
 def _signal_hint(number: int) -> str:
     if number == signal.SIGKILL:
-        return " (out of memory? the kernel's OOM killer sends SIGKILL); nothing of it counts as built"
-    return "; nothing of it counts as built"
+        return " (out of memory? the kernel's OOM killer sends SIGKILL)"
+    return ""
 
 
 # --- the worker process ------------------------------------------------------------------
@@ -252,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         # The cleanup (``finally`` blocks, context managers) has run on the way here.
         result = {"interrupted": True}
         status = INTERRUPTED_STATUS
+    except SystemExit as ended:
+        # A kind's code called sys.exit: not a result, whatever the code. The cleanup ran.
+        result = {"error": f"{args.name}: the {args.mode} code called sys.exit({ended.code!r}) instead of returning; "
+                           f"nothing of this {args.mode} was kept", "type": "WorkerError"}
+        status = 1
     except Exception as error:
         # Out of memory is the environment, not a bug: one line, however deep in torch or
         # an import it struck. Anything else is a bug, and its traceback is the report.

@@ -95,11 +95,15 @@ class Workspace(Project):
                 from edgebuild.cache.remote import RemoteCache
                 from edgebuild.cache.signing import Trust
 
+                from edgebuild.core.config import variable_of
+
+                from_manifest = not self.settings.remote_cache
                 # A relative directory in the manifest is relative to the manifest, like every path there.
-                base = self.manifest.root if spec == self.manifest.remote_cache else Path.cwd()
+                base = self.manifest.root if from_manifest else Path.cwd()
+                setting = f"{self.manifest.path.name}: remote_cache" if from_manifest else variable_of("remote_cache")
                 self._remote = RemoteCache.open(spec, base, readonly=self.settings.remote_readonly,
                                                 s3_endpoint=self.settings.s3_endpoint,
-                                                trust=Trust.from_settings(self.settings))
+                                                trust=Trust.from_settings(self.settings), setting=setting)
         return self._remote
 
     def _freeze_at_head(self) -> None:

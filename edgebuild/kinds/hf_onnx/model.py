@@ -4,7 +4,6 @@ random ones, and held-out images through the checkpoint's own image processor.""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.ml.hf import load_pretrained, transformers_class
@@ -36,10 +35,13 @@ def load_model(params: HfOnnxParams, checkpoint: "Checkpoint") -> Any:
 def outputs_module(model: Any, params: HfOnnxParams) -> Any:
     """A module whose forward takes the inputs in the manifest's order (positionally: the
     graph's inputs) and returns ``params.outputs`` of the model's output, as a tuple."""
-    import torch
+    return named_outputs_module(model, list(params.inputs), list(params.outputs))
 
-    names = list(params.inputs)
-    outputs = list(params.outputs)
+
+def named_outputs_module(model: Any, names: list[str], outputs: list[str]) -> Any:
+    """``model`` called with ``names`` as keywords, from positional tensors, returning the
+    fields ``outputs`` of its output as a tuple."""
+    import torch
 
     class Outputs(torch.nn.Module):
         def __init__(self, inner: Any) -> None:
@@ -99,14 +101,15 @@ def random_inputs(params: HfOnnxParams, config: Any, count: int, seed: int) -> l
     return samples
 
 
-def image_inputs(params: HfOnnxParams, checkpoint: "Checkpoint", paths: list[Path]) -> list[tuple[Any, ...]]:
-    """Held-out images as ``pixel_values`` batches of the graph's fixed shape (through the
-    checkpoint's own image processor); the other inputs as :func:`random_inputs` gives them."""
+def image_inputs(params: HfOnnxParams, checkpoint: "Checkpoint", images: list[Any]) -> list[tuple[Any, ...]]:
+    """Images (paths, or RGB images read) as ``pixel_values`` batches of the graph's fixed
+    shape (through the checkpoint's own image processor); the other inputs as
+    :func:`random_inputs` gives them."""
     import torch
 
     from edgebuild.ml.hf import pixel_batches
 
-    batches = pixel_batches(checkpoint, paths, params.inputs["pixel_values"].shape)
+    batches = pixel_batches(checkpoint, images, params.inputs["pixel_values"].shape)
     dtype = getattr(torch, params.input_dtype("pixel_values"))
     others = random_inputs(params, checkpoint_config(checkpoint), len(batches), 0)
     position = list(params.inputs).index("pixel_values")

@@ -1,13 +1,18 @@
 """Judging the graph: onnxruntime on the CPU against the float32 model's own forward, on
-seeded random inputs and held-out images, per output (cosine, max and mean |error|)."""
+seeded random inputs and held-out images, per output (cosine, and the error relative to
+the output's scale; absolute errors where the manifest sets them).
+
+The model is also the float model of every chain rooted here (``float_model``): a QDQ
+graph made from this graph, and a QNN context made from that, are judged against it.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from edgebuild.ml.compare import compare_outputs, worst_case
-from edgebuild.plugin import Check, Verification, VerifyContext, expand_inputs
+from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
+from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext, expand_inputs
 
 from .model import image_inputs, load_model, outputs_module, random_inputs
 from .params import INFO_FILE, MODEL_FILE, HfOnnxParams
@@ -25,33 +30,79 @@ def verify(context: VerifyContext) -> Verification:
     reference_module = outputs_module(model, params)
     samples = random_inputs(params, model.config, params.verify.samples, params.verify.seed)
     described = f"{params.verify.samples} random inputs"
-    images = expand_inputs(params.held_out.images, context.input_root, "held_out.images") if params.held_out.images else []
-    if images:
-        held_out = image_inputs(params, context.checkpoint, images)
+    held_out = _held_out(context)
+    if held_out:
         samples += held_out
         described += f" and {len(held_out)} batches of held-out images"
-    feeds = [{name: tensor.numpy() for name, tensor in zip(params.inputs, sample)} for sample in samples]
-    produced = run_session(context.out_dir / MODEL_FILE, feeds)
-    comparisons: dict[str, list[dict[str, float]]] = {name: [] for name in params.outputs}
+    produced = run_session(context.out_dir / MODEL_FILE, _feeds(params, samples))
+    comparisons: dict[str, list[dict[str, Any]]] = {name: [] for name in params.outputs}
     with torch.no_grad():
         for sample, outputs in zip(samples, produced):
             # The reference is the float32 model, whatever the graph's dtype.
             reference = reference_module(*(tensor.float() if tensor.is_floating_point() else tensor for tensor in sample))
             for name, expected, actual in zip(params.outputs, reference, outputs):
-                comparisons[name].append(compare_outputs(expected.float()[None], torch.from_numpy(actual).float()[None]))
-    limits = params.limits()
+                comparisons[name].append(agreement(expected.float()[None], torch.from_numpy(actual).float()[None]))
     checks = []
     measured = {}
+    note = f"onnxruntime CPU vs {params.model_class}.forward (float32), {described}"
     for name in params.outputs:
-        worst = worst_case(comparisons[name])
-        measured[name] = worst
-        note = f"onnxruntime CPU vs {params.model_class}.forward (float32), {described}"
-        checks.append(Check.measure(f"{name}.cosine", worst["cosine"], ">=", limits["cosine_min"], note))
-        checks.append(Check.measure(f"{name}.max_abs", worst["max_abs"], "<=", limits["max_abs"], note))
-        if limits["mean_abs"] is not None:
-            checks.append(Check.measure(f"{name}.mean_abs", worst["mean_abs"], "<=", limits["mean_abs"], note))
+        measured[name] = worst_agreement(comparisons[name])
+        checks += output_checks(name, measured[name], params.limits(name), note)
     summary = graph_summary(context.out_dir / MODEL_FILE)
     checks.append(Check.measure("allowzero_reshapes", summary["allowzero_reshapes"], "==", 0,
                                 "Reshape nodes with allowzero=1 (DirectML refuses them)"))
     return Verification(checks=checks, metrics={"outputs": measured, "inputs": described, "graph": summary,
                                                 "export": info})
+
+
+def _held_out(context: VerifyContext) -> list[tuple[Any, ...]]:
+    params = context.params
+    assert isinstance(params, HfOnnxParams)
+    if not params.held_out.images:
+        return []
+    return image_inputs(params, context.checkpoint, expand_inputs(params.held_out.images, context.input_root,
+                                                                  "held_out.images"))
+
+
+def _feeds(params: HfOnnxParams, samples: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    return [{name: tensor.numpy() for name, tensor in zip(params.inputs, sample)} for sample in samples]
+
+
+# --- along the chain (edgebuild/core/runner.py) -----------------------------------------
+
+
+def float_model(context: VerifyContext) -> Runner:
+    """The model's own forward in float32: the reference of every artifact made from this one."""
+    import transformers
+
+    from edgebuild.ml.runners import torch_runner
+
+    params = context.params
+    assert isinstance(params, HfOnnxParams)
+    module = outputs_module(load_model(params, context.checkpoint), params)
+    inputs = [TensorSpec(name, tuple(spec.shape), params.input_dtype(name)) for name, spec in params.inputs.items()]
+    return torch_runner(module, inputs, list(params.outputs),
+                        f"transformers {transformers.__version__} {params.model_class}.forward (float32)")
+
+
+def evaluation_inputs(context: VerifyContext) -> Inputs | None:
+    """The held-out images, as this graph takes them (``None`` without any)."""
+    params = context.params
+    assert isinstance(params, HfOnnxParams)
+    held_out = _held_out(context)
+    if not held_out:
+        return None
+    return Inputs(_feeds(params, held_out), f"{len(held_out)} batches of held-out images")
+
+
+def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
+    """Images through the checkpoint's own image processor into ``pixel_values``."""
+    from edgebuild.plugin import CheckpointError
+
+    params = context.params
+    assert isinstance(params, HfOnnxParams)
+    pixels = params.inputs.get("pixel_values")
+    if pixels is None or len(pixels.shape) != 4:
+        raise CheckpointError(f"{context.name}: images go into a 'pixel_values' input of shape [batch, channels, height, "
+                              f"width], and {params.model_class} takes {', '.join(params.inputs)}")
+    return _feeds(params, image_inputs(params, context.checkpoint, images))

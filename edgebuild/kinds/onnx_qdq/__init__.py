@@ -15,12 +15,13 @@ is its own :meth:`tensor_selection`.
 
 from __future__ import annotations
 
+from edgebuild.ml.graph_inputs import PIXEL_INPUT
 from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
 from edgebuild.ml.qdq import QUANTIZE_IMPORTS, SIXTEEN_BIT_OPSET, SIXTEEN_BIT_TYPES
 from edgebuild.ml.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
 
-from .params import INFO_FILE, MODEL_FILE, PIXEL_INPUT, WEIGHTS_FILE, OnnxQdqParams
+from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, OnnxQdqParams
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 

@@ -9,7 +9,7 @@ from typing import Any
 from edgebuild.ml.qdq import quantize_graph
 from edgebuild.plugin import BuildContext, Phases
 
-from .inputs import graph_feeds
+from edgebuild.ml.graph_inputs import graph_feeds
 from .params import INFO_FILE, INFO_FORMAT, SOURCE_INFO_FILE, OnnxQdqParams
 
 

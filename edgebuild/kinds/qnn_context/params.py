@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from edgebuild.plugin import ArtifactParams, Strict
+from edgebuild.plugin import ArtifactParams, VerifySettings
 
 # The EPContext graph, and the compiled context binary onnxruntime names after it.
 MODEL_FILE = "model.onnx"
@@ -25,7 +25,7 @@ SNAPDRAGON_X_SOC_MODEL = 60
 SNAPDRAGON_X_HTP_ARCH = 73
 
 
-class QnnVerify(Strict):
+class QnnVerify(VerifySettings):
     """The HTP simulator's output against the QDQ graph on onnxruntime's CPU provider.
 
     Both run the same quantized graph, so they differ only by the backends' integer
@@ -37,7 +37,8 @@ class QnnVerify(Strict):
     simulate_max_weight_mib: float = Field(
         default=16.0, ge=0.0,
         description="Run the HTP simulator only for a source whose weights file is at most this large "
-                    "(the x86 simulator is slow: seconds for the tiny tower, hours for a full-size one).",
+                    "(the x86 simulator is slow: seconds for the tiny tower, hours for a full-size one); "
+                    "above it, neither the simulator check nor vs_float is measured, and the report says so.",
     )
     cosine_min: float = Field(
         default=0.9995, ge=-1.0, le=1.0,

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
-from edgebuild.plugin import Check, ExportError, Verification, VerifyContext
+from edgebuild.plugin import Check, ExportError, NotRunnable, OutputLimits, Runner, Verification, VerifyContext
 
 from .params import INFO_FILE, MODEL_FILE, PROVIDER, SOURCE_MODEL_FILE, SOURCE_WEIGHTS_FILE, QnnParams
 from .qnn import htp_session, qnn_unavailable_reason
@@ -41,10 +41,9 @@ def verify(context: VerifyContext) -> Verification:
         return Verification(checks=checks, metrics=metrics)
     checks.append(Check.measure("context_loads", True, "==", True, f"on {PROVIDER} (HTP), CPU fallback disabled"))
 
-    weight_mib = (source / SOURCE_WEIGHTS_FILE).stat().st_size / 2**20
-    if weight_mib > params.verify.simulate_max_weight_mib:
-        metrics["simulator"] = (f"skipped: the source's weights are {weight_mib:.1f} MiB, over "
-                                f"verify.simulate_max_weight_mib = {params.verify.simulate_max_weight_mib}")
+    too_large = _too_large_to_simulate(context)
+    if too_large is not None:
+        metrics["simulator"] = f"skipped: {too_large}"
         return Verification(checks=checks, metrics=metrics)
     measured, comparisons = _simulate(session, source / SOURCE_MODEL_FILE, params)
     note = f"HTP simulator (soc_model {params.soc_model}) vs the QDQ graph on onnxruntime CPU, {params.verify.samples} random inputs"
@@ -79,3 +78,48 @@ def _simulate(session: Any, qdq_model: Any, params: QnnParams) -> tuple[dict[str
     comparisons = [compare_outputs(torch.from_numpy(ref).float()[None], torch.from_numpy(out).float()[None])
                    for refs, outs in zip(reference, simulated) for ref, out in zip(refs, outs)]
     return worst_case(comparisons), comparisons
+
+
+def _too_large_to_simulate(context: VerifyContext) -> str | None:
+    """Why the HTP simulator is not run on this context (its source's weights are over
+    ``verify.simulate_max_weight_mib``), or ``None``."""
+    params = context.params
+    assert isinstance(params, QnnParams)
+    weight_mib = (context.sources[params.source] / SOURCE_WEIGHTS_FILE).stat().st_size / 2**20
+    if weight_mib <= params.verify.simulate_max_weight_mib:
+        return None
+    return (f"the source's weights are {weight_mib:.1f} MiB, over verify.simulate_max_weight_mib = "
+            f"{params.verify.simulate_max_weight_mib}")
+
+
+# --- along the chain (edgebuild/core/runner.py) -----------------------------------------
+
+
+def runner(context: VerifyContext) -> Runner:
+    """The compiled context on the HTP simulator (CPU fallback disabled), for a graph small
+    enough to simulate; :class:`NotRunnable` otherwise."""
+    from edgebuild.ml.runners import session_runner
+
+    from .qnn import qnn_version
+
+    params = context.params
+    assert isinstance(params, QnnParams)
+    unavailable = qnn_unavailable_reason()
+    if unavailable is not None:
+        raise NotRunnable(unavailable)
+    too_large = _too_large_to_simulate(context)
+    if too_large is not None:
+        raise NotRunnable(f"the HTP simulator is not run: {too_large}")
+    try:
+        session = htp_session(context.out_dir / MODEL_FILE, {}, {})
+    except ExportError as error:
+        raise NotRunnable(str(error)) from None
+    versions = qnn_version()
+    return session_runner(session, f"QNN HTP simulator (onnxruntime-qnn {versions['onnxruntime_qnn']}, QNN SDK "
+                                   f"{versions['qnn_sdk']}, soc_model {params.soc_model})")
+
+
+def float_limits(params: QnnParams, output: str) -> OutputLimits:
+    """Against the float model of the chain: what an 8-bit QDQ graph holds (a 16-bit one
+    holds more), with the simulator's own small error on top."""
+    return OutputLimits(cosine_min=0.98)

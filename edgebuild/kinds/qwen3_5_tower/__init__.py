@@ -15,10 +15,8 @@ from edgebuild.ml.onnx_tools import EXPORT_IMPORTS
 from edgebuild.ml.qwen3_5_fixtures import FIXTURES
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
 
+from .images import PREPROCESSOR_FILE
 from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WEIGHTS_FILE, TowerParams, check_vision_config, tower_geometry
-
-# The image processor's settings, beside config.json in the checkpoint.
-PREPROCESSOR_FILE = "preprocessor_config.json"
 
 
 class Qwen3_5VisionTower(ArtifactKind):

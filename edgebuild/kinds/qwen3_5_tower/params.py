@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator
 
-from edgebuild.plugin import ArtifactParams, Dtype, ParameterError, Strict
+from edgebuild.plugin import ArtifactParams, Dtype, ParameterError, VerifySettings
 from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def _normalise_image_size(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-class TowerVerify(Strict):
+class TowerVerify(VerifySettings):
     """Thresholds of ``verify:``; unset ones take the per-dtype defaults."""
 
     cosine_min: float | None = Field(

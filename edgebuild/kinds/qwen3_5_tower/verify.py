@@ -3,14 +3,19 @@ forward in float32, the graph's shapes and ops, and where each provider places i
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import Any
+
 from edgebuild.ml.compare import compare_outputs, worst_case
-from edgebuild.plugin import Check, Verification, VerifyContext
+from edgebuild.plugin import Check, Runner, TensorSpec, Verification, VerifyContext
 from .model import load_tower, sample_patches
 from .params import MODEL_FILE, WRAPPER_TOLERANCE, TowerParams, tower_geometry
 
 # Fixed |error| bin edges for the histogram the report page draws: half decades from
 # 1e-8 to 1e2, so histograms of different builds and dtypes line up bin for bin.
 ERROR_HISTOGRAM_EDGES = [10.0 ** (exponent / 2) for exponent in range(-16, 5)]
+# Images per image-processor call when a dataset's images become patches.
+IMAGES_PER_CALL = 8
 
 
 def verify(context: VerifyContext) -> Verification:
@@ -107,3 +112,47 @@ def verify(context: VerifyContext) -> Verification:
         },
     }
     return Verification(checks=checks, metrics=metrics)
+
+
+# --- along the chain (edgebuild/core/runner.py) -----------------------------------------
+
+
+def float_model(context: VerifyContext) -> Runner:
+    """``Qwen3_5VisionModel.forward(patches, grid_thw).pooler_output`` in float32 at the
+    tower's grid: the reference of every artifact made from this tower (its QDQ graph,
+    the QNN context compiled from that)."""
+    import torch
+    import transformers
+
+    from edgebuild.ml.runners import torch_runner
+
+    params = context.params
+    assert isinstance(params, TowerParams)
+    geometry = tower_geometry(context.checkpoint.config_section("vision_config"), params.image_size)
+    tower = load_tower(context.checkpoint, torch.float32, params.attn_implementation)
+    grid = torch.tensor([geometry.grid_thw], dtype=torch.long)
+
+    def forward(patches: "torch.Tensor") -> "torch.Tensor":
+        return tower(patches, grid).pooler_output
+
+    return torch_runner(forward, [TensorSpec("patches", (geometry.patches, geometry.patch_dim), "float32")], ["embeds"],
+                        f"transformers {transformers.__version__} Qwen3_5VisionModel.forward(float32).pooler_output")
+
+
+def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
+    """Images through the checkpoint's own ``Qwen2VLImageProcessor`` at the tower's size."""
+    import numpy
+
+    from .images import image_processor, images_to_patches
+
+    params = context.params
+    assert isinstance(params, TowerParams)
+    geometry = asdict(tower_geometry(context.checkpoint.config_section("vision_config"), params.image_size))
+    dtype = numpy.float16 if params.dtype == "float16" else numpy.float32
+    processor = image_processor(context.checkpoint)
+    feeds = []
+    # A few images per processor call: a dataset of hundreds stays in bounded memory.
+    for start in range(0, len(images), IMAGES_PER_CALL):
+        feeds += [{"patches": patches.astype(dtype)}
+                  for patches in images_to_patches(processor, images[start:start + IMAGES_PER_CALL], geometry)]
+    return feeds

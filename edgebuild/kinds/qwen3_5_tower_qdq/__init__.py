@@ -24,7 +24,7 @@ from edgebuild.ml.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
 
 from ..qwen3_5_tower.params import TowerParams
-from .inputs import read_preprocessor_config
+from ..qwen3_5_tower.images import read_preprocessor_config
 from .params import INFO_FILE, MODEL_FILE, PREPROCESSOR_FILE, WEIGHTS_FILE, QdqParams
 
 

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from edgebuild.ml.qdq import QdqOptions
-from edgebuild.plugin import ArtifactParams, InputFiles, Strict
+from edgebuild.plugin import ArtifactParams, InputFiles, VerifySettings
 
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.onnx.data"
@@ -49,7 +49,7 @@ class TowerInputs(InputFiles):
     )
 
 
-class QdqVerify(Strict):
+class QdqVerify(VerifySettings):
     """Thresholds against the float32 tower graph on the held-out inputs; unset ones
     take the defaults of the activation type."""
 

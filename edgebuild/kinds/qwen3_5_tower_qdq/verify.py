@@ -7,7 +7,7 @@ import json
 
 from edgebuild.ml.compare import worst_case
 from edgebuild.ml.qdq_checks import compare_graphs, graph_checks
-from edgebuild.plugin import Check, Verification, VerifyContext
+from edgebuild.plugin import Check, Inputs, OutputLimits, Verification, VerifyContext
 
 from ..qwen3_5_tower.params import GEOMETRY_FILE as SOURCE_GEOMETRY_FILE
 from ..qwen3_5_tower.params import MODEL_FILE as SOURCE_MODEL_FILE
@@ -20,17 +20,13 @@ def verify(context: VerifyContext) -> Verification:
     assert isinstance(params, QdqParams)
     limits = params.limits()
     source = context.sources[params.source]
-    (checkpoint,) = context.checkpoints.values()
-    geometry = json.loads((source / SOURCE_GEOMETRY_FILE).read_text())["geometry"]
     float_model, qdq_model = source / SOURCE_MODEL_FILE, context.out_dir / MODEL_FILE
 
-    label = "held_out" if not params.held_out.is_empty() else "calibration"
-    inputs = params.held_out if label == "held_out" else params.calibration
-    samples = tower_inputs(inputs, context.input_root, checkpoint, geometry, label)
+    inputs = evaluation_inputs(context)
     # The tower has one output, the merged tokens.
-    comparisons = [outputs[0] for outputs in compare_graphs(float_model, qdq_model, [{PATCHES_INPUT: sample} for sample in samples])]
+    comparisons = [outputs[0] for outputs in compare_graphs(float_model, qdq_model, inputs.feeds)]
     measured = worst_case(comparisons)
-    note = f"onnxruntime CPU, QDQ graph vs the float32 tower graph, {len(samples)} {label} inputs"
+    note = f"onnxruntime CPU, QDQ graph vs the float32 tower graph, {inputs.description}"
     graph, summary = graph_checks(float_model, qdq_model, params.options())
     checks = [
         Check.measure("cosine", measured["cosine"], ">=", limits["cosine_min"], note),
@@ -43,3 +39,25 @@ def verify(context: VerifyContext) -> Verification:
         "graph": summary,
     }
     return Verification(checks=checks, metrics=metrics)
+
+
+# --- along the chain (edgebuild/core/runner.py) -----------------------------------------
+
+
+def evaluation_inputs(context: VerifyContext) -> Inputs:
+    """The held-out inputs (else the calibration inputs), as the tower's patches."""
+    params = context.params
+    assert isinstance(params, QdqParams)
+    source = context.sources[params.source]
+    (checkpoint,) = context.checkpoints.values()
+    geometry = json.loads((source / SOURCE_GEOMETRY_FILE).read_text())["geometry"]
+    label = "held_out" if not params.held_out.is_empty() else "calibration"
+    samples = tower_inputs(params.held_out if label == "held_out" else params.calibration, context.input_root,
+                           checkpoint, geometry, label)
+    return Inputs([{PATCHES_INPUT: sample} for sample in samples], f"{len(samples)} {label} inputs")
+
+
+def float_limits(params: QdqParams, output: str) -> OutputLimits:
+    """Against the float model of the chain: the limits against the float graph (which
+    agrees with the float model to about 1e-5), the manifest's included."""
+    return OutputLimits(**params.limits())

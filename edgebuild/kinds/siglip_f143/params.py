@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from edgebuild.plugin import ArtifactParams, InputSet, Strict
+from edgebuild.plugin import ArtifactParams, InputSet, VerifySettings
 
 LINEAR_SUFFIXES = (
     "self_attn.q_proj",
@@ -22,7 +22,7 @@ PACKED_FILE = "model.f143.safetensors"
 REPORT_FILE = "quantization.json"
 
 
-class SiglipVerify(Strict):
+class SiglipVerify(VerifySettings):
     """Thresholds on the quantized encoder's ``last_hidden_state`` vs the float one."""
 
     cosine_min: float = Field(

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
-from edgebuild.plugin import Check, Verification, VerifyContext
+from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext
 from edgebuild.ml.siglip import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest, vision_settings
 from .packed import EXPONENT_SUFFIX, load_packed, stored_bytes
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
@@ -99,3 +99,70 @@ def verify(context: VerifyContext) -> Verification:
             "saturated_weights": sum(report["saturated_weights"].values()),
         },
     )
+
+
+# --- along the chain (edgebuild/core/runner.py) -----------------------------------------
+
+
+def _encoder_runner(model: Any, image_size: int, description: str) -> Runner:
+    """A SigLIP vision model as a runner: ``pixel_values`` of one image in, its
+    ``last_hidden_state`` (and ``pooler_output``, with a head) out; positions interpolated
+    for another image size, as the graphs made from it are exported."""
+    from edgebuild.ml.runners import torch_runner
+
+    outputs = ["last_hidden_state", "pooler_output"] if getattr(model, "head", None) is not None else ["last_hidden_state"]
+
+    def forward(pixel_values: Any) -> Any:
+        result = model(pixel_values=pixel_values, interpolate_pos_encoding=pixel_values.shape[-1] != image_size)
+        return tuple(result[name] for name in outputs)
+
+    return torch_runner(forward, [TensorSpec("pixel_values", (None, 3, None, None), "float32")], outputs, description)
+
+
+def runner(context: VerifyContext) -> Runner:
+    """The built encoder: its weights on the F143 grid, in PyTorch."""
+    import transformers
+    from safetensors.torch import load_file
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+    from transformers.initialization import no_init_weights
+
+    settings = vision_settings(json.loads((context.out_dir / "config.json").read_text()))
+    with no_init_weights():
+        model = SiglipVisionModel(SiglipVisionConfig(**settings))
+    model.load_state_dict(load_file(str(context.out_dir / MODEL_FILE)), strict=True)
+    return _encoder_runner(model.eval(), settings.get("image_size", 224),
+                           f"transformers {transformers.__version__} SiglipVisionModel, F143 weights (float32)")
+
+
+def float_model(context: VerifyContext) -> Runner:
+    """The checkpoint's float encoder: the reference of this artifact and of every graph made from it."""
+    import transformers
+
+    model, config = load_vision_model(context.checkpoint)
+    return _encoder_runner(model, config.image_size,
+                           f"transformers {transformers.__version__} SiglipVisionModel.forward (float32)")
+
+
+def _single_images(batches: list[Any]) -> list[dict[str, Any]]:
+    return [{"pixel_values": batch[index:index + 1].numpy()} for batch in batches for index in range(len(batch))]
+
+
+def evaluation_inputs(context: VerifyContext) -> Inputs | None:
+    """The held-out inputs (else the calibration inputs), one image per run."""
+    params = context.params
+    assert isinstance(params, SiglipF143Params)
+    for label in ("held_out", "calibration"):
+        inputs = getattr(params, label)
+        if not inputs.is_empty():
+            feeds = _single_images(load_pixel_batches(inputs, context.input_root, context.checkpoint, label))
+            return Inputs(feeds, f"{len(feeds)} {label} images")
+    return None
+
+
+def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
+    """Images through the checkpoint's own image processor at the encoder's size, one per run."""
+    from edgebuild.ml.hf import pixel_batches
+    from edgebuild.ml.siglip import DEFAULT_IMAGE_PROCESSOR
+
+    size = vision_settings(json.loads((context.out_dir / "config.json").read_text())).get("image_size", 224)
+    return _single_images(pixel_batches(context.checkpoint, images, [1, 3, size, size], DEFAULT_IMAGE_PROCESSOR))

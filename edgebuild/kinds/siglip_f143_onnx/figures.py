@@ -62,11 +62,12 @@ def onnx_figures(name: str, directory: Path, report: dict[str, Any], uid: str) -
             plots.notes.append(f"graph {format_bytes(export['graph_bytes'])} vs {format_bytes(export['float_graph_bytes'])} "
                                "with float weights (no FP8 weights to break down)")
     float_metrics = report.get("metrics", {}).get("vs_float")
-    if float_metrics:
-        limit_check = check_of(report, "vs_float.cosine")
+    cosines = float_metrics.get("cosines", {}).get("last_hidden_state") if isinstance(float_metrics, dict) else None
+    if cosines:
+        limit_check = check_of(report, "vs_float.last_hidden_state.cosine")
         plots.figures.append(Figure(
             "cosine per image, onnxruntime vs float encoder",
-            cosines_svg({str(report.get("metrics", {}).get("inputs", "inputs")): [float(item["cosine"]) for item in float_metrics]},
+            cosines_svg({str(float_metrics.get("inputs", "inputs")): [float(value) for value in cosines]},
                         limit_check.get("limit") if limit_check else None),
             "Cosine of each image's last_hidden_state from the FP8 graph with the float encoder's. "
             "Dashed red: the cosine limit.",

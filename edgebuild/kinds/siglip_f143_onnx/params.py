@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET
-from edgebuild.plugin import ArtifactParams, Dtype, Strict
+from edgebuild.plugin import ArtifactParams, Dtype, VerifySettings
 
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.onnx.data"
@@ -19,12 +19,14 @@ INFO_FILE = "export.json"
 DEFAULT_QUANTIZED_MAX_REL = {"float32": 1e-4, "float16": 1e-2}
 
 
-class SiglipOnnxVerify(Strict):
+class SiglipOnnxVerify(VerifySettings):
     cosine_min: float = Field(
         default=0.99, ge=-1.0, le=1.0,
-        description="vs the float encoder: the quantization error.",
+        description="vs the float encoder (the quantization error): the default of vs_float.cosine_min.",
     )
-    mean_abs: float | None = Field(default=None, ge=0.0, description="vs the float encoder.")
+    mean_abs: float | None = Field(
+        default=None, ge=0.0, description="vs the float encoder: the default of vs_float.mean_abs.",
+    )
     quantized_max_rel: float | None = Field(
         default=None, ge=0.0, description="vs the quantized PyTorch encoder (float rounding only), relative."
     )

@@ -1,18 +1,38 @@
-"""The graph's inputs for calibration and verification: images through the source
-checkpoint's own image processor, and tensors from SafeTensors files, one feed
-(``{input name: array}``) per run of the fixed-shape graph."""
+"""A graph's inputs from files the manifest names, for calibration and verification:
+images through the checkpoint's own image processor into its ``pixel_values``, and
+tensors from SafeTensors files, one feed (``{input name: array}``) per run of the
+fixed-shape graph. Shared by the kinds that calibrate or judge a graph on them
+(``onnx_qdq``, ``openvino``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgebuild.plugin import CheckpointError, expand_inputs
+from pydantic import Field
 
-from .params import PIXEL_INPUT, GraphInputs
+from edgebuild.core.inputs import expand_inputs
+from edgebuild.core.kind import InputFiles
+from edgebuild.errors import CheckpointError
 
 if TYPE_CHECKING:
     from edgebuild.core.checkpoint import Checkpoint
+
+PIXEL_INPUT = "pixel_values"
+
+
+class GraphInputs(InputFiles):
+    """Inputs of the graph: images (paths or globs, relative to the manifest) run through
+    the source checkpoint's own image processor into its ``pixel_values`` (resized to
+    the graph's height and width), and/or SafeTensors files holding one tensor per graph
+    input, named as the input, of shape ``[n * batch, ...]`` or ``[n, batch, ...]``."""
+
+    images: list[str] = Field(default_factory=list, description="Images (paths or globs) for the graph's pixel input.")
+    tensors: list[str] = Field(
+        default_factory=list,
+        description="SafeTensors files, one tensor per graph input, named as the input.",
+    )
+
 
 _NUMPY_DTYPES = {"float32": "float32", "float16": "float16", "int64": "int64", "int32": "int32", "bool": "bool"}
 

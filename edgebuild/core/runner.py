@@ -1,0 +1,90 @@
+"""Running an artifact, or the float model it was made from, on inputs: what the engine
+needs from a kind to judge an artifact along its chain and on data.
+
+A kind's verify module may define, beside ``verify(context)``, any of these functions
+(each optional; the engine looks them up by name, so they are in the kind's
+verification fingerprint like the rest of the module)::
+
+    runner(context) -> Runner | None           # the built artifact, run here (default: onnxruntime's
+                                               # CPU provider on model.onnx, for a kind that writes one)
+    float_model(context) -> Runner             # a kind that starts a chain: the float model it was made
+                                               # from (transformers' own forward), the reference of the
+                                               # whole chain
+    evaluation_inputs(context) -> Inputs | None  # the real inputs its verification runs on (held-out
+                                               # images), which the artifacts made from it reuse
+    image_feeds(context, images) -> list[Feed] # how images (PIL, RGB) become its inputs, through the
+                                               # checkpoint's own image processor
+    float_limits(params, output) -> OutputLimits  # default limits on an output against the float model
+
+A :class:`Runner` takes feeds (input name -> NumPy array, one dict per run of the
+fixed-shape graph) and returns outputs (output name -> array) for each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import numpy
+
+Feed = dict[str, "numpy.ndarray"]
+Outputs = dict[str, "numpy.ndarray"]
+
+# The optional functions of a verify module, by name (see the module docstring).
+HOOKS = ("runner", "float_model", "evaluation_inputs", "image_feeds", "float_limits")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output: its name, fixed shape (``None`` for a dimension the runner
+    does not fix) and NumPy dtype name."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: str
+
+    def fits(self, array: Any) -> bool:
+        """Whether ``array`` has this shape (where fixed) and dtype."""
+        return (str(array.dtype) == self.dtype and len(array.shape) == len(self.shape)
+                and all(expected is None or expected == found for expected, found in zip(self.shape, array.shape)))
+
+    def describe(self) -> str:
+        dims = ", ".join("?" if dim is None else str(dim) for dim in self.shape)
+        return f"{self.name} [{dims}] {self.dtype}"
+
+
+@dataclass
+class Runner:
+    """Something that runs here on feeds: ``run_one(feed) -> outputs``. ``description``
+    says what ran (the runtime, its version, the provider) in reports; ``inputs`` and
+    ``outputs`` declare the signature feeds must fit."""
+
+    description: str
+    inputs: list[TensorSpec]
+    outputs: list[str]
+    run_one: Callable[[Feed], Outputs]
+    close: Callable[[], None] = field(default=lambda: None)
+
+    def run(self, feeds: list[Feed]) -> list[Outputs]:
+        return [self.run_one(feed) for feed in feeds]
+
+    def misfit(self, feed: Feed) -> str | None:
+        """Why ``feed`` does not fit the inputs, or ``None`` when it does."""
+        expected = {spec.name: spec for spec in self.inputs}
+        if set(feed) != set(expected):
+            return f"it gives {', '.join(sorted(feed)) or 'nothing'}, and the inputs are {', '.join(sorted(expected))}"
+        for name, spec in expected.items():
+            if not spec.fits(feed[name]):
+                return f"{name} is [{', '.join(map(str, feed[name].shape))}] {feed[name].dtype}, expected {spec.describe()}"
+        return None
+
+
+@dataclass
+class Inputs:
+    """Inputs of an evaluation: the feeds, what they are (for reports) and, for a
+    labelled set, one integer label per feed."""
+
+    feeds: list[Feed]
+    description: str
+    labels: list[int] | None = None

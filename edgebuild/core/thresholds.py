@@ -1,0 +1,159 @@
+"""Verification settings every kind shares: thresholds on an output's agreement with a
+reference, per output, and against the float model at the root of an artifact's chain;
+and gates on a dataset, judged by the bounds of bootstrap confidence intervals.
+
+A kind's ``verify:`` model subclasses :class:`VerifySettings`, so that ``vs_float`` and
+``dataset`` are accepted under every artifact's ``verify:`` (the engine judges both:
+``edgebuild/run/chain.py``). Thresholds left unset take the kind's defaults
+(:meth:`ArtifactParams.float_limits <edgebuild.core.kind.ArtifactParams.float_limits>`
+for ``vs_float``); one given for a named output (``outputs: {NAME: {...}}``) wins over
+the one given for every output.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from edgebuild.core.kind import Strict
+
+METRIC_FIELDS = ("cosine_min", "max_rel", "max_abs", "mean_abs")
+
+
+class OutputLimits(Strict):
+    """Limits on one output against its reference; unset ones are not checked (or take
+    the kind's default)."""
+
+    cosine_min: float | None = Field(
+        default=None, ge=-1.0, le=1.0,
+        description="Least cosine similarity of each sample's output with the reference's (the worst sample decides).",
+    )
+    max_rel: float | None = Field(
+        default=None, ge=0.0,
+        description="Largest max |output - reference| / max |reference| of the output: an error relative to its scale.",
+    )
+    max_abs: float | None = Field(default=None, ge=0.0, description="Largest absolute error.")
+    mean_abs: float | None = Field(default=None, ge=0.0, description="Largest mean absolute error.")
+
+    def over(self, defaults: "OutputLimits") -> "OutputLimits":
+        """These limits, with ``defaults`` filling the ones left unset."""
+        return OutputLimits(**{key: getattr(self, key) if getattr(self, key) is not None else getattr(defaults, key)
+                               for key in METRIC_FIELDS})
+
+    def is_empty(self) -> bool:
+        return all(getattr(self, key) is None for key in METRIC_FIELDS)
+
+
+class PerOutputLimits(OutputLimits):
+    """Limits for every output, and for named ones (``outputs: {NAME: {...}}``), which win."""
+
+    outputs: dict[str, OutputLimits] = Field(
+        default_factory=dict,
+        description="Limits for one output by name (pooler_output, last_hidden_state, ...); they win over the ones above.",
+    )
+
+    def for_output(self, name: str, defaults: OutputLimits) -> OutputLimits:
+        """The limits that apply to output ``name``: its own, then these, then ``defaults``."""
+        shared = OutputLimits(**{key: getattr(self, key) for key in METRIC_FIELDS}).over(defaults)
+        own = self.outputs.get(name)
+        return own.over(shared) if own is not None else shared
+
+
+BuiltinDataset = Literal["skimage", "digits"]
+
+
+class DatasetGate(Strict):
+    """A gate on data: the artifact and the float model of its chain run on the same
+    samples; every gate is judged on the bound of a paired bootstrap 95% interval (the
+    lower bound for a least value, the upper bound for a largest one), never on the mean."""
+
+    builtin: BuiltinDataset | None = Field(
+        default=None,
+        description="A set shipped inside an installed package, usable offline: skimage (the natural photos in "
+                    "scikit-image's data folder) or digits (scikit-learn's 1,797 labelled 8x8 digits, upscaled).",
+    )
+    images: list[str] = Field(
+        default_factory=list,
+        description="Your own images (paths or globs, relative to the manifest), through the checkpoint's image processor.",
+    )
+    tensors: list[str] = Field(
+        default_factory=list,
+        description="Your own SafeTensors files: one tensor per graph input, named as the input ([n, ...]), and an "
+                    "optional int64 'labels' tensor [n].",
+    )
+    labels: Literal["none", "directory"] = Field(
+        default="none",
+        description="For images: 'directory' takes each image's label from the name of the directory it is in.",
+    )
+    samples: int | None = Field(
+        default=None, ge=2, le=100_000,
+        description="At most this many samples, a seeded random subset (unset: all of them).",
+    )
+    seed: int = Field(default=0, description="Seed of the subset and of the bootstrap resampling.")
+    resamples: int = Field(default=1000, ge=100, le=100_000, description="Bootstrap resamples per interval.")
+    min_cosine: float | None = Field(
+        default=None, ge=-1.0, le=1.0,
+        description="Every output: the lower bound of the mean per-sample cosine vs the float model is at least this.",
+    )
+    min_agreement: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Labelled sets: the lower bound of the top-1 agreement of nearest-neighbour labels (artifact vs "
+                    "float model) is at least this.",
+    )
+    max_drop: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Labelled sets: the upper bound of the accuracy drop (nearest-neighbour labels; a classification "
+                    "head's own accuracy where the output is logits) is at most this.",
+    )
+    embedding: str | None = Field(
+        default=None,
+        description="The output whose vectors (averaged over every axis but the last) the nearest neighbours are "
+                    "found in (unset: the first output).",
+    )
+
+    @model_validator(mode="after")
+    def _one_source_and_a_gate(self) -> "DatasetGate":
+        given = [name for name, value in (("builtin", self.builtin), ("images", self.images), ("tensors", self.tensors))
+                 if value]
+        if len(given) != 1:
+            raise ValueError("expected exactly one of builtin, images, tensors"
+                             + (f"; found {', '.join(given)}" if given else ""))
+        if self.labels == "directory" and not self.images:
+            raise ValueError("labels: directory takes labels from the images' directories; give images")
+        if self.min_cosine is None and self.min_agreement is None and self.max_drop is None:
+            raise ValueError("expected at least one gate: min_cosine, min_agreement or max_drop "
+                             "(a dataset measured without a gate would only warn)")
+        return self
+
+    @property
+    def name(self) -> str:
+        """How reports name the data: ``builtin:digits``, ``images``, ``tensors``."""
+        if self.builtin:
+            return f"builtin:{self.builtin}"
+        return "images" if self.images else "tensors"
+
+    def patterns(self) -> list[str]:
+        """The user's files, as written (none for a built-in set)."""
+        return [*self.images, *self.tensors]
+
+
+class VerifySettings(Strict):
+    """What every artifact's ``verify:`` takes beside its kind's own thresholds."""
+
+    vs_float: PerOutputLimits = Field(
+        default_factory=PerOutputLimits,
+        description="Limits against the float model at the root of the artifact's chain (artifacts made from a "
+                    "source); unset ones take the kind's defaults.",
+    )
+    dataset: DatasetGate | None = Field(
+        default=None,
+        description="Gates on a dataset, judged by bootstrap 95% intervals against the float model of the chain.",
+    )
+
+
+def dataset_gate(params: Any) -> DatasetGate | None:
+    """An artifact's ``verify.dataset``, or ``None`` (no gate, or a kind whose ``verify:``
+    does not take one)."""
+    found = getattr(getattr(params, "verify", None), "dataset", None)
+    return found if isinstance(found, DatasetGate) else None

@@ -1,0 +1,61 @@
+"""Lowering the program to an ExecuTorch ``.pte``: ``to_edge_transform_and_lower`` with the
+delegate's partitioner, then ``to_executorch``; what was delegated goes to
+``executorch.json`` (``get_delegation_info``: nodes delegated and not, per operator)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from edgebuild.ml.programs import load_program
+from edgebuild.plugin import BuildContext, ExportError, Phases
+
+from ..torch_export.targets import program_path
+from .params import INFO_FILE, INFO_FORMAT, PROGRAM_FILE, ExecutorchParams
+
+
+def build(context: BuildContext) -> dict[str, Any]:
+    from executorch.devtools.backend_debug import get_delegation_info
+    from executorch.exir import to_edge_transform_and_lower
+
+    params = context.params
+    assert isinstance(params, ExecutorchParams) and params.source is not None
+    phases = Phases()
+    with phases.time("load"):
+        program = load_program(program_path(context.sources[params.source]))
+    with phases.time("lower"):
+        try:
+            edge = to_edge_transform_and_lower(program, partitioner=_partitioners(params.delegate))
+            delegation = get_delegation_info(edge.exported_program().graph_module)
+            lowered = edge.to_executorch()
+        except Exception as error:  # ExecuTorch raises what its passes do, several lines of it
+            reason = " ".join(str(error).split())[:400]
+            raise ExportError(f"ExecuTorch cannot lower {params.source}'s program ({params.delegate}): "
+                              f"{type(error).__name__}: {reason}") from None
+    (context.out_dir / PROGRAM_FILE).write_bytes(lowered.buffer)
+    by_operator = {op: {"delegated": int(counts.delegated), "not_delegated": int(counts.non_delegated)}
+                   for op, counts in sorted(delegation.delegation_by_operator.items())}
+    info = {
+        "format": INFO_FORMAT,
+        "delegate": params.delegate,
+        "delegated_nodes": int(delegation.num_delegated_nodes),
+        "not_delegated_nodes": int(delegation.num_non_delegated_nodes),
+        "delegated_subgraphs": int(delegation.num_delegated_subgraphs),
+        "by_operator": by_operator,
+    }
+    (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    context.log(f"lowered to ExecuTorch ({params.delegate}): {info['delegated_nodes']} nodes delegated in "
+                f"{info['delegated_subgraphs']} subgraph(s), {info['not_delegated_nodes']} not")
+    return {"timings": phases.seconds}
+
+
+def _partitioners(delegate: str) -> list[Any]:
+    if delegate == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        return [XnnpackPartitioner()]
+    if delegate == "coreml":
+        from executorch.backends.apple.coreml.partition import CoreMLPartitioner
+
+        return [CoreMLPartitioner()]
+    return []

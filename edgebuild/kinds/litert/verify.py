@@ -1,0 +1,59 @@
+"""Judging the ``.tflite``: executed by LiteRT's own interpreter (``ai_edge_litert``) on the
+CPU against the program it was converted from."""
+
+from __future__ import annotations
+
+from edgebuild.core.files import RECORD_BYTES, read_json
+from typing import Any
+
+from edgebuild.plugin import OutputLimits, Runner, TensorSpec, Verification, VerifyContext
+
+from ..torch_export.judging import judge_target
+from ..torch_export.targets import program_info
+from .params import DEFAULT_LIMITS, INFO_FILE, MODEL_FILE, LitertParams
+
+
+def verify(context: VerifyContext) -> Verification:
+    params = context.params
+    assert isinstance(params, LitertParams) and params.source is not None
+    metrics = {"signature": read_json(context.out_dir / INFO_FILE, RECORD_BYTES)}
+    return judge_target(params, context.sources[params.source], runner(context), "ran",
+                        "executed by the LiteRT interpreter", DEFAULT_LIMITS, metrics)
+
+
+def runner(context: VerifyContext) -> Runner:
+    """The model in LiteRT's interpreter; its inputs and outputs in the program's order."""
+    from importlib import metadata
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    params = context.params
+    assert isinstance(params, LitertParams) and params.source is not None
+    info = program_info(context.sources[params.source])
+    interpreter = Interpreter(model_path=str(context.out_dir / MODEL_FILE))
+    interpreter.allocate_tensors()
+    # The converter names them serving_default_args_<i> and ..._output_<i>: in the program's order.
+    inputs = sorted(interpreter.get_input_details(), key=lambda item: _position(item["name"]))
+    outputs = sorted(interpreter.get_output_details(), key=lambda item: _position(item["name"]))
+    names = [spec["name"] for spec in info["outputs"]]
+    specs = [TensorSpec(spec["name"], tuple(spec["shape"]), spec["dtype"]) for spec in info["inputs"]]
+
+    def run_one(feed: dict[str, Any]) -> dict[str, Any]:
+        for spec, detail in zip(specs, inputs):
+            interpreter.set_tensor(detail["index"], feed[spec.name])
+        interpreter.invoke()
+        return {name: interpreter.get_tensor(detail["index"]).copy() for name, detail in zip(names, outputs)}
+
+    return Runner(f"LiteRT {metadata.version('ai-edge-litert')} interpreter", specs, names, run_one)
+
+
+def _position(name: str) -> int:
+    """The index in ``serving_default_args_3`` or ``StatefulPartitionedCall:3``-like names."""
+    import re
+
+    found = re.findall(r"\d+", name)
+    return int(found[-1]) if found else 0
+
+
+def float_limits(params: LitertParams, output: str) -> OutputLimits:
+    return params.verify.for_output(output, DEFAULT_LIMITS)

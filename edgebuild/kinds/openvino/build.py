@@ -1,0 +1,58 @@
+"""Converting the program to OpenVINO IR (``ov.convert_model`` takes a ``torch.export``
+program), optionally quantized to INT8 by NNCF on the calibration inputs, saved as
+``model.xml`` + ``model.bin`` with its float weights as they are (no fp16 compression)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from edgebuild.ml.programs import load_program
+from edgebuild.plugin import BuildContext, ExportError, Phases
+
+from edgebuild.ml.graph_inputs import graph_feeds
+from ..torch_export.targets import program_info, program_path
+from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, OpenvinoParams
+
+
+def build(context: BuildContext) -> dict[str, Any]:
+    import openvino
+
+    params = context.params
+    assert isinstance(params, OpenvinoParams) and params.source is not None
+    source = context.sources[params.source]
+    info = program_info(source)
+    phases = Phases()
+    with phases.time("convert"):
+        try:
+            model = openvino.convert_model(load_program(program_path(source)))
+        except Exception as error:  # OpenVINO's frontend raises its own kinds
+            reason = " ".join(str(error).split())[:400]
+            raise ExportError(f"OpenVINO cannot convert {params.source}'s program: {type(error).__name__}: {reason}") from None
+    calibrated = 0
+    if params.quantize == "int8":
+        import nncf
+
+        (checkpoint,) = context.checkpoints.values()
+        signature = {spec["name"]: spec for spec in info["inputs"]}
+        with phases.time("inputs"):
+            feeds = graph_feeds(params.calibration, context.input_root, checkpoint, signature, "calibration")
+        with phases.time("quantize"):
+            names = [spec["name"] for spec in info["inputs"]]
+            dataset = nncf.Dataset([tuple(feed[name] for name in names) for feed in feeds])
+            model = nncf.quantize(model, dataset, subset_size=len(feeds))
+        calibrated = len(feeds)
+    with phases.time("save"):
+        openvino.save_model(model, str(context.out_dir / MODEL_FILE), compress_to_fp16=False)
+    summary = {
+        "format": INFO_FORMAT,
+        "quantize": params.quantize,
+        "calibration_samples": calibrated,
+        "inputs": [item.get_any_name() for item in model.inputs],
+        "outputs": [item.get_any_name() for item in model.outputs],
+        "ops": len(model.get_ops()),
+    }
+    (context.out_dir / INFO_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    context.log(f"converted to OpenVINO IR ({params.quantize}): {summary['ops']} ops"
+                + (f", INT8 calibrated on {calibrated} inputs" if calibrated else ""))
+    return {"timings": phases.seconds}

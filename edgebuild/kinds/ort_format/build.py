@@ -1,0 +1,54 @@
+"""Converting the source's ONNX graph to the ORT format with onnxruntime's own tool
+(``onnxruntime.tools.convert_onnx_models_to_ort``): ``model.ort``, and the operators a
+reduced onnxruntime build must register for it (``required_operators.config``)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from edgebuild.plugin import BuildContext, ExportError, Phases
+
+from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, OPERATORS_FILE, SOURCE_MODEL, OrtFormatParams
+
+
+def build(context: BuildContext) -> dict[str, Any]:
+    import onnxruntime
+    from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
+
+    params = context.params
+    assert isinstance(params, OrtFormatParams)
+    source = context.sources[params.source]
+    style = OptimizationStyle.Fixed if params.optimization == "fixed" else OptimizationStyle.Runtime
+    phases = Phases()
+    with tempfile.TemporaryDirectory(dir=context.out_dir, prefix=".convert-") as scratch:
+        work = Path(scratch)
+        # The graph and its data file side by side, under the name the graph gives its data.
+        for path in source.iterdir():
+            if path.name == SOURCE_MODEL or path.name.startswith(f"{SOURCE_MODEL}."):
+                shutil.copyfile(path, work / path.name)
+        with phases.time("convert"):
+            try:
+                # The tool prints each step (with this scratch directory's paths): the log says it in one line.
+                with contextlib.redirect_stdout(io.StringIO()):
+                    convert_onnx_models_to_ort(work / SOURCE_MODEL, output_dir=work / "out", optimization_styles=[style])
+            except Exception as error:  # the tool raises onnxruntime's own kinds
+                reason = " ".join(str(error).split())[:400]
+                raise ExportError(f"onnxruntime cannot convert {params.source}'s graph to the ORT format: "
+                                  f"{type(error).__name__}: {reason}") from None
+        produced = sorted((work / "out").rglob("*.ort"))
+        operators = sorted((work / "out").rglob("*.config"))
+        if len(produced) != 1 or len(operators) != 1:
+            found = ", ".join(path.name for path in (work / "out").rglob("*")) or "nothing"
+            raise ExportError(f"onnxruntime's converter wrote {found}; expected one .ort model and its operators' config")
+        shutil.move(str(produced[0]), context.out_dir / MODEL_FILE)
+        shutil.move(str(operators[0]), context.out_dir / OPERATORS_FILE)
+    info = {"format": INFO_FORMAT, "optimization": params.optimization, "onnxruntime": onnxruntime.__version__}
+    (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    context.log(f"converted to the ORT format ({params.optimization} optimizations)")
+    return {"timings": phases.seconds}

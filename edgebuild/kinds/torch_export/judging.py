@@ -1,0 +1,50 @@
+"""Judging a target: how far its check got here (``level`` against ``require_level``) and,
+run, each output against the ``torch.export`` program it was lowered from, on the same
+inputs at every size of the program's dynamic axes. Verification only (the targets'
+builds do not import it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
+from edgebuild.plugin import Check, OutputLimits, Runner, Verification
+
+from .targets import LEVELS, Level, TargetParams, TargetVerify, program_info, program_path, random_feeds
+
+
+def judge_target(params: TargetParams, source: Path, runner: Runner | None, level: Level, reason: str,
+                 defaults: OutputLimits, metrics: dict[str, Any]) -> Verification:
+    """The target's checks: how far it got here (``level`` against ``require_level``) and,
+    run, each output against the program it was lowered from on the same inputs."""
+    import numpy
+    import torch
+
+    from edgebuild.ml.programs import load_program
+
+    verify = params.verify
+    assert isinstance(verify, TargetVerify)
+    passed = LEVELS.index(level) >= LEVELS.index(verify.require_level)
+    checks = [Check("level", level, verify.require_level, ">=", passed, reason)]
+    metrics = metrics | {"level": level}
+    if runner is None:
+        return Verification(checks=checks, metrics=metrics)
+    info = program_info(source)
+    inputs = random_feeds(info, verify.samples, verify.seed)
+    program = load_program(program_path(source)).module()
+    names = [spec["name"] for spec in info["outputs"]]
+    comparisons: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    with torch.no_grad():
+        for feed in inputs.feeds:
+            expected = program(*(torch.from_numpy(numpy.ascontiguousarray(feed[spec["name"]])) for spec in info["inputs"]))
+            found = runner.run_one(feed)
+            for name, want in zip(names, expected):
+                comparisons[name].append(agreement(want.float()[None], torch.from_numpy(
+                    numpy.asarray(found[name], dtype=numpy.float32))[None]))
+    note = f"{runner.description} vs the torch.export program, {inputs.description}"
+    measured = {}
+    for name in names:
+        measured[name] = worst_agreement(comparisons[name])
+        checks += output_checks(name, measured[name], verify.for_output(name, defaults), note)
+    return Verification(checks=checks, metrics=metrics | {"outputs": measured, "inputs": inputs.description})

@@ -1,0 +1,130 @@
+"""Judging the exported program: its module against the model's own forward in float32,
+per output, on seeded random inputs (at the smallest and largest size of every dynamic
+axis) and the held-out images.
+
+It is the root of every target's chain: the model's forward is ``float_model``, the
+reference each ExecuTorch program, LiteRT model and OpenVINO IR made from it is judged
+against (``vs_float.*``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
+from edgebuild.ml.programs import load_program
+from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext, expand_inputs
+
+from .families import family_of
+from .params import PROGRAM_FILE, TorchExportParams
+from .targets import program_info
+
+
+def verify(context: VerifyContext) -> Verification:
+    import torch
+
+    params = context.params
+    assert isinstance(params, TorchExportParams)
+    info = program_info(context.out_dir)
+    family = family_of(params)
+    outputs = family.outputs(params)
+    program = load_program(context.out_dir / PROGRAM_FILE).module()
+    reference = family.reference(params, context.checkpoint)
+    samples, described = sample_inputs(context)
+    comparisons: dict[str, list[dict[str, Any]]] = {name: [] for name in outputs}
+    with torch.no_grad():
+        for sample in samples:
+            expected = reference(*(tensor.float() if tensor.is_floating_point() else tensor for tensor in sample))
+            actual = program(*sample)
+            for name, want, got in zip(outputs, expected, actual):
+                comparisons[name].append(agreement(want.float()[None], got.float()[None]))
+    checks: list[Check] = []
+    measured = {}
+    note = f"the program's module vs {params.model_class}.forward (float32), {described}"
+    for name in outputs:
+        measured[name] = worst_agreement(comparisons[name])
+        checks += output_checks(name, measured[name], params.limits(name), note)
+    return Verification(checks=checks, metrics={"outputs": measured, "inputs": described, "export": info})
+
+
+def sample_inputs(context: VerifyContext) -> tuple[list[tuple[Any, ...]], str]:
+    """Seeded random inputs at the smallest and the largest size of every dynamic axis (the
+    given shapes when none is), and the held-out images; what they are in words."""
+    import torch
+
+    params = context.params
+    assert isinstance(params, TorchExportParams)
+    family = family_of(params)
+    sizes = ("smallest", "largest") if params.dynamic else ("shape",)
+    samples: list[tuple[Any, ...]] = []
+    for size in sizes:
+        shapes = {name: spec.at(size) for name, spec in (params.inputs or {}).items()}
+        samples += family.examples(params, context.checkpoint, shapes, params.verify.samples, params.verify.seed)
+    described = f"{params.verify.samples} random inputs" + (" at the smallest and at the largest dynamic sizes"
+                                                            if params.dynamic else "")
+    if params.held_out.images:
+        images = expand_inputs(params.held_out.images, context.input_root, "held_out.images")
+        feeds = family.image_feeds(params, context.checkpoint, images)
+        samples += [tuple(torch.from_numpy(feed[spec.name]) for spec in family.inputs(params, context.checkpoint))
+                    for feed in feeds]
+        described += f" and {len(feeds)} batches of held-out images"
+    dtype = getattr(torch, params.dtype)
+    return [tuple(tensor.to(dtype) if tensor.is_floating_point() else tensor for tensor in sample)
+            for sample in samples], described
+
+
+# --- along the chain (edgebuild/core/runner.py) -----------------------------------------
+
+
+def _specs(context: VerifyContext) -> list[TensorSpec]:
+    params = context.params
+    assert isinstance(params, TorchExportParams)
+    info = program_info(context.out_dir)
+    return [TensorSpec(spec["name"], tuple(None if str(axis) in spec["dynamic"] else dim
+                                           for axis, dim in enumerate(spec["shape"])), spec["dtype"])
+            for spec in info["inputs"]]
+
+
+def float_model(context: VerifyContext) -> Runner:
+    """The model's own forward in float32: the reference of every target made from this program."""
+    import transformers
+
+    from edgebuild.ml.runners import torch_runner
+
+    params = context.params
+    assert isinstance(params, TorchExportParams)
+    family = family_of(params)
+    return torch_runner(family.reference(params, context.checkpoint), _specs(context), family.outputs(params),
+                        f"transformers {transformers.__version__} {params.model_class}"
+                        f"{f'.{params.submodule}' if params.submodule else ''}.forward (float32)")
+
+
+def runner(context: VerifyContext) -> Runner:
+    """The exported program's module, in PyTorch."""
+    import torch
+
+    from edgebuild.ml.runners import torch_runner
+
+    params = context.params
+    assert isinstance(params, TorchExportParams)
+    module = load_program(context.out_dir / PROGRAM_FILE).module()
+    return torch_runner(module, _specs(context), family_of(params).outputs(params),
+                        f"torch {torch.__version__} ExportedProgram.module()")
+
+
+def evaluation_inputs(context: VerifyContext) -> Inputs | None:
+    """The held-out images, as the program takes them (``None`` without any)."""
+    params = context.params
+    assert isinstance(params, TorchExportParams)
+    if not params.held_out.images:
+        return None
+    images = expand_inputs(params.held_out.images, context.input_root, "held_out.images")
+    feeds = family_of(params).image_feeds(params, context.checkpoint, images)
+    return Inputs(feeds, f"{len(feeds)} batches of held-out images")
+
+
+def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
+    """Images through the checkpoint's own image processor, as the program takes them."""
+    params = context.params
+    assert isinstance(params, TorchExportParams)
+    return family_of(params).image_feeds(params, context.checkpoint, images)

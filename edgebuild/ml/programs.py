@@ -1,0 +1,92 @@
+"""``torch.export`` programs as build outputs: saved so that the same program is the same
+bytes in any checkout, and loaded back for the targets that lower from them.
+
+``torch.export.save`` writes two things that differ between two saves of one program: a
+random ``serialization_id`` record in its archive, and every node's ``stack_trace`` (the
+source files' paths and lines of the code that was traced). The traces are dropped
+before saving (the module names and fx node names stay, for debugging); the id is
+written as zeros in place, its CRC fixed, the archive's layout untouched (its weights
+stay aligned where the loader expects them).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+SERIALIZATION_ID = ".data/serialization_id"
+# What torch.export imports on its first export (the kinds' ``worker_imports``).
+PROGRAM_IMPORTS = ("torch.export", "torch._export.serde.serialize")
+
+
+def strip_stack_traces(program: Any) -> int:
+    """Drop every node's ``stack_trace`` metadata; return how many there were."""
+    removed = 0
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for node in graph.nodes if graph is not None else ():
+            if node.meta.pop("stack_trace", None) is not None:
+                removed += 1
+    return removed
+
+
+def save_program(program: Any, path: Path) -> None:
+    """``torch.export.save`` of ``program`` at ``path``, the same bytes for the same program."""
+    import torch
+
+    strip_stack_traces(program)
+    torch.export.save(program, str(path))
+    _zero_serialization_id(path)
+
+
+def load_program(path: Path) -> Any:
+    import torch
+
+    return torch.export.load(str(path))
+
+
+def _zero_serialization_id(path: Path) -> None:
+    """Write the archive's random serialization id as zeros, in place: its bytes, and its
+    CRC in the local header, the data descriptor (if any) and the central directory."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        entries = [entry for entry in archive.infolist() if entry.filename.endswith(SERIALIZATION_ID)]
+        # Where the central directory starts: it runs to the end (kilobytes; the weights are before it).
+        directory_start = archive.start_dir  # type: ignore[attr-defined]
+    if not entries:
+        return
+    (entry,) = entries
+    if entry.compress_type != zipfile.ZIP_STORED:
+        raise ValueError(f"{path}: {entry.filename} is compressed; expected torch's stored archive")
+    zeros = b"0" * entry.file_size
+    crc = struct.pack("<I", zlib.crc32(zeros) & 0xFFFFFFFF)
+    with open(path, "r+b") as handle:
+        handle.seek(entry.header_offset)
+        header = handle.read(30)
+        if header[:4] != b"PK\x03\x04":
+            raise ValueError(f"{path}: no local header for {entry.filename}")
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        start = entry.header_offset + 30 + name_length + extra_length
+        handle.seek(entry.header_offset + 14)
+        handle.write(crc)
+        handle.seek(start)
+        handle.write(zeros)
+        if entry.flag_bits & 0x08:
+            # A data descriptor after the data: an optional signature, then the CRC.
+            handle.seek(start + entry.compress_size)
+            signature = handle.read(4)
+            handle.seek(start + entry.compress_size + (4 if signature == b"PK\x07\x08" else 0))
+            handle.write(crc)
+        handle.seek(directory_start)
+        data = handle.read()
+        position = 0
+        while data[position:position + 4] == b"PK\x01\x02":
+            name_length, extra_length, comment_length = struct.unpack("<HHH", data[position + 28:position + 34])
+            if data[position + 46:position + 46 + name_length].decode() == entry.filename:
+                handle.seek(directory_start + position + 16)
+                handle.write(crc)
+                break
+            position += 46 + name_length + extra_length + comment_length

@@ -1,0 +1,63 @@
+"""Runners the kinds share: an ONNX graph on onnxruntime's CPU provider, and a PyTorch
+module (the float model a chain is judged against) in float32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from edgebuild.core.runner import Feed, Outputs, Runner, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+# onnxruntime's element types -> NumPy's dtype names.
+_ORT_TYPES = {
+    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64", "tensor(int64)": "int64",
+    "tensor(int32)": "int32", "tensor(bool)": "bool", "tensor(uint8)": "uint8", "tensor(int8)": "int8",
+}
+
+
+def session_runner(session: Any, description: str) -> Runner:
+    """A runner of an onnxruntime ``session`` (inputs and outputs as the graph declares them)."""
+    inputs = [TensorSpec(item.name, tuple(dim if isinstance(dim, int) else None for dim in item.shape),
+                         _ORT_TYPES.get(item.type, item.type)) for item in session.get_inputs()]
+    outputs = [item.name for item in session.get_outputs()]
+
+    def run_one(feed: Feed) -> Outputs:
+        return dict(zip(outputs, session.run(outputs, feed)))
+
+    return Runner(description, inputs, outputs, run_one)
+
+
+def onnx_runner(path: Path) -> Runner:
+    """The graph at ``path`` on onnxruntime's CPU provider."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session_runner(session, f"onnxruntime {onnxruntime.__version__} CPUExecutionProvider ({path.name})")
+
+
+def torch_runner(forward: Callable[..., Any], inputs: list[TensorSpec], outputs: list[str], description: str) -> Runner:
+    """A runner of ``forward``, called with one tensor per input (in ``inputs``' order)
+    under ``torch.no_grad`` and returning one tensor per output (a tuple, or one tensor
+    for one output): floating inputs go in as float32, outputs come out as float32."""
+
+    def run_one(feed: Feed) -> Outputs:
+        import numpy
+        import torch
+
+        tensors = []
+        for spec in inputs:
+            tensor = torch.from_numpy(numpy.ascontiguousarray(feed[spec.name]))
+            tensors.append(tensor.float() if tensor.is_floating_point() else tensor)
+        with torch.no_grad():
+            result = forward(*tensors)
+        values = result if isinstance(result, (tuple, list)) else (result,)
+        return {name: _float32(value) for name, value in zip(outputs, values)}
+
+    return Runner(description, inputs, outputs, run_one)
+
+
+def _float32(value: "torch.Tensor") -> Any:
+    return value.detach().float().numpy()

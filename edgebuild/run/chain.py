@@ -1,0 +1,387 @@
+"""Judging an artifact along its chain and on data, beside its kind's own checks.
+
+An artifact made from a source is judged twice: by its kind, against that source (a QDQ
+graph against its float graph, a QNN context against its QDQ graph), and here, against
+the float model at the root of its chain -- transformers' own forward, as the root
+kind's ``float_model`` gives it (or, for a root with no float model, the root's own
+output) -- on the same inputs. Those checks are ``vs_float.<output>.<metric>``: what
+goes to the device carries a number that says how far it is from the model that was
+trained, however many steps lie between.
+
+With ``verify: {dataset: ...}``, any artifact (a root too) is also run with the float
+model of its chain on every sample of a dataset: per-sample cosines of every output,
+and on a labelled set nearest-neighbour labels in the float model's embedding space
+(and a classification head's own accuracy), each with a paired bootstrap 95%
+interval; every gate is judged on the interval's bound (``dataset.*``).
+
+The float model's outputs are kept by content (``cache/references``), so judging again
+(a threshold moved, the artifact's runtime upgraded) runs only the artifact's side.
+
+Which inputs: the nearest artifact of the chain, starting with this one, whose kind
+gives ``evaluation_inputs`` that fit this artifact's inputs (the held-out images of a
+QDQ graph, for the QNN context made from it); else two seeded random ones. Which
+kind turns images into inputs: the nearest one with ``image_feeds``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from edgebuild.cache.references import References, digest_arrays
+from edgebuild.core.datasets import dataset_files, dataset_identity
+from edgebuild.core.hashing import digest_json
+from edgebuild.core.kind import VerifyContext
+from edgebuild.core.record import read_record_or_none
+from edgebuild.core.report import Check, format_number, read_report
+from edgebuild.core.runner import Inputs, Runner
+from edgebuild.core.thresholds import OutputLimits, PerOutputLimits, dataset_gate
+from edgebuild.errors import CheckpointError, NotRunnable
+
+if TYPE_CHECKING:
+    import numpy
+
+    from edgebuild.core.kind import ArtifactKind
+    from edgebuild.core.project import Artifact, Project
+    from edgebuild.core.runner import Feed, Outputs
+    from edgebuild.core.thresholds import DatasetGate
+
+Log = Callable[[str], None]
+
+ONNX_MODEL = "model.onnx"
+# Limits against the float model of the chain for a kind that names none.
+GENERIC_FLOAT_LIMITS = OutputLimits(cosine_min=0.99)
+RANDOM_SAMPLES = 2
+RANDOM_SEED = 0
+REFERENCES_DIR = "references"
+
+
+@dataclass
+class ChainVerdict:
+    """The checks this module adds, what it measured, and what ``report.json`` keeps of
+    them at its top level (``chain``, ``dataset``)."""
+
+    checks: list[Check] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def verify_hook(kind: "ArtifactKind", name: str) -> Callable[..., Any] | None:
+    """The function ``name`` of the kind's verify module (``edgebuild/core/runner.py``
+    lists them), or ``None``."""
+    return getattr(importlib.import_module(kind.verify_module), name, None)
+
+
+def artifact_runner(kind: "ArtifactKind", context: VerifyContext) -> Runner:
+    """The built artifact, run here: its kind's ``runner``, else onnxruntime's CPU
+    provider on ``model.onnx``. :class:`NotRunnable` when neither can run it."""
+    hook = verify_hook(kind, "runner")
+    if hook is not None:
+        return hook(context)
+    if ONNX_MODEL in kind.outputs:
+        from edgebuild.ml.runners import onnx_runner
+
+        return onnx_runner(context.out_dir / ONNX_MODEL)
+    raise NotRunnable(f"the {kind.name} kind says nothing of how to run what it builds (no runner in "
+                      f"{kind.verify_module}, and no {ONNX_MODEL} among its outputs)")
+
+
+def judge_along_chain(project: "Project", artifact: "Artifact", context: VerifyContext, log: Log) -> ChainVerdict:
+    """The ``vs_float.*`` checks of an artifact made from a source and the ``dataset.*``
+    checks of one with a dataset gate, and what ``report.json`` records of its chain."""
+    verdict = ChainVerdict()
+    chain = project.lineage(artifact)
+    if len(chain) > 1:
+        verdict.extra["chain"] = [_ancestor_verdict(ancestor) for ancestor in chain[1:]]
+    gate = dataset_gate(artifact.params)
+    if len(chain) == 1 and gate is None:
+        return verdict
+    try:
+        runner = artifact_runner(artifact.kind, context)
+    except NotRunnable as error:
+        # The kind's own policy (a simulator too slow for a graph of this size, by a limit
+        # the manifest can raise): the report says it was not measured, and why.
+        verdict.metrics["vs_float"] = {"measured": False, "reason": str(error)}
+        if gate is not None:
+            verdict.checks.append(Check("dataset.ran", False, True, "==", False, f"not run here: {error}"))
+        return verdict
+    judge = _Judge(project, chain, {artifact.name: context}, runner, log)
+    try:
+        for wanted, prefix, judgement in ((len(chain) > 1, "vs_float", judge.versus_float),
+                                          (gate is not None, "dataset", judge.on_dataset)):
+            if not wanted:
+                continue
+            try:
+                judgement(verdict)
+            except NotRunnable as error:
+                # The reference cannot run here: nothing says how far the artifact is from it.
+                verdict.checks.append(Check(f"{prefix}.ran", False, True, "==", False, f"not run here: {error}"))
+    finally:
+        judge.close()
+    return verdict
+
+
+def _ancestor_verdict(ancestor: "Artifact") -> dict[str, Any]:
+    """What an ancestor's report said when this artifact was judged (its verification
+    must have passed for this one to count: ``state.py``)."""
+    report = read_report(ancestor.directory) or {}
+    return {"artifact": ancestor.name, "kind": ancestor.params.kind, "fingerprint": report.get("fingerprint"),
+            "verify_fingerprint": report.get("verify_fingerprint"), "passed": bool(report.get("passed"))}
+
+
+class _Judge:
+    """The float model of a chain and the artifact's runner, on inputs."""
+
+    def __init__(self, project: "Project", chain: list["Artifact"], contexts: dict[str, VerifyContext],
+                 runner: Runner, log: Log) -> None:
+        self.project = project
+        self.chain = chain
+        self.artifact = chain[0]
+        self.root = chain[-1]
+        self.contexts = contexts
+        self.runner = runner
+        self.log = log
+        self._float: Runner | None = None
+        self.references = References(project.layout.cache_dir / REFERENCES_DIR, log)
+
+    def close(self) -> None:
+        self.runner.close()
+        if self._float is not None and self._float is not self.runner:
+            self._float.close()
+
+    # --- the pieces ------------------------------------------------------------------
+
+    def context(self, artifact: "Artifact") -> VerifyContext:
+        if artifact.name not in self.contexts:
+            record = read_record_or_none(artifact.directory)
+            self.contexts[artifact.name] = VerifyContext(
+                **self.project.kind_inputs(artifact), out_dir=artifact.directory,
+                build_info=record.build_info if record is not None else {},
+                source_params={source.name: source.params for source in artifact.sources}, log=self.log,
+            )
+        return self.contexts[artifact.name]
+
+    @property
+    def float_model(self) -> Runner:
+        """The root kind's float model; a root with none is its own reference (its graph
+        is then the float graph of the chain)."""
+        if self._float is None:
+            hook = verify_hook(self.root.kind, "float_model")
+            if hook is not None:
+                self._float = hook(self.context(self.root))
+            elif self.root is self.artifact:
+                raise NotRunnable(f"the {self.root.kind.name} kind names no float model to judge it against "
+                                  f"(no float_model in {self.root.kind.verify_module})")
+            else:
+                self._float = artifact_runner(self.root.kind, self.context(self.root))
+        return self._float
+
+    def float_outputs(self, feeds: "list[Feed]") -> "list[Outputs]":
+        """The float model's outputs on ``feeds``, from ``cache/references`` when they were
+        computed before for the same float model and the same bytes in."""
+        key = digest_json({"float": self.project.float_identity(self.root),
+                           "inputs": digest_arrays((f"{index}/{name}", feed[name])
+                                                   for index, feed in enumerate(feeds) for name in sorted(feed))})
+        kept = self.references.get(key)
+        if kept is not None:
+            return kept
+        outputs = self.float_model.run(feeds)
+        self.references.put(key, outputs)
+        return outputs
+
+    def evaluation_inputs(self) -> Inputs:
+        """The nearest evaluation inputs of the chain that fit the runner; else seeded random ones."""
+        for member in self.chain:
+            hook = verify_hook(member.kind, "evaluation_inputs")
+            if hook is None:
+                continue
+            found = hook(self.context(member))
+            if found is not None and found.feeds and self.runner.misfit(found.feeds[0]) is None:
+                return found if member is self.artifact else Inputs(found.feeds, f"{found.description} (of {member.name})")
+        return random_inputs(self.runner, RANDOM_SAMPLES, RANDOM_SEED)
+
+    def image_feeds(self, images: list[Any], what: str) -> "list[Feed]":
+        for member in self.chain:
+            hook = verify_hook(member.kind, "image_feeds")
+            if hook is None:
+                continue
+            feeds = hook(self.context(member), images)
+            problem = self.runner.misfit(feeds[0]) if feeds else "no feed came of them"
+            if problem is not None:
+                raise CheckpointError(f"{what}: {member.name}'s image processor makes inputs this artifact does not "
+                                      f"take: {problem}")
+            return feeds
+        raise CheckpointError(f"{what}: no kind of {self.artifact.name}'s chain turns images into its inputs "
+                              "(give tensors files instead)")
+
+    # --- the judgements --------------------------------------------------------------
+
+    def versus_float(self, verdict: ChainVerdict) -> None:
+        from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
+
+        inputs = self.evaluation_inputs()
+        actual = self.runner.run(inputs.feeds)
+        reference = self.float_outputs(inputs.feeds)
+        limits = _limits(self.artifact, "vs_float")
+        note = f"{self.runner.description} vs {self.float_model.description} (root: {self.root.name}), {inputs.description}"
+        measured: dict[str, Any] = {}
+        cosines: dict[str, list[float]] = {}
+        compared = [name for name in self.runner.outputs if name in reference[0]]
+        if not compared:
+            verdict.checks.append(Check("vs_float.outputs", sorted(self.runner.outputs), sorted(reference[0]), "==", False,
+                                        "no output of the artifact is an output of the float model of its chain"))
+            return
+        for name in compared:
+            per_sample = [agreement(_tensor(expected[name])[None], _tensor(found[name])[None])
+                          for expected, found in zip(reference, actual)]
+            worst = worst_agreement(per_sample)
+            measured[name] = worst
+            cosines[name] = [item["cosine"] for item in per_sample]
+            verdict.checks += output_checks(f"vs_float.{name}", worst,
+                                            limits.for_output(name, _float_defaults(self.artifact, name)), note)
+        verdict.metrics["vs_float"] = {"measured": True, "root": self.root.name, "reference": self.float_model.description,
+                                       "runner": self.runner.description, "inputs": inputs.description,
+                                       "outputs": measured, "cosines": cosines,
+                                       "not_compared": sorted(set(self.runner.outputs) - set(compared))}
+
+    def on_dataset(self, verdict: ChainVerdict) -> None:
+        from edgebuild.ml.datasets import load_samples
+
+        gate = dataset_gate(self.artifact.params)
+        assert gate is not None
+
+        where = self.artifact.where("verify", "dataset")
+        files = dataset_files(gate, self.project.manifest.root, where)
+        identity = dataset_identity(gate, files, self.project.stat_cache.file_digest)
+        samples = load_samples(gate, files, self.runner.inputs)
+        count = len(samples)
+        if count < 2:
+            raise CheckpointError(f"{where}: {samples.description}: at least 2 samples make an interval")
+        feeds = samples.feeds if samples.feeds is not None else self.image_feeds(samples.images or [], where)
+        self.log(f"dataset {samples.description}: {len(feeds)} runs of {self.artifact.name} and of the float model")
+        actual = _per_sample(self.runner.run(feeds), count, where)
+        reference = _per_sample(self.float_outputs(feeds), count, where)
+        measured, checks = _dataset_gates(gate, reference, actual, samples.labels, samples.description)
+        verdict.checks += checks
+        verdict.extra["dataset"] = {
+            "name": gate.name, "digest": digest_json(identity), "n": count, "description": samples.description,
+            "reference": self.float_model.description, "runner": self.runner.description,
+            "metrics": {name: interval.to_json() for name, interval in measured.items()},
+        }
+
+
+def random_inputs(runner: Runner, count: int, seed: int) -> Inputs:
+    """``count`` seeded inputs for the runner's signature: floats from N(0, 1), boolean
+    inputs and ``*_mask`` ones all true/one, other integers zero."""
+    import numpy
+
+    generator = numpy.random.default_rng(seed)
+    feeds = []
+    for _ in range(count):
+        feed = {}
+        for spec in runner.inputs:
+            shape = tuple(1 if dim is None else dim for dim in spec.shape)
+            if spec.dtype.startswith("float"):
+                feed[spec.name] = generator.standard_normal(shape).astype(spec.dtype)
+            elif spec.dtype == "bool" or spec.name.endswith("_mask"):
+                feed[spec.name] = numpy.ones(shape, dtype=spec.dtype)
+            else:
+                feed[spec.name] = numpy.zeros(shape, dtype=spec.dtype)
+        feeds.append(feed)
+    return Inputs(feeds, f"{count} random inputs (seed {seed})")
+
+
+def _tensor(array: "numpy.ndarray") -> Any:
+    import torch
+
+    return torch.from_numpy(array.astype("float32", copy=False))
+
+
+def _limits(artifact: "Artifact", key: str) -> PerOutputLimits:
+    found = getattr(getattr(artifact.params, "verify", None), key, None)
+    return found if isinstance(found, PerOutputLimits) else PerOutputLimits()
+
+
+def _float_defaults(artifact: "Artifact", output: str) -> OutputLimits:
+    hook = verify_hook(artifact.kind, "float_limits")
+    return hook(artifact.params, output) if hook is not None else GENERIC_FLOAT_LIMITS
+
+
+def _per_sample(outputs: "list[Outputs]", count: int, where: str) -> "dict[str, numpy.ndarray]":
+    """Each output over the samples, ``[count, ...]``: one run per sample, or runs of a
+    fixed batch (the output's first axis) split into its samples."""
+    import numpy
+
+    per_run = count // len(outputs) if outputs and count % len(outputs) == 0 else 0
+    stacked = {}
+    for name in outputs[0]:
+        values = [run[name] for run in outputs]
+        if per_run == 1:
+            stacked[name] = numpy.stack(values)
+        elif per_run > 1 and all(value.shape[0] == per_run for value in values):
+            stacked[name] = numpy.concatenate(values)
+        else:
+            raise CheckpointError(f"{where}: {count} samples in {len(outputs)} runs, and output {name!r} does not "
+                                  "hold one row per sample")
+    return stacked
+
+
+def _dataset_gates(gate: "DatasetGate", reference: "dict[str, numpy.ndarray]", actual: "dict[str, numpy.ndarray]",
+                   labels: list[int] | None, description: str) -> tuple[dict[str, Any], list[Check]]:
+    """The intervals of every metric the set allows and the checks its gates make of them."""
+    import numpy
+
+    from edgebuild.ml.statistics import bootstrap, embeddings, nearest_labels, sample_cosines
+
+    names = [name for name in actual if name in reference]
+    series: dict[str, numpy.ndarray] = {f"{name}.cosine": sample_cosines(reference[name], actual[name]) for name in names}
+    if labels is not None:
+        truth = numpy.asarray(labels)
+        embedding = gate.embedding or names[0]
+        if embedding not in names:
+            raise CheckpointError(f"dataset.embedding: {embedding!r} is not an output of the artifact "
+                                  f"(its outputs: {', '.join(names)})")
+        gallery = embeddings(reference[embedding])
+        float_labels = nearest_labels(gallery, truth, gallery)
+        artifact_labels = nearest_labels(gallery, truth, embeddings(actual[embedding]))
+        series["knn_agreement"] = (artifact_labels == float_labels).astype(float)
+        series["knn_accuracy_float"] = (float_labels == truth).astype(float)
+        series["knn_accuracy"] = (artifact_labels == truth).astype(float)
+        series["knn_drop"] = series["knn_accuracy_float"] - series["knn_accuracy"]
+        if "logits" in names:
+            float_top = reference["logits"].reshape(len(truth), -1).argmax(axis=1)
+            artifact_top = actual["logits"].reshape(len(truth), -1).argmax(axis=1)
+            series["head_agreement"] = (artifact_top == float_top).astype(float)
+            series["head_accuracy_float"] = (float_top == truth).astype(float)
+            series["head_accuracy"] = (artifact_top == truth).astype(float)
+            series["head_drop"] = series["head_accuracy_float"] - series["head_accuracy"]
+    intervals = bootstrap(series, gate.resamples, gate.seed)
+
+    def described(name: str) -> str:
+        interval = intervals[name]
+        return (f"mean {format_number(interval.mean)}, 95% CI [{format_number(interval.low)}, "
+                f"{format_number(interval.high)}] over {description}")
+
+    checks = []
+    if gate.min_cosine is not None:
+        for name in names:
+            key = f"{name}.cosine"
+            checks.append(Check.measure(f"dataset.{key}", intervals[key].low, ">=", gate.min_cosine,
+                                        f"lower bound; {described(key)}"))
+    wants_labels = [key for key, value in (("min_agreement", gate.min_agreement), ("max_drop", gate.max_drop))
+                    if value is not None]
+    if wants_labels and labels is None:
+        checks.append(Check("dataset.labels", "none", "labelled", "==", False,
+                            f"{' and '.join(wants_labels)} need a labelled set, and {description} has no labels "
+                            "(builtin: digits, labels: directory, or a 'labels' tensor)"))
+        return intervals, checks
+    if gate.min_agreement is not None:
+        checks.append(Check.measure("dataset.knn_agreement", intervals["knn_agreement"].low, ">=", gate.min_agreement,
+                                    f"lower bound; {described('knn_agreement')}"))
+    if gate.max_drop is not None:
+        for key in ("knn_drop", "head_drop"):
+            if key in intervals:
+                checks.append(Check.measure(f"dataset.{key}", intervals[key].high, "<=", gate.max_drop,
+                                            f"upper bound; {described(key)}"))
+    return intervals, checks

@@ -1,0 +1,44 @@
+"""Kind ``ort_format``: an ONNX artifact's graph in onnxruntime's ORT format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_targets import _lay_out
+
+
+@pytest.mark.slow
+def test_runtime_optimizations_and_the_operators_a_reduced_build_needs(tmp_path: Path) -> None:
+    manifest = """\
+checkpoints:
+  clip: {fixture: clip_vision_tiny}
+artifacts:
+  clip_onnx:
+    kind: hf_onnx
+    checkpoint: clip
+    model_class: CLIPVisionModel
+    inputs: {pixel_values: [1, 3, 64, 64]}
+    outputs: [pooler_output]
+  clip_ort:
+    kind: ort_format
+    source: clip_onnx
+    optimization: runtime
+"""
+    project = _lay_out(tmp_path, manifest)
+    verified = project.doit("verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert json.loads((tmp_path / "build" / "clip_ort" / "ort.json").read_text())["optimization"] == "runtime"
+    operators = (tmp_path / "build" / "clip_ort" / "required_operators.config").read_text()
+    assert "ai.onnx;" in operators and "MatMul" in operators
+    report = json.loads((tmp_path / "build" / "clip_ort" / "report.json").read_text())
+    assert {check["name"] for check in report["checks"]} >= {"pooler_output.cosine", "vs_float.pooler_output.cosine"}
+
+
+def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
+    from helpers import assert_code_digests
+
+    assert_code_digests("ort_format", build=["edgebuild/kinds/ort_format/build.py", "edgebuild/kinds/ort_format/params.py"],
+                        verify=["edgebuild/kinds/ort_format/params.py", "edgebuild/kinds/ort_format/verify.py"])
