@@ -114,14 +114,15 @@ def test_a_new_user_initialises_verifies_and_checks_from_a_subdirectory(user_ven
     listed = run(user_venv, "doit", "list", cwd=project)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
-        "clip_64", "clip_64_qdq", "siglip_f143_gptq", "siglip_f143_gptq_onnx", "tower_224_fp32", "tower_224_qdq", "verify"
+        "clip_64", "clip_64_ort", "clip_64_program", "clip_64_qdq", "siglip_f143_gptq", "siglip_f143_gptq_onnx",
+        "tower_224_fp32", "tower_224_qdq", "verify",
     ]
     # A plain install has no QNN provider (the `qnn` extra): its starter entry is commented out.
     assert "  # Needs the 'qnn' extra: pip install 'edgebuild[qnn]', then uncomment." in (project / "artifacts.yaml").read_text()
 
     verify = run(user_venv, "doit", "verify", cwd=project)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert verify.stdout.splitlines()[-1] == "verify: 6 passed, 0 failed, 0 not run"
+    assert verify.stdout.splitlines()[-1] == "verify: 8 passed, 0 failed, 0 not run"
     assert "Traceback" not in verify.stderr
     assert_quiet(verify)
     # ... unless asked for (a float16 graph: a new export, whose constant folding onnx notes).
@@ -139,12 +140,14 @@ def test_a_new_user_initialises_verifies_and_checks_from_a_subdirectory(user_ven
     status = run(user_venv, "doit", "-k", "status", "--check", cwd=subdirectory)
     assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout == (
+        "clip_64_program        up to date (verified)\n"
         "clip_64                up to date (verified)\n"
         "clip_64_qdq            up to date (verified)\n"
         "tower_224_fp32         up to date (verified)\n"
         "tower_224_qdq          up to date (verified)\n"
         "siglip_f143_gptq       up to date (verified)\n"
         "siglip_f143_gptq_onnx  up to date (verified)\n"
+        "clip_64_ort            up to date (verified)\n"
     )
     assert list(subdirectory.iterdir()) == []
     assert (project / "artifacts.lock").is_file() and (project / "build" / "tower_224_fp32" / "report.json").is_file()
