@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -34,8 +35,10 @@ def build(context: BuildContext) -> dict[str, Any]:
                 shutil.copyfile(path, work / path.name)
         with phases.time("convert"):
             try:
-                # The tool prints each step (with this scratch directory's paths): the log says it in one line.
-                with contextlib.redirect_stdout(io.StringIO()):
+                # The tool prints each step (with this scratch directory's paths), and its config
+                # writer logs at INFO through a stderr handler it installs on import: the log says
+                # it in one line.
+                with contextlib.redirect_stdout(io.StringIO()), _library_info_silenced():
                     convert_onnx_models_to_ort(work / SOURCE_MODEL, output_dir=work / "out", optimization_styles=[style])
             except Exception as error:  # the tool raises onnxruntime's own kinds
                 reason = " ".join(str(error).split())[:400]
@@ -52,3 +55,14 @@ def build(context: BuildContext) -> dict[str, Any]:
     (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     context.log(f"converted to the ORT format ({params.optimization} optimizations)")
     return {"timings": phases.seconds}
+
+
+@contextlib.contextmanager
+def _library_info_silenced():
+    """Records below WARNING dropped, from every logger, while the converter runs."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
