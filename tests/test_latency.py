@@ -241,3 +241,45 @@ def test_verification_records_latency_against_the_float_source_and_gates_it_on_r
     assert not report["passed"] and report["latency"]["runs"] == 3
     assert [check["name"] for check in report["checks"] if not check["passed"]] == ["latency.ratio"]
     assert "latency.ratio = " in failed.stdout + failed.stderr
+
+
+# --- doit diff and the report page ------------------------------------------------------
+
+
+def _report(median: float | None, ratio: float | None = None, **more) -> dict:
+    if median is None:
+        return {"latency": not_measured("no runtime here")}
+    latency = {"measured": True, "median_ms": median, "p90_ms": median * 1.1, "runs": 10, "warmup": 1,
+               "runtime": "onnxruntime 1.0 CPUExecutionProvider (model.onnx)",
+               "machine": {"cpu": "Some CPU <x>", "cores": 2}, "simulated": False} | more
+    if ratio is not None:
+        latency |= {"float_source": {"artifact": "clip", "median_ms": median / ratio, "p90_ms": median / ratio},
+                    "ratio": ratio}
+    return {"latency": latency}
+
+
+def test_diff_shows_latency_old_and_new() -> None:
+    from edgebuild.run.diff import ArtifactDiff, Diff, _latency, render
+
+    change = _latency(_report(3.1, 1.8), _report(3.4, 1.9))
+    assert change is not None and change.to_json() == {"median_ms_before": 3.1, "median_ms_after": 3.4,
+                                                       "ratio_before": 1.8, "ratio_after": 1.9}
+    assert change.describe() == "latency: 3.1 → 3.4 ms median, 1.8x → 1.9x its float source"
+    assert _latency(None, _report(3.4)).describe() == "latency: – → 3.4 ms median"
+    assert _latency(_report(None), _report(None)) is None and _latency({}, {"latency": "odd"}) is None
+    diff = Diff("HEAD", None, (ArtifactDiff("qdq", "onnx_qdq", "changed", "a" * 64, "b" * 64, ("bits 8 → 16",),
+                                            latency=change),))
+    assert "    latency: 3.1 → 3.4 ms median, 1.8x → 1.9x its float source" in render(diff)
+    assert diff.to_json()["artifacts"][0]["latency"]["ratio_after"] == 1.9
+
+
+def test_the_report_page_shows_latency_escaped() -> None:
+    from edgebuild.cli.report_page import _latency
+
+    shown = _latency(_report(3.1, 1.8)["latency"])
+    assert shown.startswith('<p class="latency">latency: 3.1 ms median (p90 3.41) over 10 runs, 1.8x its float source '
+                            "clip (1.72222 ms); onnxruntime")
+    assert "Some CPU &lt;x&gt; (2 cores)" in shown and "<x>" not in shown
+    assert "simulated" in _latency(_report(3.1, simulated=True)["latency"])
+    assert "not measured here: no runtime here" in _latency(not_measured("no runtime here"))
+    assert _latency(None) == "" and "could not be read" in _latency({"measured": True})
