@@ -165,7 +165,7 @@ KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/console.py", "
 JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/core/record.py",
            "edgebuild/core/report.py", "edgebuild/run/verification.py",
            # Along the chain and on data (edgebuild/run/chain.py), for every kind.
-           "edgebuild/run/chain.py", "edgebuild/core/datasets.py", "edgebuild/core/inputs.py",
+           "edgebuild/run/chain.py", "edgebuild/run/latency.py", "edgebuild/core/datasets.py", "edgebuild/core/inputs.py",
            "edgebuild/core/runner.py", "edgebuild/core/thresholds.py", "edgebuild/ml/agreement.py",
            "edgebuild/ml/compare.py", "edgebuild/ml/datasets.py", "edgebuild/ml/images.py", "edgebuild/ml/runners.py",
            "edgebuild/ml/statistics.py"]

@@ -3,7 +3,7 @@
 A summary table gives each artifact's state (``doit status``'s answer), its kind's
 headline check and how that moved since the build the committed lock file names
 (``doit diff``). Each artifact then gets a section with its kind, fingerprint, state,
-what changed since that build, and -- folded, so the page stays short -- the checks
+what changed since that build, its time here (``latency``) and -- folded, so the page stays short -- the checks
 of the ``report.json`` of the build in ``build/`` (never another build's) and the
 figures its kind draws (each kind's ``report_figures`` hook: the tower's per-token
 error over the image grid, the SigLIP encoder's objective per linear, ...).
@@ -241,6 +241,9 @@ def _artifact_section(index: int, artifact: Artifact, state: ArtifactState, buil
                      f'&middot; <a href="{quoted}/{REPORT_MD}">{REPORT_MD}</a></p>')
         parts.append(_checks_table(checks))
         parts.append("</details>")
+        latency = _latency(report.get("latency"))
+        if latency:
+            parts.append(latency)
         try:
             plots = artifact.kind.report_figures(name, directory, report, f"a{index}") or Plots()
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
@@ -292,9 +295,34 @@ def _change_details(change: "ArtifactDiff", compared: "Diff") -> str:
                         f"<td>{escape(f'{check.delta:+.3g}') if check.delta else ''}</td><td>{flipped}</td></tr>")
         parts.append('<table class="check-changes"><thead><tr><th>check</th><th>before</th><th>now</th><th>delta</th>'
                      f"<th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    if change.latency is not None:
+        parts.append(f'<p class="latency-change">{escape(change.latency.describe())}</p>')
     parts.extend(f'<p class="note">{escape(note)}</p>' for note in change.notes)
     parts.append("</details>")
     return "\n".join(parts)
+
+
+def _latency(latency: Any) -> str:
+    """The report's ``latency``: the time here, against the float source, on what machine."""
+    if not isinstance(latency, dict):
+        return ""
+    if not latency.get("measured"):
+        return f'<p class="latency note">latency: not measured here: {escape(str(latency.get("reason", "")))}</p>'
+    try:
+        text = (f"latency: {format_number(float(latency['median_ms']))} ms median "
+                f"(p90 {format_number(float(latency['p90_ms']))}) over {int(latency['runs'])} runs")
+        source = latency.get("float_source")
+        if isinstance(source, dict) and isinstance(latency.get("ratio"), (int, float)):
+            text += (f", {format_number(float(latency['ratio']))}x its float source {source.get('artifact')} "
+                     f"({format_number(float(source['median_ms']))} ms)")
+        described = latency.get("machine") if isinstance(latency.get("machine"), dict) else {}
+        text += f"; {latency.get('runtime', '')} on {described.get('cpu', '?')} ({described.get('cores', '?')} cores"
+        text += f", {described['threads']} threads)" if described.get("threads") else ")"
+    except (KeyError, TypeError, ValueError):
+        return '<p class="latency note">latency: the report\'s record could not be read</p>'
+    simulated = (" <strong>simulated</strong>: the simulator's time says nothing of the device's"
+                 if latency.get("simulated") else "")
+    return f'<p class="latency">{escape(text)}{simulated}</p>'
 
 
 def _value(value: Any) -> str:

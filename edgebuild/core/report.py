@@ -9,7 +9,14 @@ a report counts only at the current one), ``passed``, ``checks`` (each ``name``,
 ``value``, ``limit``, ``comparison``, ``passed``, and an optional ``detail``),
 ``metrics`` (what the kind measured beyond its checks), ``build`` (what the build
 recorded of itself) and ``verify`` (the manifest's ``verify:`` settings it was judged
-with). ``report.md`` is the same checks as a table.
+with). Beside them, what verification along the chain adds (``edgebuild/run/chain.py``):
+``chain`` (each artifact it is made from, with its verdict), ``dataset`` (a gate's
+intervals) and ``latency``: the artifact's time here, ``{measured, median_ms, p90_ms,
+runs, warmup, runtime, machine: {cpu, cores, threads?}, float_source?: {artifact,
+median_ms, p90_ms}, ratio?, simulated}`` (milliseconds; the p90 by nearest rank; ``ratio``
+the artifact's median over its float source's, timed in turn; ``simulated`` for a
+simulator's time, which no gate judges), or ``{measured: false, reason}`` where it does
+not run here. ``report.md`` is the same checks as a table.
 """
 
 from __future__ import annotations

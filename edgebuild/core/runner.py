@@ -58,13 +58,17 @@ class TensorSpec:
 class Runner:
     """Something that runs here on feeds: ``run_one(feed) -> outputs``. ``description``
     says what ran (the runtime, its version, the provider) in reports; ``inputs`` and
-    ``outputs`` declare the signature feeds must fit."""
+    ``outputs`` declare the signature feeds must fit. ``simulated``: a simulator of the
+    device (its time says nothing of the device's: latency is recorded, never gated);
+    ``threads``: the threads it runs on, when it says."""
 
     description: str
     inputs: list[TensorSpec]
     outputs: list[str]
     run_one: Callable[[Feed], Outputs]
     close: Callable[[], None] = field(default=lambda: None)
+    simulated: bool = False
+    threads: int | None = None
 
     def run(self, feeds: list[Feed]) -> list[Outputs]:
         return [self.run_one(feed) for feed in feeds]

@@ -2,8 +2,8 @@
 reference, per output, and against the float model at the root of an artifact's chain;
 and gates on a dataset, judged by the bounds of bootstrap confidence intervals.
 
-A kind's ``verify:`` model subclasses :class:`VerifySettings`, so that ``vs_float`` and
-``dataset`` are accepted under every artifact's ``verify:`` (the engine judges both:
+A kind's ``verify:`` model subclasses :class:`VerifySettings`, so that ``vs_float``,
+``dataset`` and ``latency`` are accepted under every artifact's ``verify:`` (the engine judges them:
 ``edgebuild/run/chain.py``). Thresholds left unset take the kind's defaults
 (:meth:`ArtifactParams.float_limits <edgebuild.core.kind.ArtifactParams.float_limits>`
 for ``vs_float``); one given for a named output (``outputs: {NAME: {...}}``) wins over
@@ -138,6 +138,23 @@ class DatasetGate(Strict):
         return [*self.images, *self.tensors]
 
 
+class LatencySettings(Strict):
+    """How the artifact is timed here, and the opt-in gate: its median time over its float
+    source's, measured in the same verification (a ratio, never an absolute time)."""
+
+    runs: int = Field(default=10, ge=3, le=10_000, description="Timed runs (at most; at least 3 are made).")
+    warmup: int = Field(default=1, ge=0, le=1000, description="Untimed runs first.")
+    budget_s: float = Field(
+        default=5.0, gt=0.0, le=3600.0,
+        description="Seconds the timing may take: it stops early once they are spent (after at least 3 timed runs).",
+    )
+    max_ratio: float | None = Field(
+        default=None, gt=0.0,
+        description="Gate (opt-in): the artifact's median time is at most this many times its float source's, "
+                    "timed in turn on the same feed. Not applied to a simulator's time.",
+    )
+
+
 class VerifySettings(Strict):
     """What every artifact's ``verify:`` takes beside its kind's own thresholds."""
 
@@ -150,6 +167,10 @@ class VerifySettings(Strict):
         default=None,
         description="Gates on a dataset, judged by bootstrap 95% intervals against the float model of the chain.",
     )
+    latency: LatencySettings = Field(
+        default_factory=LatencySettings,
+        description="Timing of the artifact here (median and p90), against its float source; an opt-in ratio gate.",
+    )
 
 
 def dataset_gate(params: Any) -> DatasetGate | None:
@@ -157,3 +178,9 @@ def dataset_gate(params: Any) -> DatasetGate | None:
     does not take one)."""
     found = getattr(getattr(params, "verify", None), "dataset", None)
     return found if isinstance(found, DatasetGate) else None
+
+
+def latency_settings(params: Any) -> LatencySettings:
+    """An artifact's ``verify.latency`` (the defaults for a kind whose ``verify:`` has none)."""
+    found = getattr(getattr(params, "verify", None), "latency", None)
+    return found if isinstance(found, LatencySettings) else LatencySettings()

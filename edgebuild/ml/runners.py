@@ -18,8 +18,9 @@ _ORT_TYPES = {
 }
 
 
-def session_runner(session: Any, description: str) -> Runner:
-    """A runner of an onnxruntime ``session`` (inputs and outputs as the graph declares them)."""
+def session_runner(session: Any, description: str, simulated: bool = False) -> Runner:
+    """A runner of an onnxruntime ``session`` (inputs and outputs as the graph declares
+    them); ``simulated`` for a session on a simulator of the device."""
     inputs = [TensorSpec(item.name, tuple(dim if isinstance(dim, int) else None for dim in item.shape),
                          _ORT_TYPES.get(item.type, item.type)) for item in session.get_inputs()]
     outputs = [item.name for item in session.get_outputs()]
@@ -27,7 +28,7 @@ def session_runner(session: Any, description: str) -> Runner:
     def run_one(feed: Feed) -> Outputs:
         return dict(zip(outputs, session.run(outputs, feed)))
 
-    return Runner(description, inputs, outputs, run_one)
+    return Runner(description, inputs, outputs, run_one, simulated=simulated, threads=_session_threads(session))
 
 
 def onnx_runner(path: Path) -> Runner:
@@ -56,7 +57,18 @@ def torch_runner(forward: Callable[..., Any], inputs: list[TensorSpec], outputs:
         values = result if isinstance(result, (tuple, list)) else (result,)
         return {name: _float32(value) for name, value in zip(outputs, values)}
 
-    return Runner(description, inputs, outputs, run_one)
+    import torch
+
+    return Runner(description, inputs, outputs, run_one, threads=torch.get_num_threads())
+
+
+def _session_threads(session: Any) -> int | None:
+    """The intra-op threads a session was given; ``None`` when it takes onnxruntime's default."""
+    try:
+        threads = session.get_session_options().intra_op_num_threads
+    except AttributeError:
+        return None
+    return threads if isinstance(threads, int) and threads > 0 else None
 
 
 def _float32(value: "torch.Tensor") -> Any:

@@ -17,6 +17,11 @@ interval; every gate is judged on the interval's bound (``dataset.*``).
 The float model's outputs are kept by content (``cache/references``), so judging again
 (a threshold moved, the artifact's runtime upgraded) runs only the artifact's side.
 
+Every artifact that runs here is also timed (``latency.py``): its runner on one of
+those inputs, and the float model of its chain in turn with it, into ``report.json``'s
+``latency``; with ``verify: {latency: {max_ratio: ...}}`` the ratio of their medians is
+gated (``latency.ratio``), except for a simulator's time.
+
 Which inputs: the nearest artifact of the chain, starting with this one, whose kind
 gives ``evaluation_inputs`` that fit this artifact's inputs (the held-out images of a
 QDQ graph, for the QNN context made from it); else two seeded random ones. Which
@@ -36,8 +41,9 @@ from edgebuild.core.kind import VerifyContext
 from edgebuild.core.record import read_record_or_none
 from edgebuild.core.report import Check, format_number, read_report
 from edgebuild.core.runner import Inputs, Runner
-from edgebuild.core.thresholds import OutputLimits, PerOutputLimits, dataset_gate
+from edgebuild.core.thresholds import OutputLimits, PerOutputLimits, dataset_gate, latency_settings
 from edgebuild.errors import CheckpointError, NotRunnable
+from edgebuild.run.latency import latency_checks, latency_line, latency_record, not_measured, time_in_turn
 
 if TYPE_CHECKING:
     import numpy
@@ -45,7 +51,7 @@ if TYPE_CHECKING:
     from edgebuild.core.kind import ArtifactKind
     from edgebuild.core.project import Artifact, Project
     from edgebuild.core.runner import Feed, Outputs
-    from edgebuild.core.thresholds import DatasetGate
+    from edgebuild.core.thresholds import DatasetGate, LatencySettings
 
 Log = Callable[[str], None]
 
@@ -60,7 +66,7 @@ REFERENCES_DIR = "references"
 @dataclass
 class ChainVerdict:
     """The checks this module adds, what it measured, and what ``report.json`` keeps of
-    them at its top level (``chain``, ``dataset``)."""
+    them at its top level (``chain``, ``dataset``, ``latency``)."""
 
     checks: list[Check] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -95,16 +101,18 @@ def judge_along_chain(project: "Project", artifact: "Artifact", context: VerifyC
     if len(chain) > 1:
         verdict.extra["chain"] = [_ancestor_verdict(ancestor) for ancestor in chain[1:]]
     gate = dataset_gate(artifact.params)
-    if len(chain) == 1 and gate is None:
-        return verdict
+    timing = latency_settings(artifact.params)
     try:
         runner = artifact_runner(artifact.kind, context)
     except NotRunnable as error:
         # The kind's own policy (a simulator too slow for a graph of this size, by a limit
         # the manifest can raise): the report says it was not measured, and why.
-        verdict.metrics["vs_float"] = {"measured": False, "reason": str(error)}
+        if len(chain) > 1 or gate is not None:
+            verdict.metrics["vs_float"] = {"measured": False, "reason": str(error)}
         if gate is not None:
             verdict.checks.append(Check("dataset.ran", False, True, "==", False, f"not run here: {error}"))
+        verdict.extra["latency"] = not_measured(str(error))
+        verdict.checks += latency_checks(verdict.extra["latency"], timing)
         return verdict
     judge = _Judge(project, chain, {artifact.name: context}, runner, log)
     try:
@@ -117,6 +125,7 @@ def judge_along_chain(project: "Project", artifact: "Artifact", context: VerifyC
             except NotRunnable as error:
                 # The reference cannot run here: nothing says how far the artifact is from it.
                 verdict.checks.append(Check(f"{prefix}.ran", False, True, "==", False, f"not run here: {error}"))
+        judge.latency(verdict, timing)
     finally:
         judge.close()
     return verdict
@@ -269,6 +278,27 @@ class _Judge:
             "reference": self.float_model.description, "runner": self.runner.description,
             "metrics": {name: interval.to_json() for name, interval in measured.items()},
         }
+
+
+    def latency(self, verdict: ChainVerdict, settings: "LatencySettings") -> None:
+        """The artifact's runner timed on one evaluation feed and, when its chain has a
+        float source, that source timed in turn with it (``report.json``'s ``latency``)."""
+        inputs = self.evaluation_inputs()
+        feed = inputs.feeds[0]
+        try:
+            reference: Runner | None = self.float_model
+        except NotRunnable:
+            reference = None
+        if reference is self.runner:
+            reference = None
+        runners = [self.runner] if reference is None else [self.runner, reference]
+        timed = time_in_turn(runners, feed, settings.runs, settings.warmup, settings.budget_s)
+        source = self.root.name if self.root is not self.artifact else f"{self.root.name} (its float model)"
+        record = latency_record(timed[0], self.runner, timed[1] if len(timed) > 1 else None,
+                                source if reference is not None else None)
+        verdict.extra["latency"] = record
+        verdict.checks += latency_checks(record, settings)
+        self.log(latency_line(record))
 
 
 def random_inputs(runner: Runner, count: int, seed: int) -> Inputs:

@@ -1,7 +1,9 @@
 """What changed: each artifact now against the build a git revision's lock file names (the
 committed ``artifacts.lock``, ``HEAD`` by default) or the latest one published at a
 destination -- in its fingerprint (the words of "why stale", ``core/staleness.py``), in
-its output files, and in every verification check.
+its output files, in every verification check, and in its time here (``latency``:
+median and ratio to its float source, shown, never a change by itself: timings move
+from run to run).
 
 The baseline's fingerprints come from the lock file (or the publish index); what that
 build was -- its record, its report -- is read by fingerprint from the local store,
@@ -76,6 +78,28 @@ class OutputChange:
 
 
 @dataclass(frozen=True)
+class LatencyChange:
+    """The artifact's time here in each build's report (``latency``): the median in
+    milliseconds and the ratio to its float source (``None`` where not measured)."""
+
+    median_before: float | None
+    median_after: float | None
+    ratio_before: float | None
+    ratio_after: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"median_ms_before": self.median_before, "median_ms_after": self.median_after,
+                "ratio_before": self.ratio_before, "ratio_after": self.ratio_after}
+
+    def describe(self) -> str:
+        """``latency: 3.1 → 3.4 ms median, 1.8x → 1.9x its float source``."""
+        text = f"latency: {_ms(self.median_before)} → {_ms(self.median_after)} ms median"
+        if self.ratio_before is not None or self.ratio_after is not None:
+            text += f", {_times(self.ratio_before)} → {_times(self.ratio_after)} its float source"
+        return text
+
+
+@dataclass(frozen=True)
 class ArtifactDiff:
     """One artifact against the baseline."""
 
@@ -96,6 +120,8 @@ class ArtifactDiff:
     # "verified", "verification failed", "not verified", "not built" (the current side).
     state_after: str | None = None
     notes: tuple[str, ...] = ()
+    # The time here in each build's report, when either measured it.
+    latency: LatencyChange | None = None
 
     @property
     def flipped(self) -> tuple[CheckChange, ...]:
@@ -113,6 +139,7 @@ class ArtifactDiff:
             "checks": [check.to_json() for check in self.checks],
             "before_from": self.before_from, "after_from": self.after_from,
             "state_after": self.state_after, "notes": list(self.notes),
+            "latency": self.latency.to_json() if self.latency is not None else None,
         }
 
 
@@ -268,6 +295,7 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
         name, kind, change, before_fp, after_fp, reasons, verify_reasons,
         _outputs(before_record.get("outputs", {}), (after_record or {}).get("outputs", {})) if after_record else (),
         _checks(before_report, after_report), before_from, after_from, state, tuple(notes),
+        _latency(before_report, after_report),
     )
 
 
@@ -403,6 +431,25 @@ def _checks(before: dict[str, Any] | None, after: dict[str, Any] | None) -> tupl
     return tuple(changes)
 
 
+def _latency(before: dict[str, Any] | None, after: dict[str, Any] | None) -> LatencyChange | None:
+    """Each report's ``latency`` (median, ratio); ``None`` when neither measured it."""
+    def numbers(report: dict[str, Any] | None) -> tuple[float | None, float | None]:
+        latency = (report or {}).get("latency")
+        if not isinstance(latency, dict) or not latency.get("measured"):
+            return None, None
+        return _finite(latency.get("median_ms")), _finite(latency.get("ratio"))
+
+    (median_before, ratio_before), (median_after, ratio_after) = numbers(before), numbers(after)
+    if median_before is None and median_after is None:
+        return None
+    return LatencyChange(median_before, median_after, ratio_before, ratio_after)
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        else None
+
+
 def _delta(before: Any, after: Any) -> float | None:
     numbers = [value for value in (before, after)
                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)]
@@ -451,8 +498,20 @@ def render(result: Diff, verbose: bool = False) -> list[str]:
             lines.append(line)
         if same:
             lines.append(f"    {same} other check(s) unchanged (--all shows them)")
+        if artifact.latency is not None:
+            lines.append(f"    {artifact.latency.describe()}")
         lines += [f"    note: {note}" for note in artifact.notes]
     return lines
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def _times(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2g}x"
 
 
 def _shown(value: Any) -> str:

@@ -116,7 +116,7 @@ def runner(context: VerifyContext) -> Runner:
         raise NotRunnable(str(error)) from None
     versions = qnn_version()
     return session_runner(session, f"QNN HTP simulator (onnxruntime-qnn {versions['onnxruntime_qnn']}, QNN SDK "
-                                   f"{versions['qnn_sdk']}, soc_model {params.soc_model})")
+                                   f"{versions['qnn_sdk']}, soc_model {params.soc_model})", simulated=True)
 
 
 def float_limits(params: QnnParams, output: str) -> OutputLimits:
