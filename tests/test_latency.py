@@ -81,8 +81,8 @@ def test_runners_are_timed_in_turn_after_warmup_within_the_budget() -> None:
     artifact, source = _fake("artifact", clock, 0.002, calls), _fake("source", clock, 0.001, calls)
     feed = {"x": numpy.zeros(1, "float32")}
     timed_artifact, timed_source = time_in_turn([artifact, source], feed, runs=5, warmup=2, budget_s=100.0, clock=clock)
-    # Run by run, warm-up first (untimed).
-    assert calls == ["artifact", "source"] * 7
+    # Run by run, warm-up first (untimed); each timed run after an untimed one of its own.
+    assert calls == ["artifact", "source"] * 2 + ["artifact", "artifact", "source", "source"] * 5
     assert (timed_artifact.runs, timed_artifact.warmup, timed_source.runs) == (5, 2, 5)
     assert timed_artifact.median_ms == pytest.approx(2.0) and timed_source.median_ms == pytest.approx(1.0)
 
