@@ -14,9 +14,9 @@ with). Beside them, what verification along the chain adds (``edgebuild/run/chai
 intervals) and ``latency``: the artifact's time here, ``{measured, median_ms, p90_ms,
 runs, warmup, runtime, machine: {cpu, cores, threads?}, float_source?: {artifact,
 median_ms, p90_ms}, ratio?, simulated}`` (milliseconds; the p90 by nearest rank; ``ratio``
-the artifact's median over its float source's, timed in turn; ``simulated`` for a
-simulator's time, which no gate judges), or ``{measured: false, reason}`` where it does
-not run here. ``report.md`` is the same checks as a table.
+the artifact's median over its float source's, timed in turn), or ``{measured: false,
+reason}`` where it does not run here, with ``simulated: true`` where it runs on a
+simulator of the device (the QNN HTP simulator), which is not timed. ``report.md`` is the same checks as a table.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ The float model's outputs are kept by content (``cache/references``), so judging
 Every artifact that runs here is also timed (``latency.py``): its runner on one of
 those inputs, and the float model of its chain in turn with it, into ``report.json``'s
 ``latency``; with ``verify: {latency: {max_ratio: ...}}`` the ratio of their medians is
-gated (``latency.ratio``), except for a simulator's time.
+gated (``latency.ratio``); a simulator is not timed.
 
 Which inputs: the nearest artifact of the chain, starting with this one, whose kind
 gives ``evaluation_inputs`` that fit this artifact's inputs (the held-out images of a
@@ -282,7 +282,14 @@ class _Judge:
 
     def latency(self, verdict: ChainVerdict, settings: "LatencySettings") -> None:
         """The artifact's runner timed on one evaluation feed and, when its chain has a
-        float source, that source timed in turn with it (``report.json``'s ``latency``)."""
+        float source, that source timed in turn with it (``report.json``'s ``latency``).
+        A simulator is not timed: its time says nothing of the device, and it is slow (the
+        QNN HTP simulator takes seconds a run on the 224 tower, a minute for the timing)."""
+        if self.runner.simulated:
+            record = not_measured(f"{self.runner.description} simulates the device; its time says nothing of the device's")
+            verdict.extra["latency"] = record | {"simulated": True}
+            self.log(latency_line(verdict.extra["latency"]))
+            return
         inputs = self.evaluation_inputs()
         feed = inputs.feeds[0]
         try:

@@ -7,8 +7,8 @@ has a float source (the root's float model: transformers' own forward, or the ro
 graph), both are timed in turn, run by run, so that whatever else the machine does
 slows both alike; their ratio of medians is what a gate may judge (``latency.ratio``,
 opt-in), never an absolute time: a time says as much about the machine as about the
-artifact. A simulator's time (the QNN HTP simulator) says nothing about the device: it
-is recorded with ``simulated: true`` and no gate applies to it.
+artifact. A simulator (the QNN HTP simulator) is not timed, its time saying nothing
+about the device (``chain.py`` records ``simulated: true``), and no gate applies to it.
 
 Pure timing: nothing here reads or writes a file but ``/proc/cpuinfo`` for the
 machine's description.
