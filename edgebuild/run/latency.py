@@ -10,7 +10,7 @@ opt-in), never an absolute time: a time says as much about the machine as about 
 artifact. A simulator (the QNN HTP simulator) is not timed, its time saying nothing
 about the device (``chain.py`` records ``simulated: true``), and no gate applies to it.
 
-Pure timing: nothing here reads or writes a file but ``/proc/cpuinfo`` for the
+Pure timing: nothing here reads or writes a file but ``/proc/cpuinfo`` (bounded) for the
 machine's description.
 """
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from edgebuild.core.files import UnreadableFile, read_text
 from edgebuild.core.report import Check, format_number
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 MIN_RUNS = 3
 CHECK_NAME = "latency.ratio"
 CPUINFO = Path("/proc/cpuinfo")
+CPUINFO_LIMIT = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,9 @@ def machine(threads: int | None = None) -> dict[str, Any]:
 
 def _cpu_model() -> str | None:
     try:
-        text = CPUINFO.read_text(errors="replace")
-    except OSError:
+        # Bounded: a machine with hundreds of cores has a long cpuinfo, never megabytes.
+        text = read_text(CPUINFO, CPUINFO_LIMIT)
+    except (OSError, UnreadableFile):
         return None
     for line in text.splitlines():
         key, _, value = line.partition(":")
