@@ -10,6 +10,16 @@ a report counts only at the current one), ``passed``, ``checks`` (each ``name``,
 ``metrics`` (what the kind measured beyond its checks), ``build`` (what the build
 recorded of itself) and ``verify`` (the manifest's ``verify:`` settings it was judged
 with). ``report.md`` is the same checks as a table.
+
+``coverage``, where a certificate was computed (docs/concepts/coverage.md), maps each
+target (``nnapi``, ``coreml``, ``directml``, ``openvino_cpu``, ``xnnpack``, ``qnn_htp``)
+to its certificate: ``target``, ``tool`` and ``tool_version`` (what answered),
+``assumption`` (the architecture, feature level or static table assumed),
+``nodes_total``, ``nodes_taken``, ``fraction``, ``partitions`` and ``fallbacks`` (every
+node the target does not take: ``node``, ``op_type`` and ``module``, the model module it
+was exported from, each ``null`` where the tool does not say). A target asked for whose
+certificate could not be computed is named, with the reason, in
+``metrics.coverage_not_computed``.
 """
 
 from __future__ import annotations
