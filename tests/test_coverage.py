@@ -256,6 +256,9 @@ def test_openvino_and_executorch_certificates_agree_with_the_tools_by_hand(clip_
     assert (found["nodes_taken"], found["nodes_total"] - found["nodes_taken"], found["partitions"]) == (
         info.num_delegated_nodes, info.num_non_delegated_nodes, info.num_delegated_subgraphs)
     assert len(found["fallbacks"]) == info.num_non_delegated_nodes
+    # Recorded at build time, node by node: the layer norms XNNPACK leaves out, by module.
+    assert {"node": "aten_native_layer_norm_default_1", "op_type": "aten_native_layer_norm_default",
+            "module": "encoder.layers.0.layer_norm1"} in found["fallbacks"]
 
 
 def test_a_qnn_certificate_reads_the_placement_the_compile_recorded() -> None:
