@@ -272,3 +272,61 @@ def test_a_qnn_certificate_reads_the_placement_the_compile_recorded() -> None:
     assert (found.nodes_total, found.nodes_taken, found.partitions) == (396, 380, 2)
     assert found.assumption.startswith("soc_model 60, HTP v73")
     assert [entry["op_type"] for entry in found.fallbacks].count("Gelu") == 12
+
+
+QNN = """\
+checkpoints:
+  clip: {fixture: clip_vision_tiny}
+artifacts:
+  clip_64:
+    kind: hf_onnx
+    checkpoint: clip
+    model_class: CLIPVisionModel
+    inputs: {pixel_values: [1, 3, 64, 64]}
+    outputs: [pooler_output]
+  clip_64_qdq:
+    kind: onnx_qdq
+    source: clip_64
+    calibration: {images: [data/calibration/*.png]}
+  clip_64_qnn_x:
+    kind: qnn_context
+    source: clip_64_qdq
+"""
+
+
+@pytest.mark.slow
+def test_a_qnn_context_and_its_qdq_graph_carry_certificates_that_agree_with_the_tools(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime_qnn")
+    import onnxruntime
+    import onnxruntime_qnn
+    from onnxruntime.tools.mobile_helpers.usability_checker import check_coreml_partitions
+
+    shutil.copytree(REPO / "data" / "calibration", tmp_path / "data" / "calibration")
+    (tmp_path / "artifacts.yaml").write_text(QNN)
+    workspace = _open(tmp_path)
+    for name in workspace.order(["clip_64_qnn_x"]):
+        make_current(workspace, name, **QUIET)
+        verify_artifact(workspace, name, **QUIET)
+    build = tmp_path / "build"
+
+    # The QDQ graph: a quantizer's DequantizeLinear takes the module of the node it feeds.
+    qdq = json.loads((build / "clip_64_qdq" / "report.json").read_text())["coverage"]
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(build / "clip_64_qdq" / "model.onnx"), load_external_data=False))
+    info = check_coreml_partitions(model, True, "coreml_supported_mlprogram_ops.md")
+    assert (qdq["coreml"]["nodes_taken"], qdq["coreml"]["partitions"]) == (info.num_supported_nodes, info.num_partitions)
+    assert {"node": "inner.encoder.layers.0.layer_norm1.bias_DequantizeLinear", "op_type": "DequantizeLinear",
+            "module": "encoder.layers.0.layer_norm1"} in qdq["coreml"]["fallbacks"]
+
+    # The QNN provider asked by hand, CPU fallback allowed, at the same SoC and architecture.
+    found = json.loads((build / "clip_64_qnn_x" / "report.json").read_text())["coverage"]["qnn_htp"]
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    devices = [device for device in onnxruntime.get_ep_devices() if device.ep_name == "QNNExecutionProvider"]
+    options.add_provider_for_devices(devices, {"backend_path": onnxruntime_qnn.get_qnn_htp_path(), "soc_model": "60",
+                                               "htp_arch": "73", "offload_graph_io_quantization": "0"})
+    session = onnxruntime.InferenceSession(str(build / "clip_64_qdq" / "model.onnx"), options)
+    placed = session.get_provider_graph_assignment_info()
+    on_qnn = [len(part.get_nodes()) for part in placed if part.ep_name == "QNNExecutionProvider"]
+    assert (found["nodes_taken"], found["partitions"]) == (sum(on_qnn), len(on_qnn))
+    assert found["nodes_total"] == sum(len(part.get_nodes()) for part in placed)
+    assert found["assumption"].startswith("soc_model 60, HTP v73")

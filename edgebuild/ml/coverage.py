@@ -106,9 +106,35 @@ def node_module(metadata: dict[str, str]) -> str | None:
     return module or None
 
 
-def _fallback(node: Any) -> dict[str, Any]:
-    metadata = {prop.key: prop.value for prop in node.metadata_props}
-    return {"node": node.name or None, "op_type": node.op_type, "module": node_module(metadata)}
+def _own_module(node: Any) -> str | None:
+    return node_module({prop.key: prop.value for prop in node.metadata_props})
+
+
+def _key(node: Any) -> tuple[str, tuple[str, ...]]:
+    """A node's identity in its graph: its name and its outputs (unique in a valid graph;
+    protobuf's Python objects are no identity: a node read twice may be two objects)."""
+    return node.name, tuple(node.output)
+
+
+def _modules(graph: Any) -> dict[tuple[str, tuple[str, ...]], str | None]:
+    """Each node's module; a node the exporter did not write (a quantizer's
+    ``QuantizeLinear``/``DequantizeLinear``) takes that of the first node consuming its
+    output that has one, else of the node producing its input."""
+    own = {_key(node): _own_module(node) for node in graph.node}
+    producers = {output: node for node in graph.node for output in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    found = {}
+    for node in graph.node:
+        module = own[_key(node)]
+        if module is None:
+            near = [other for output in node.output for other in consumers.get(output, [])]
+            near += [producers[name] for name in node.input if name in producers]
+            module = next((own[_key(other)] for other in near if own[_key(other)] is not None), None)
+        found[_key(node)] = module
+    return found
 
 
 # --- ONNX graphs: static tables -------------------------------------------------------------
@@ -122,10 +148,12 @@ def load_graph(path: Path) -> Any:
 
 
 def _onnx_certificate(target: str, tool: str, tool_version: str, assumption: str, model: Any, info: Any) -> Certificate:
-    taken = {id(node) for group in info.supported_groups for node in group}
+    taken = {_key(node) for group in info.supported_groups for node in group}
     # The checker's groups hold nodes of the main graph and its subgraphs; fallbacks are
     # counted on the main graph, whose nodes are the ones it counts too.
-    fallbacks = [_fallback(node) for node in model.graph.node if id(node) not in taken]
+    modules = _modules(model.graph)
+    fallbacks = [{"node": node.name or None, "op_type": node.op_type, "module": modules[_key(node)]}
+                 for node in model.graph.node if _key(node) not in taken]
     return Certificate(target=target, tool=tool, tool_version=tool_version, assumption=assumption,
                        nodes_total=int(info.num_nodes), nodes_taken=int(info.num_supported_nodes),
                        partitions=int(info.num_partitions), fallbacks=fallbacks)

@@ -85,6 +85,7 @@ def judge_coverage(kind: "ArtifactKind", params: "ArtifactParams", directory: Pa
             continue
         except Exception as error:  # a tool that fails on this graph: said, and gated as missing
             result.missing[target] = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+            log(f"coverage {target}: not computed: {result.missing[target]}")
             continue
         result.certificates[target] = found.to_dict()
         log(f"coverage {target}: {found.nodes_taken} of {found.nodes_total} nodes in {found.partitions} partition(s)")
