@@ -330,3 +330,15 @@ def test_a_qnn_context_and_its_qdq_graph_carry_certificates_that_agree_with_the_
     assert (found["nodes_taken"], found["partitions"]) == (sum(on_qnn), len(on_qnn))
     assert found["nodes_total"] == sum(len(part.get_nodes()) for part in placed)
     assert found["assumption"].startswith("soc_model 60, HTP v73")
+
+
+def test_a_gate_is_in_the_verification_fingerprint_and_not_the_build(tmp_path: Path) -> None:
+    (tmp_path / "artifacts.yaml").write_text(CLIP)
+    before = _open(tmp_path)
+    (tmp_path / "artifacts.yaml").write_text(CLIP.replace(
+        "    outputs: [pooler_output]\n  clip_64_program:",
+        "    outputs: [pooler_output]\n    verify:\n      coverage:\n        directml: {min_fraction: 1.0}\n"
+        "  clip_64_program:", 1))
+    after = _open(tmp_path)
+    assert before.fingerprint("clip_64") == after.fingerprint("clip_64")
+    assert before.verify_fingerprint("clip_64") != after.verify_fingerprint("clip_64")
