@@ -61,6 +61,9 @@ class VerificationReport:
     chain: tuple[dict[str, Any], ...] = ()
     # A dataset gate's set and intervals: {name, digest, n, metrics: {NAME: {mean, ci95}}}.
     dataset: dict[str, Any] | None = None
+    # Coverage certificates by target: {target: {tool, tool_version, assumption, nodes_total,
+    # nodes_taken, partitions, fraction, fallbacks: [{node, op_type, module}]}}.
+    coverage: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -80,6 +83,7 @@ class VerificationReport:
             verify_fingerprint=data.get("verify_fingerprint"),
             chain=tuple(data.get("chain", ())),
             dataset=data.get("dataset"),
+            coverage=data.get("coverage", {}),
         )
 
 

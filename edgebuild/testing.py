@@ -36,7 +36,8 @@ __all__ = ["TinyProject", "check_code_digests", "check_kind_contract", "check_re
 # but for the judge every verify digest holds (the kind's checks, then those along the
 # chain and on data).
 _ENGINE_PREFIXES = ("edgebuild/run/", "edgebuild/cache/", "edgebuild/cli/")
-JUDGE_MODULES = ("edgebuild/run/verification.py", "edgebuild/run/chain.py", "edgebuild/run/latency.py")
+JUDGE_MODULES = ("edgebuild/run/verification.py", "edgebuild/run/chain.py", "edgebuild/run/latency.py",
+                 "edgebuild/run/coverage.py")
 
 
 class TinyProject:

@@ -26,7 +26,8 @@ KIND_INTERFACE = {"edgebuild/core/checkpoint.py", "edgebuild/core/kind.py"}
 # In every verify digest beside that: the judging path (the kind's checks, then those along
 # the chain and on data) and the report writer.
 JUDGING = {"edgebuild/core/report.py", "edgebuild/core/record.py", "edgebuild/run/verification.py",
-           "edgebuild/run/chain.py", "edgebuild/run/latency.py"}
+           "edgebuild/run/chain.py", "edgebuild/run/latency.py", "edgebuild/run/coverage.py",
+           "edgebuild/ml/coverage.py", "edgebuild/ml/directml_kernels.py"}
 # Code that can change neither an artifact's bytes nor its verdict.
 NEVER_DIGESTED = {
     "edgebuild/__init__.py", "edgebuild/errors.py", "edgebuild/plugin.py", "edgebuild/tasks.py", "edgebuild/api.py",
@@ -62,7 +63,8 @@ def test_verify_digest_holds_the_verify_module_and_the_judge(kind: str) -> None:
 def test_the_engine_commands_and_errors_are_in_no_digest(kind: str) -> None:
     covered = set(build_digest(kind)) | (set(verify_digest(kind)) - {"edgebuild/run/verification.py",
                                                                      "edgebuild/run/chain.py",
-                                                                     "edgebuild/run/latency.py"})
+                                                                     "edgebuild/run/latency.py",
+                                                                     "edgebuild/run/coverage.py"})
     assert covered.isdisjoint(NEVER_DIGESTED)
     assert not [path for path in covered if path.startswith(NEVER_DIGESTED_PACKAGES)]
 
@@ -257,6 +259,9 @@ GENERIC_EDITS = [
     ("core/report.py", set(), ALL),
     ("run/verification.py", set(), ALL),
     ("run/latency.py", set(), ALL),
+    ("run/coverage.py", set(), ALL),
+    ("ml/coverage.py", set(), ALL),
+    ("ml/directml_kernels.py", set(), ALL),
     ("core/kind.py", ALL, ALL),
     ("errors.py", set(), set()),
     ("__init__.py", set(), set()),

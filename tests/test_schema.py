@@ -125,6 +125,9 @@ VALID = {
     "SigLIP with every option": HEAD + SIGLIP + "    layers: 1\n    algorithm: nearest\n    device: auto\n"
     "    verify:\n      cosine_min: 0.9\n      max_abs: null\n",
     "an ONNX export of a SigLIP artifact": HEAD + SIGLIP + "  o:\n    kind: siglip_f143_onnx\n    source: q\n    dtype: fp16\n",
+    "coverage targets and gates": HEAD + TOWER + "    verify:\n      coverage:\n        targets: [nnapi, directml]\n"
+    "        directml: {min_fraction: 1.0, max_partitions: 1, never_on_cpu: [Attention, MatMul]}\n"
+    "        qnn_htp: {max_partitions: 1}\n",
 }
 
 
@@ -192,6 +195,15 @@ INVALID = {
     "another version": (HEAD.replace("version: 1", "version: 2") + TOWER, "version: input should be 1"),
     "an unknown top-level key": ("artefacts: {}\n" + HEAD + TOWER, "unknown key 'artefacts'"),
     "artifacts as a list": ("artifacts: [t]\n", "artifacts: input should be a valid dictionary"),
+    "an unknown coverage target": (
+        HEAD + TOWER + "    verify:\n      coverage:\n        targets: [webgpu]\n", "coverage -> targets -> 0"
+    ),
+    "a coverage gate on an unknown target": (
+        HEAD + TOWER + "    verify:\n      coverage:\n        webgpu: {min_fraction: 1.0}\n", "unknown key 'webgpu'"
+    ),
+    "a coverage fraction above one": (
+        HEAD + TOWER + "    verify:\n      coverage:\n        directml: {min_fraction: 2}\n", "less than or equal to 1"
+    ),
     "an ONNX opset below 21": (HEAD + SIGLIP + "  o:\n    kind: siglip_f143_onnx\n    source: q\n    opset: 20\n", "opset"),
 }
 

@@ -266,6 +266,10 @@ class ArtifactKind:
     # Environments of their own that its tools run in (``edgebuild/ml/toolenv.py``), by
     # name: ``python -m edgebuild toolenv --needed`` makes those a manifest's kinds need.
     tool_environments: ClassVar[tuple[str, ...]] = ()
+    # The targets whose coverage certificates (``edgebuild/ml/coverage.py``: which nodes a
+    # target takes) its verification computes by default; ``verify: {coverage: {targets:
+    # [...]}}`` overrides them per artifact.
+    coverage_targets: ClassVar[tuple[str, ...]] = ()
 
     # --- optional hooks --------------------------------------------------------------
     # The entry ``python -m edgebuild init`` writes for this kind, with what it needs.

@@ -16,7 +16,18 @@ runs, warmup, runtime, machine: {cpu, cores, threads?}, float_source?: {artifact
 median_ms, p90_ms}, ratio?, simulated}`` (milliseconds; the p90 by nearest rank; ``ratio``
 the artifact's median over its float source's, timed in turn), or ``{measured: false,
 reason}`` where it does not run here, with ``simulated: true`` where it runs on a
-simulator of the device (the QNN HTP simulator), which is not timed. ``report.md`` is the same checks as a table.
+simulator of the device (the QNN HTP simulator), which is not timed.
+``report.md`` is the same checks as a table.
+
+``coverage``, where a certificate was computed (docs/concepts/coverage.md), maps each
+target (``nnapi``, ``coreml``, ``directml``, ``openvino_cpu``, ``xnnpack``, ``qnn_htp``)
+to its certificate: ``target``, ``tool`` and ``tool_version`` (what answered),
+``assumption`` (the architecture, feature level or static table assumed),
+``nodes_total``, ``nodes_taken``, ``fraction``, ``partitions`` and ``fallbacks`` (every
+node the target does not take: ``node``, ``op_type`` and ``module``, the model module it
+was exported from, each ``null`` where the tool does not say). A target asked for whose
+certificate could not be computed is named, with the reason, in
+``metrics.coverage_not_computed``.
 """
 
 from __future__ import annotations

@@ -155,6 +155,61 @@ class LatencySettings(Strict):
     )
 
 
+# --- Coverage: which nodes each target takes, and gates on it (edgebuild/run/coverage.py) ----
+
+# The targets a coverage certificate can be computed for (edgebuild/ml/coverage.py).
+CoverageTarget = Literal["nnapi", "coreml", "directml", "openvino_cpu", "xnnpack", "qnn_htp"]
+COVERAGE_TARGETS: tuple[str, ...] = ("nnapi", "coreml", "directml", "openvino_cpu", "xnnpack", "qnn_htp")
+
+
+class CoverageGate(Strict):
+    """Gates on one target's certificate; unset ones are not checked."""
+
+    min_fraction: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Least fraction of the graph's nodes the target takes (1.0: every node).",
+    )
+    max_partitions: int | None = Field(
+        default=None, ge=0,
+        description="Most partitions the nodes the target takes may form (1: one piece, no round trips to the CPU).",
+    )
+    never_on_cpu: list[str] = Field(
+        default_factory=list,
+        description="Op types (in the target's own vocabulary: ONNX op types for nnapi, coreml and directml) that "
+                    "must never fall back.",
+    )
+
+    @model_validator(mode="after")
+    def _a_gate(self) -> "CoverageGate":
+        if self.min_fraction is None and self.max_partitions is None and not self.never_on_cpu:
+            raise ValueError("expected at least one gate: min_fraction, max_partitions or never_on_cpu")
+        return self
+
+
+class CoverageSettings(Strict):
+    """Which coverage certificates an artifact gets, and gates on them, by target."""
+
+    targets: list[CoverageTarget] | None = Field(
+        default=None,
+        description="The targets to certify (unset: the kind's defaults; a gated target is always certified).",
+    )
+    nnapi: CoverageGate | None = Field(default=None, description="Gates on NNAPI (onnxruntime's usability checker).")
+    coreml: CoverageGate | None = Field(
+        default=None, description="Gates on Core ML MLProgram (onnxruntime's usability checker).")
+    directml: CoverageGate | None = Field(
+        default=None, description="Gates on DirectML (the static table of onnxruntime's DML kernels).")
+    openvino_cpu: CoverageGate | None = Field(
+        default=None, description="Gates on OpenVINO's CPU plugin (query_model on the IR).")
+    xnnpack: CoverageGate | None = Field(
+        default=None, description="Gates on ExecuTorch's XNNPACK delegate (the delegation summary).")
+    qnn_htp: CoverageGate | None = Field(
+        default=None, description="Gates on the QNN HTP backend (the provider's placement at compile time).")
+
+    def gates(self) -> dict[str, CoverageGate]:
+        """The gated targets, in the order of :data:`COVERAGE_TARGETS`."""
+        return {target: gate for target in COVERAGE_TARGETS if (gate := getattr(self, target)) is not None}
+
+
 class VerifySettings(Strict):
     """What every artifact's ``verify:`` takes beside its kind's own thresholds."""
 
@@ -171,6 +226,10 @@ class VerifySettings(Strict):
         default_factory=LatencySettings,
         description="Timing of the artifact here (median and p90), against its float source; an opt-in ratio gate.",
     )
+    coverage: CoverageSettings = Field(
+        default_factory=CoverageSettings,
+        description="Coverage certificates (which nodes each target takes) and gates on them, by target.",
+    )
 
 
 def dataset_gate(params: Any) -> DatasetGate | None:
@@ -184,3 +243,9 @@ def latency_settings(params: Any) -> LatencySettings:
     """An artifact's ``verify.latency`` (the defaults for a kind whose ``verify:`` has none)."""
     found = getattr(getattr(params, "verify", None), "latency", None)
     return found if isinstance(found, LatencySettings) else LatencySettings()
+
+
+def coverage_settings(params: Any) -> CoverageSettings:
+    """An artifact's ``verify.coverage`` (the defaults for a kind whose ``verify:`` has none)."""
+    found = getattr(getattr(params, "verify", None), "coverage", None)
+    return found if isinstance(found, CoverageSettings) else CoverageSettings()

@@ -1,6 +1,7 @@
 """Judging one built artifact: the outputs still at their recorded digests, then
 the kind's own checks, then the checks along its chain and on data (``chain.py``:
-against the float model at the root of its chain, and a dataset's gates), into one
+against the float model at the root of its chain, and a dataset's gates), then the
+coverage certificates of its targets and their gates (``coverage.py``), into one
 report (written, never raised from here).
 
 This module and the kind's verify module are the code a verification
@@ -17,6 +18,7 @@ from edgebuild.core.record import read_record
 from edgebuild.core.report import Check, Report
 from edgebuild.errors import EdgebuildError
 from edgebuild.run.chain import judge_along_chain
+from edgebuild.run.coverage import judge_coverage
 
 if TYPE_CHECKING:
     # Annotations only: the judging code's digest must not hold the manifest's.
@@ -54,17 +56,21 @@ def judge(project: Project, artifact: Artifact, log: Callable[[str], None]) -> R
     checks.extend(verification.checks)
     along = judge_along_chain(project, artifact, context, log)
     checks.extend(along.checks)
+    coverage = judge_coverage(kind, artifact.params, directory, log)
+    checks.extend(coverage.checks)
     report = Report(
         artifact=name,
         kind=kind.name,
         fingerprint=record.fingerprint,
         checks=checks,
-        metrics=verification.metrics | along.metrics | {"verify_seconds": time.perf_counter() - started},
+        metrics=verification.metrics | along.metrics | {"verify_seconds": time.perf_counter() - started}
+        | ({"coverage_not_computed": coverage.missing} if coverage.missing else {}),
         build=built.build_info,
         extra={"verify_fingerprint": artifact.verify_fingerprint, "verify": artifact.params.verify_parameters(),
                # Each part of the verification fingerprint, by digest: `doit status` names the one that moves.
                "verify_parts": project.verify_parts(artifact)}
-        | along.extra,
+        | along.extra
+        | ({"coverage": coverage.certificates} if coverage.certificates else {}),
     )
     report.write(directory)
     return report

@@ -21,6 +21,7 @@ class Executorch(ArtifactKind):
     summary = "a model's torch.export program -> ExecuTorch .pte (XNNPACK, portable or Core ML)"
     Params = ExecutorchParams
     outputs = (PROGRAM_FILE, INFO_FILE)
+    coverage_targets = ("xnnpack",)
     build_module = "edgebuild.kinds.executorch.build"
     verify_module = "edgebuild.kinds.executorch.verify"
     source_kinds = ("torch_export",)

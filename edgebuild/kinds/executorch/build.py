@@ -1,10 +1,12 @@
 """Lowering the program to an ExecuTorch ``.pte``: ``to_edge_transform_and_lower`` with the
 delegate's partitioner, then ``to_executorch``; what was delegated goes to
-``executorch.json`` (``get_delegation_info``: nodes delegated and not, per operator)."""
+``executorch.json`` (``get_delegation_info``: nodes delegated and not, per operator; and
+each node not delegated, with the model module it came from)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from edgebuild.ml.programs import load_program
@@ -27,6 +29,8 @@ def build(context: BuildContext) -> dict[str, Any]:
         try:
             edge = to_edge_transform_and_lower(program, partitioner=_partitioners(params.delegate))
             delegation = get_delegation_info(edge.exported_program().graph_module)
+            # Before to_executorch, whose passes add memory planning nodes to the same graph.
+            fallback_nodes = _fallback_nodes(edge.exported_program().graph_module)
             lowered = edge.to_executorch()
         except Exception as error:  # ExecuTorch raises what its passes do, several lines of it
             reason = " ".join(str(error).split())[:400]
@@ -42,6 +46,8 @@ def build(context: BuildContext) -> dict[str, Any]:
         "not_delegated_nodes": int(delegation.num_non_delegated_nodes),
         "delegated_subgraphs": int(delegation.num_delegated_subgraphs),
         "by_operator": by_operator,
+        # The nodes left to ExecuTorch's portable kernels, each with the model module it came from.
+        "fallback_nodes": fallback_nodes,
     }
     (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     context.log(f"lowered to ExecuTorch ({params.delegate}): {info['delegated_nodes']} nodes delegated in "
@@ -59,3 +65,22 @@ def _partitioners(delegate: str) -> list[Any]:
 
         return [CoreMLPartitioner()]
     return []
+
+
+def _fallback_nodes(graph_module: Any) -> list[dict[str, Any]]:
+    """The nodes ``get_delegation_info`` counts as not delegated (every call outside a
+    delegate), with their operator as it names them and their module path: the innermost
+    entry of ``nn_module_stack``, relative to the model (a wrapper of edgebuild's own around
+    the model, the stack's first class, is left out)."""
+    found = []
+    for node in graph_module.graph.nodes:
+        op_type = re.sub(r"_[\d]+$", "", node.name)
+        if node.op != "call_function" or op_type == "executorch_call_delegate":
+            continue
+        stack = list((node.meta.get("nn_module_stack") or {}).values())
+        module = stack[-1][0] if stack else None
+        if len(stack) >= 2 and str(stack[0][1]).startswith("edgebuild.") and module is not None:
+            wrapper = stack[1][0]
+            module = None if module == wrapper else module.removeprefix(f"{wrapper}.")
+        found.append({"node": node.name, "op_type": op_type, "module": module or None})
+    return found

@@ -30,6 +30,7 @@ class HfOnnx(ArtifactKind):
     summary = "any transformers model class -> fixed-shape ONNX"
     Params = HfOnnxParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.hf_onnx.build"
     verify_module = "edgebuild.kinds.hf_onnx.verify"
     # Like the tower: an export and onnxruntime sessions beside the model.

@@ -31,6 +31,7 @@ class OnnxQdq(ArtifactKind):
     summary = "float ONNX graph -> static QDQ ONNX (QNN recipe or generic)"
     Params = OnnxQdqParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.onnx_qdq.build"
     verify_module = "edgebuild.kinds.onnx_qdq.verify"
     source_kinds = ("hf_onnx",)

@@ -17,6 +17,7 @@ class Openvino(ArtifactKind):
     summary = "a model's torch.export program -> OpenVINO IR (float, or INT8 by NNCF)"
     Params = OpenvinoParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    coverage_targets = ("openvino_cpu",)
     build_module = "edgebuild.kinds.openvino.build"
     verify_module = "edgebuild.kinds.openvino.verify"
     source_kinds = ("torch_export",)

@@ -22,6 +22,7 @@ class QnnContext(ArtifactKind):
     summary = "QDQ graph -> QNN HTP context binary (EPContext), Snapdragon X by default"
     Params = QnnParams
     outputs = (MODEL_FILE, CONTEXT_BINARY_FILE, INFO_FILE)
+    coverage_targets = ("qnn_htp",)
     build_module = "edgebuild.kinds.qnn_context.build"
     verify_module = "edgebuild.kinds.qnn_context.verify"
     # Compiling the full-size QDQ tower's context: 2.6 GiB against 1.72 GiB of source weights.

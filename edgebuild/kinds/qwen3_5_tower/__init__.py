@@ -24,6 +24,7 @@ class Qwen3_5VisionTower(ArtifactKind):
     summary = "Qwen3.5 vision tower -> fixed-shape ONNX"
     Params = TowerParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, GEOMETRY_FILE)
+    coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.qwen3_5_tower.build"
     verify_module = "edgebuild.kinds.qwen3_5_tower.verify"
     # Full-size tower (1.72 GiB float32): verification peaked at 2.95x, the build at 1.65x.

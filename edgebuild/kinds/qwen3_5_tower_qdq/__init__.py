@@ -33,6 +33,7 @@ class Qwen3_5TowerQdq(ArtifactKind):
     summary = "Qwen3.5 vision tower -> static QDQ ONNX for QNN (A16W8 by default)"
     Params = QdqParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.qwen3_5_tower_qdq.build"
     verify_module = "edgebuild.kinds.qwen3_5_tower_qdq.verify"
     # Full-size QDQ at 224: 2.62x the float32 weights.

@@ -34,6 +34,7 @@ class SiglipF143Onnx(ArtifactKind):
     summary = "F143 SigLIP encoder -> ONNX with FP8 (FLOAT8E4M3FNUZ) weights"
     Params = SiglipOnnxParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.siglip_f143_onnx.build"
     verify_module = "edgebuild.kinds.siglip_f143_onnx.verify"
     # Not measured at full size; an export plus onnxruntime sessions, like the tower.

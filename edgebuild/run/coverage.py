@@ -1,0 +1,128 @@
+"""Coverage in verification: the certificates of the targets an artifact is meant for
+(its kind's ``coverage_targets``, or ``verify: {coverage: {targets: [...]}}``, plus every
+gated target), computed from its built files (``edgebuild/ml/coverage.py``), and the
+gates on them (``verify: {coverage: {TARGET: {min_fraction, max_partitions,
+never_on_cpu}}}``) as checks named ``coverage.<target>.<gate>``.
+
+Part of the judging code: editing this module or the certificates' re-verifies every
+artifact, and rebuilds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from edgebuild.core.report import Check
+from edgebuild.core.thresholds import COVERAGE_TARGETS, CoverageGate, coverage_settings
+from edgebuild.ml.coverage import ONNX_TARGETS, Certificate, load_graph, openvino_certificate, qnn_certificate, xnnpack_certificate
+
+if TYPE_CHECKING:
+    from edgebuild.core.kind import ArtifactKind, ArtifactParams
+
+# How many fallback nodes a failed gate names before it counts the rest.
+NAMED = 5
+# What the kinds that record a placement at build time call the record.
+EXECUTORCH_INFO = "executorch.json"
+QNN_INFO = "context.json"
+
+
+@dataclass
+class Coverage:
+    checks: list[Check] = field(default_factory=list)
+    certificates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Targets asked for whose certificate could not be computed, and why.
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def targets_for(kind: "ArtifactKind", params: "ArtifactParams") -> list[str]:
+    """The targets certified for an artifact: the manifest's list or the kind's defaults,
+    and every gated target, in the order of ``COVERAGE_TARGETS``."""
+    settings = coverage_settings(params)
+    wanted = set(settings.targets if settings.targets is not None else kind.coverage_targets) | set(settings.gates())
+    return [target for target in COVERAGE_TARGETS if target in wanted]
+
+
+def certificate(target: str, kind: "ArtifactKind", directory: Path, graphs: dict[Path, Any]) -> Certificate:
+    """The certificate of ``target`` for the built ``directory``; ``LookupError`` saying why
+    when the artifact has nothing that target can be asked about."""
+    def output(suffix: str) -> Path:
+        found = next((name for name in kind.outputs if name.endswith(suffix)), None)
+        if found is None:
+            raise LookupError(f"a {kind.name} artifact has no {suffix} file for {target} to read")
+        return directory / found
+
+    if target in ONNX_TARGETS:
+        path = output(".onnx")
+        if path not in graphs:
+            graphs[path] = load_graph(path)
+        return ONNX_TARGETS[target](graphs[path])
+    if target == "openvino_cpu":
+        return openvino_certificate(output(".xml"), "CPU")
+    if target == "xnnpack":
+        info = json.loads(output(EXECUTORCH_INFO).read_text())
+        if info.get("delegate") != "xnnpack":
+            raise LookupError(f"the program was lowered for {info.get('delegate')!r}, not xnnpack")
+        return xnnpack_certificate(info)
+    if target == "qnn_htp":
+        return qnn_certificate(json.loads(output(QNN_INFO).read_text()))
+    raise LookupError(f"no certificate is known for target {target!r}")
+
+
+def judge_coverage(kind: "ArtifactKind", params: "ArtifactParams", directory: Path,
+                   log: Callable[[str], None] = print) -> Coverage:
+    """The certificates of ``directory``'s targets and the checks of their gates."""
+    result = Coverage()
+    gates = coverage_settings(params).gates()
+    graphs: dict[Path, Any] = {}
+    for target in targets_for(kind, params):
+        try:
+            found = certificate(target, kind, directory, graphs)
+        except LookupError as error:
+            result.missing[target] = str(error)
+            continue
+        except Exception as error:  # a tool that fails on this graph: said, and gated as missing
+            result.missing[target] = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+            log(f"coverage {target}: not computed: {result.missing[target]}")
+            continue
+        result.certificates[target] = found.to_dict()
+        log(f"coverage {target}: {found.nodes_taken} of {found.nodes_total} nodes in {found.partitions} partition(s)")
+    for target, gate in gates.items():
+        if target not in result.certificates:
+            reason = result.missing.get(target, "not computed")
+            result.checks.append(Check.measure(f"coverage.{target}.certificate", "missing", "==", "computed", reason))
+            continue
+        result.checks.extend(gate_checks(target, Certificate.from_dict(result.certificates[target]), gate))
+    return result
+
+
+def describe_fallbacks(fallbacks: list[dict[str, Any]]) -> str:
+    """The first few fallback nodes with their op types and modules, then how many more."""
+    named = []
+    for entry in fallbacks[:NAMED]:
+        where = ", ".join(part for part in (entry.get("op_type"), entry.get("module")) if part)
+        named.append(f"{entry.get('node') or 'a node'} ({where})" if where else str(entry.get("node") or "a node"))
+    more = len(fallbacks) - NAMED
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
+def gate_checks(target: str, found: Certificate, gate: CoverageGate) -> list[Check]:
+    """The checks of one target's gates against its certificate."""
+    checks = []
+    summary = f"{found.nodes_taken} of {found.nodes_total} nodes on {target} ({found.tool} {found.tool_version})"
+    falls = f"; falls back: {describe_fallbacks(found.fallbacks)}" if found.fallbacks else ""
+    if gate.min_fraction is not None:
+        checks.append(Check.measure(f"coverage.{target}.fraction", round(found.fraction, 6), ">=", gate.min_fraction,
+                                    summary + falls))
+    if gate.max_partitions is not None:
+        checks.append(Check.measure(f"coverage.{target}.partitions", found.partitions, "<=", gate.max_partitions,
+                                    f"{summary}, in {found.partitions} partition(s){falls}"))
+    if gate.never_on_cpu:
+        barred = set(gate.never_on_cpu)
+        fallen = [entry for entry in found.fallbacks if entry.get("op_type") in barred]
+        detail = (f"falls back: {describe_fallbacks(fallen)}" if fallen
+                  else f"no {', '.join(sorted(barred))} node falls back")
+        checks.append(Check.measure(f"coverage.{target}.never_on_cpu", len(fallen), "==", 0, detail))
+    return checks
