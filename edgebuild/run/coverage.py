@@ -10,11 +10,11 @@ artifact, and rebuilds nothing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from edgebuild.core.files import RECORD_BYTES, read_json
 from edgebuild.core.report import Check
 from edgebuild.core.thresholds import COVERAGE_TARGETS, CoverageGate, coverage_settings
 from edgebuild.ml.coverage import ONNX_TARGETS, Certificate, load_graph, openvino_certificate, qnn_certificate, xnnpack_certificate
@@ -62,12 +62,12 @@ def certificate(target: str, kind: "ArtifactKind", directory: Path, graphs: dict
     if target == "openvino_cpu":
         return openvino_certificate(output(".xml"), "CPU")
     if target == "xnnpack":
-        info = json.loads(output(EXECUTORCH_INFO).read_text())
+        info = read_json(output(EXECUTORCH_INFO), RECORD_BYTES)
         if info.get("delegate") != "xnnpack":
             raise LookupError(f"the program was lowered for {info.get('delegate')!r}, not xnnpack")
         return xnnpack_certificate(info)
     if target == "qnn_htp":
-        return qnn_certificate(json.loads(output(QNN_INFO).read_text()))
+        return qnn_certificate(read_json(output(QNN_INFO), RECORD_BYTES))
     raise LookupError(f"no certificate is known for target {target!r}")
 
 
