@@ -16,6 +16,28 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 
+# A tiny CLIP encoder exported, then quantized A16W8 on images/ and held_out/ (the
+# tests lay those out): the shortest chain with a float source.
+CLIP_TO_QDQ = """\
+checkpoints:
+  clip:
+    fixture: clip_vision_tiny
+artifacts:
+  clip:
+    kind: hf_onnx
+    checkpoint: clip
+    model_class: CLIPVisionModel
+    inputs: {pixel_values: [1, 3, 64, 64]}
+    outputs: [pooler_output]
+  qdq:
+    kind: onnx_qdq
+    source: clip
+    calibration:
+      images: [images/*.png]
+    held_out:
+      images: [held_out/*.png]
+"""
+
 
 class ProjectDir:
     """A project directory laid out as a user's: dodo.py and a manifest (the commands

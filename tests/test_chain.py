@@ -32,26 +32,9 @@ from edgebuild.run.state import VerificationState, status, verification_state
 from edgebuild.run.workspace import Workspace
 from edgebuild.testing import TinyProject
 
-from helpers import REPO, pretend_built
+from helpers import CLIP_TO_QDQ, REPO, pretend_built
 
-CHAIN = """\
-checkpoints:
-  clip:
-    fixture: clip_vision_tiny
-artifacts:
-  clip:
-    kind: hf_onnx
-    checkpoint: clip
-    model_class: CLIPVisionModel
-    inputs: {pixel_values: [1, 3, 64, 64]}
-    outputs: [pooler_output]
-  qdq:
-    kind: onnx_qdq
-    source: clip
-    calibration:
-      images: [images/*.png]
-    held_out:
-      images: [held_out/*.png]
+CHAIN = CLIP_TO_QDQ + """\
   npu:
     kind: qnn_context
     source: qdq

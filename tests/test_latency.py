@@ -21,7 +21,7 @@ from edgebuild.run.latency import (MIN_RUNS, Timed, latency_checks, latency_line
                                    not_measured, time_in_turn, time_runner)
 from edgebuild.testing import TinyProject
 
-from helpers import REPO
+from helpers import CLIP_TO_QDQ, REPO
 
 
 def _tiny_graph(path: Path, width: int = 64) -> Path:
@@ -152,25 +152,7 @@ def test_the_ratio_gate_is_opt_in_and_never_judges_a_simulator() -> None:
 
 # --- the manifest -----------------------------------------------------------------------
 
-MANIFEST = """\
-checkpoints:
-  clip:
-    fixture: clip_vision_tiny
-artifacts:
-  clip:
-    kind: hf_onnx
-    checkpoint: clip
-    model_class: CLIPVisionModel
-    inputs: {pixel_values: [1, 3, 64, 64]}
-    outputs: [pooler_output]
-  qdq:
-    kind: onnx_qdq
-    source: clip
-    calibration:
-      images: [images/*.png]
-    held_out:
-      images: [held_out/*.png]
-"""
+MANIFEST = CLIP_TO_QDQ
 
 
 def _with_latency(latency: str) -> str:
