@@ -145,7 +145,8 @@ def test_modules_come_from_the_exporters_metadata() -> None:
     assert coverage.node_module({}) is None
 
 
-CLIP = """\
+# A tiny CLIP encoder as a fixed-shape ONNX graph: the head of both manifests below.
+CLIP_64 = """\
 checkpoints:
   clip: {fixture: clip_vision_tiny}
 artifacts:
@@ -155,6 +156,9 @@ artifacts:
     model_class: CLIPVisionModel
     inputs: {pixel_values: [1, 3, 64, 64]}
     outputs: [pooler_output]
+"""
+
+CLIP = CLIP_64 + """\
   clip_64_program:
     kind: torch_export
     checkpoint: clip
@@ -274,16 +278,7 @@ def test_a_qnn_certificate_reads_the_placement_the_compile_recorded() -> None:
     assert [entry["op_type"] for entry in found.fallbacks].count("Gelu") == 12
 
 
-QNN = """\
-checkpoints:
-  clip: {fixture: clip_vision_tiny}
-artifacts:
-  clip_64:
-    kind: hf_onnx
-    checkpoint: clip
-    model_class: CLIPVisionModel
-    inputs: {pixel_values: [1, 3, 64, 64]}
-    outputs: [pooler_output]
+QNN = CLIP_64 + """\
   clip_64_qdq:
     kind: onnx_qdq
     source: clip_64

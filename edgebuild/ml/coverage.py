@@ -57,10 +57,6 @@ class Certificate:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"fraction": round(self.fraction, 6)}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Certificate":
-        return cls(**{key: data[key] for key in cls.__dataclass_fields__})
-
 
 def _version(package: str) -> str:
     try:

@@ -77,6 +77,7 @@ def judge_coverage(kind: "ArtifactKind", params: "ArtifactParams", directory: Pa
     result = Coverage()
     gates = coverage_settings(params).gates()
     graphs: dict[Path, Any] = {}
+    computed: dict[str, Certificate] = {}
     for target in targets_for(kind, params):
         try:
             found = certificate(target, kind, directory, graphs)
@@ -87,14 +88,15 @@ def judge_coverage(kind: "ArtifactKind", params: "ArtifactParams", directory: Pa
             result.missing[target] = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
             log(f"coverage {target}: not computed: {result.missing[target]}")
             continue
+        computed[target] = found
         result.certificates[target] = found.to_dict()
         log(f"coverage {target}: {found.nodes_taken} of {found.nodes_total} nodes in {found.partitions} partition(s)")
     for target, gate in gates.items():
-        if target not in result.certificates:
+        if target not in computed:
             reason = result.missing.get(target, "not computed")
             result.checks.append(Check.measure(f"coverage.{target}.certificate", "missing", "==", "computed", reason))
             continue
-        result.checks.extend(gate_checks(target, Certificate.from_dict(result.certificates[target]), gate))
+        result.checks.extend(gate_checks(target, computed[target], gate))
     return result
 
 

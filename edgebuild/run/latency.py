@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,7 @@ class Timed:
             raise ValueError("no timed run")
         ordered = sorted(value * 1000.0 for value in seconds)
         count = len(ordered)
-        middle = count // 2
-        median = ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        median = statistics.median(ordered)
         # Nearest rank: the smallest value at or above 90% of the runs.
         rank = max(1, -(-9 * count // 10))
         return cls(median, ordered[rank - 1], count, warmup)
