@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebuild.cache.references import References, digest_arrays
@@ -199,8 +200,10 @@ class _Judge:
         self.references.put(key, outputs)
         return outputs
 
+    @cached_property
     def evaluation_inputs(self) -> Inputs:
-        """The nearest evaluation inputs of the chain that fit the runner; else seeded random ones."""
+        """The nearest evaluation inputs of the chain that fit the runner; else seeded random
+        ones. Once per judgement: the checks along the chain and the timing share them."""
         for member in self.chain:
             hook = verify_hook(member.kind, "evaluation_inputs")
             if hook is None:
@@ -229,7 +232,7 @@ class _Judge:
     def versus_float(self, verdict: ChainVerdict) -> None:
         from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 
-        inputs = self.evaluation_inputs()
+        inputs = self.evaluation_inputs
         actual = self.runner.run(inputs.feeds)
         reference = self.float_outputs(inputs.feeds)
         limits = _limits(self.artifact, "vs_float")
@@ -290,7 +293,7 @@ class _Judge:
             verdict.extra["latency"] = record | {"simulated": True}
             self.log(latency_line(verdict.extra["latency"]))
             return
-        inputs = self.evaluation_inputs()
+        inputs = self.evaluation_inputs
         feed = inputs.feeds[0]
         try:
             reference: Runner | None = self.float_model
