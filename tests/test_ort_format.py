@@ -33,6 +33,9 @@ artifacts:
     assert json.loads((tmp_path / "build" / "clip_ort" / "ort.json").read_text())["optimization"] == "runtime"
     operators = (tmp_path / "build" / "clip_ort" / "required_operators.config").read_text()
     assert "ai.onnx;" in operators and "MatMul" in operators
+    # Its header names the model, not the build's scratch directory.
+    named = [line[4:] for line in operators.splitlines() if line.startswith("# - ")]
+    assert "model.ort" in named and all("/" not in name for name in named) and str(tmp_path) not in operators
     report = json.loads((tmp_path / "build" / "clip_ort" / "report.json").read_text())
     assert {check["name"] for check in report["checks"]} >= {"pooler_output.cosine", "vs_float.pooler_output.cosine"}
 

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgebuild.core.files import RECORD_BYTES, read_text
 from edgebuild.plugin import BuildContext, ExportError, Phases
 
 from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, OPERATORS_FILE, SOURCE_MODEL, OrtFormatParams
@@ -50,7 +51,12 @@ def build(context: BuildContext) -> dict[str, Any]:
             found = ", ".join(path.name for path in (work / "out").rglob("*")) or "nothing"
             raise ExportError(f"onnxruntime's converter wrote {found}; expected one .ort model and its operators' config")
         shutil.move(str(produced[0]), context.out_dir / MODEL_FILE)
-        shutil.move(str(operators[0]), context.out_dir / OPERATORS_FILE)
+        # The tool heads the file with the paths of the models it read ("# - PATH"): in this
+        # build's scratch directory, names that differ on every build. The file names each
+        # model by its file name instead.
+        lines = read_text(operators[0], RECORD_BYTES).splitlines(keepends=True)
+        (context.out_dir / OPERATORS_FILE).write_text("".join(
+            f"# - {Path(line[4:].strip()).name}\n" if line.startswith("# - ") else line for line in lines))
     info = {"format": INFO_FORMAT, "optimization": params.optimization, "onnxruntime": onnxruntime.__version__}
     (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     context.log(f"converted to the ORT format ({params.optimization} optimizations)")
