@@ -88,6 +88,32 @@ def test_the_seeds_reshapes_fail_a_directml_gate_naming_them_and_pass_once_sanit
     assert sanitized.certificates["directml"]["fallbacks"] == []
 
 
+def test_diff_and_the_report_page_show_a_certificate_old_to_new_by_module(tmp_path: Path) -> None:
+    from edgebuild.cli.report_page import _coverage as page_coverage
+    from edgebuild.run.diff import ArtifactDiff, Diff, _coverage, render
+
+    def report(allowzero: int) -> dict:
+        return {"coverage": _judge_graph(tmp_path, _seed_graph(allowzero), '{"targets": ["directml"]}').certificates}
+
+    sanitized, kept = report(0), report(1)
+    (change,) = _coverage(sanitized, kept)
+    assert (change.target, change.before, change.after) == ("directml", (3, 3, 1), (1, 3, 1))
+    assert change.fallen == (("blocks.0.attn", 1), ("blocks.1.attn.proj", 1)) and change.recovered == ()
+    assert change.describe() == ("coverage directml: 3/3 → 1/3 nodes; now fall back: 1 node(s) of blocks.0.attn, "
+                                 "1 node(s) of blocks.1.attn.proj")
+    (back,) = _coverage(kept, sanitized)
+    assert back.recovered == change.fallen and "no longer fall back" in back.describe()
+    # The same certificate is no change; a report written before certificates is not compared.
+    assert _coverage(kept, kept) == () and _coverage({"checks": []}, kept) == ()
+    # An unchanged build whose certificate moved (its tool did) is not one of the quiet lines.
+    lines = render(Diff("HEAD", None, (ArtifactDiff("clip", "hf_onnx", "unchanged", "a" * 64, "a" * 64,
+                                                     coverage=(change,)),)))
+    assert f"    {change.describe()}" in lines
+    page = page_coverage(kept["coverage"], {"nnapi": "<no> graph"})
+    assert "coverage: directml 1/3, nnapi not computed" in page and "&lt;no&gt; graph" in page
+    assert "node_view (Reshape, blocks.0.attn)" in page
+
+
 def test_partitions_and_ops_never_on_cpu_are_gated(tmp_path: Path) -> None:
     # A contrib op DirectML has no kernel for between two supported parts: two partitions.
     odd = helper.make_node("Relu", ["y0"], ["y"], name="node_relu_1")
@@ -209,6 +235,40 @@ def test_an_exported_clip_carries_certificates_that_agree_with_the_usability_che
     # Every node the exporter placed in a module of the model names it.
     nnapi = certificates["nnapi"]["fallbacks"]
     assert nnapi and all(entry["module"] for entry in nnapi if entry["op_type"] == "LayerNormalization")
+
+
+@pytest.mark.slow
+def test_status_names_the_certificate_whose_tool_moved_and_the_build_stays(clip_root: Path) -> None:
+    from importlib.metadata import version
+
+    from edgebuild.core.hashing import digest_json
+    from edgebuild.run.state import status
+
+    project = _open(clip_root)
+    make_current(project, "clip_64", **QUIET)
+    verify_artifact(project, "clip_64", **QUIET)
+    now = version("onnxruntime")
+    # The usability checker computes nnapi's and coreml's when judged; directml is edgebuild's table.
+    assert project.coverage_tools("clip_64") == {"nnapi": f"onnxruntime {now}", "coreml": f"onnxruntime {now}"}
+    assert project.verify_parts("clip_64")["coverage_tools"] == digest_json(project.coverage_tools("clip_64"))
+    assert status(project, "clip_64").reasons == ()
+    # The report as an older onnxruntime would have left it beside the same build.
+    path = clip_root / "build" / "clip_64" / "report.json"
+    report = json.loads(path.read_text())
+    for target in ("nnapi", "coreml"):
+        report["coverage"][target]["tool_version"] = "1.0.0"
+    report["verify_parts"]["coverage_tools"] = digest_json({"nnapi": "onnxruntime 1.0.0", "coreml": "onnxruntime 1.0.0"})
+    report["verify_fingerprint"] = "0" * 64
+    path.write_text(json.dumps(report))
+    state = _open(clip_root)
+    said = status(state, "clip_64")
+    assert said.state == "up to date" and said.fingerprint == project.fingerprint("clip_64")
+    assert [reason for reason in said.reasons if reason.startswith("coverage ")] == [
+        f"coverage {target}: onnxruntime 1.0.0 -> {now} (its certificate is computed again; the build is not)"
+        for target in ("nnapi", "coreml")]
+    verify_artifact(state, "clip_64", **QUIET)
+    assert json.loads(path.read_text())["coverage"]["nnapi"]["tool_version"] == now
+    assert status(_open(clip_root), "clip_64").reasons == ()
 
 
 @pytest.mark.slow

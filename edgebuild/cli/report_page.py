@@ -3,7 +3,8 @@
 A summary table gives each artifact's state (``doit status``'s answer), its kind's
 headline check and how that moved since the build the committed lock file names
 (``doit diff``). Each artifact then gets a section with its kind, fingerprint, state,
-what changed since that build, its time here (``latency``) and -- folded, so the page stays short -- the checks
+what changed since that build, its time here (``latency``), its coverage certificates
+(nodes each target takes, partitions, what falls back) and -- folded, so the page stays short -- the checks
 of the ``report.json`` of the build in ``build/`` (never another build's) and the
 figures its kind draws (each kind's ``report_figures`` hook: the tower's per-token
 error over the image grid, the SigLIP encoder's objective per linear, ...).
@@ -244,6 +245,9 @@ def _artifact_section(index: int, artifact: Artifact, state: ArtifactState, buil
         latency = _latency(report.get("latency"))
         if latency:
             parts.append(latency)
+        coverage = _coverage(report.get("coverage"), report.get("coverage_not_computed"))
+        if coverage:
+            parts.append(coverage)
         try:
             plots = artifact.kind.report_figures(name, directory, report, f"a{index}") or Plots()
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
@@ -264,7 +268,7 @@ def _artifact_section(index: int, artifact: Artifact, state: ArtifactState, buil
 def _change_details(change: "ArtifactDiff", compared: "Diff") -> str:
     """The artifact's ``doit diff`` against the committed build, folded."""
     against = escape(compared.against)
-    if change.change == "unchanged" and not change.flipped and not change.verify_reasons:
+    if change.change == "unchanged" and not change.flipped and not change.verify_reasons and not change.coverage:
         return f'<p class="change">unchanged since {against}</p>'
     if change.change in ("added", "error", "unknown"):
         text = {"added": "new since", "error": "could not be compared with", "unknown": "not yet comparable with"}[change.change]
@@ -273,7 +277,8 @@ def _change_details(change: "ArtifactDiff", compared: "Diff") -> str:
     moved = [check for check in change.checks if check.before != check.after]
     summary = f"changed since {against}: {len(change.reasons) + len(change.verify_reasons)} change(s)" \
         + (f", {len(moved)} check(s) moved" if moved else "") \
-        + (f", {len(change.flipped)} verdict(s) flipped" if change.flipped else "")
+        + (f", {len(change.flipped)} verdict(s) flipped" if change.flipped else "") \
+        + (f", coverage moved on {len(change.coverage)} target(s)" if change.coverage else "")
     items = "".join(f"<li>{escape(reason)}</li>" for reason in (*change.reasons, *change.verify_reasons))
     parts = [f'<details class="change"><summary>{escape(summary)}</summary>']
     if items:
@@ -297,6 +302,7 @@ def _change_details(change: "ArtifactDiff", compared: "Diff") -> str:
                      f"<th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
     if change.latency is not None:
         parts.append(f'<p class="latency-change">{escape(change.latency.describe())}</p>')
+    parts.extend(f'<p class="coverage-change">{escape(moved.describe())}</p>' for moved in change.coverage)
     parts.extend(f'<p class="note">{escape(note)}</p>' for note in change.notes)
     parts.append("</details>")
     return "\n".join(parts)
@@ -323,6 +329,35 @@ def _latency(latency: Any) -> str:
     simulated = (" <strong>simulated</strong>: the simulator's time says nothing of the device's"
                  if latency.get("simulated") else "")
     return f'<p class="latency">{escape(text)}{simulated}</p>'
+
+
+def _coverage(certificates: Any, not_computed: Any) -> str:
+    """The report's ``coverage``: per target, the nodes it takes, its partitions and the
+    nodes that fall back with their modules; folded under a line of the counts (a gate
+    that fails is in the checks, open above)."""
+    from edgebuild.run.coverage import describe_fallbacks
+
+    rows, counts = [], []
+    for target, found in (certificates.items() if isinstance(certificates, dict) else ()):
+        if not isinstance(found, dict):
+            continue
+        fallbacks = found.get("fallbacks") if isinstance(found.get("fallbacks"), list) else []
+        counts.append(f"{target} {found.get('nodes_taken')}/{found.get('nodes_total')}")
+        rows.append(f'<tr class="{"fail" if fallbacks else "pass"}"><td>{escape(str(target))}</td>'
+                    f"<td>{escape(str(found.get('nodes_taken')))} / {escape(str(found.get('nodes_total')))}</td>"
+                    f"<td>{escape(str(found.get('partitions')))}</td>"
+                    f"<td>{escape(describe_fallbacks(fallbacks)) if fallbacks else ''}</td>"
+                    f"<td>{escape(str(found.get('tool')))} {escape(str(found.get('tool_version')))}; "
+                    f"{escape(str(found.get('assumption')))}</td></tr>")
+    for target, reason in (not_computed.items() if isinstance(not_computed, dict) else ()):
+        rows.append(f'<tr class="fail"><td>{escape(str(target))}</td><td colspan="4">not computed: '
+                    f"{escape(str(reason))}</td></tr>")
+        counts.append(f"{target} not computed")
+    if not rows:
+        return ""
+    return (f'<details class="coverage"><summary>{escape("coverage: " + ", ".join(counts))}</summary>'
+            '<table class="coverage"><thead><tr><th>target</th><th>nodes taken</th><th>partitions</th>'
+            f"<th>falls back</th><th>tool; assumed</th></tr></thead><tbody>{''.join(rows)}</tbody></table></details>")
 
 
 def _value(value: Any) -> str:

@@ -40,7 +40,7 @@ from edgebuild.core.kind import ArtifactKind, ArtifactParams
 from edgebuild.core.manifest import Manifest, load_manifest
 from edgebuild.core.record import BuildRecord, CheckpointOrigin, config_leaves, read_record_or_none
 from edgebuild.core.registry import get_kind
-from edgebuild.core.thresholds import dataset_gate
+from edgebuild.core.thresholds import COVERAGE_TOOL_PACKAGES, coverage_targets, dataset_gate
 from edgebuild.errors import CheckpointError, EdgebuildError, FilesystemError, ManifestError, ParameterError
 
 # The builder's verify path: with the kind's verify module, the code a verification
@@ -526,7 +526,20 @@ class Project:
             identity["float"] = self.float_identity(chain[-1])
         if gate is not None:
             identity["dataset"] = self.dataset_identity(artifact, gate)
+        tools = self.coverage_tools(artifact)
+        if tools:
+            identity["coverage_tools"] = tools
         return identity
+
+    def coverage_tools(self, artifact: "str | Artifact") -> dict[str, str]:
+        """``target -> "package version"`` of each package that computes one of the
+        artifact's coverage certificates when it is judged: a new version recomputes the
+        certificate (a verification), and rebuilds nothing unless the build uses it too."""
+        artifact = self.artifact(artifact)
+        wanted = {target: COVERAGE_TOOL_PACKAGES[target] for target in coverage_targets(artifact.kind, artifact.params)
+                  if target in COVERAGE_TOOL_PACKAGES}
+        versions = tool_versions(tuple(sorted(set(wanted.values()))))
+        return {target: f"{package} {versions[package]}" for target, package in wanted.items()}
 
     def verify_parts(self, artifact: "str | Artifact") -> dict[str, str]:
         """A digest of each part of :meth:`verify_identity` but the build and the thresholds:

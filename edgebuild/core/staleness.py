@@ -204,7 +204,28 @@ VERIFY_PART_CHANGES = {
     "ancestors_files": "the input files of an artifact further up its chain changed",
     "float": "the float model of its chain changed (the root's checkpoint, parameters, or torch/transformers)",
     "dataset": "the dataset of its gate changed (its files, labels or the samples drawn)",
+    "coverage_tools": "a tool that computes its coverage certificates changed version (they are computed again; "
+                      "the build is not)",
 }
+
+
+# Parts a verification fingerprint gained in a later edgebuild (CHANGELOG.md).
+PARTS_SINCE = ("coverage_tools",)
+
+
+def coverage_tool_changes(certificates: Any, tools: dict[str, str]) -> list[str]:
+    """Each certificate a report holds whose tool is at another version now, in words
+    (``coverage nnapi: onnxruntime 1.31.0 -> 1.32.0 ...``); ``tools``: target -> "package
+    version" now (``Project.coverage_tools``)."""
+    reasons = []
+    for target, now in tools.items():
+        package, _, version = now.partition(" ")
+        found = certificates.get(target) if isinstance(certificates, dict) else None
+        before = found.get("tool_version") if isinstance(found, dict) else None
+        if isinstance(before, str) and before != version:
+            reasons.append(f"coverage {target}: {package} {before} -> {version} (its certificate is computed again; "
+                           "the build is not)")
+    return reasons
 
 
 def verification_changes(thresholds_before: dict[str, Any] | None, parts_before: dict[str, Any] | None,
@@ -216,6 +237,8 @@ def verification_changes(thresholds_before: dict[str, Any] | None, parts_before:
     reasons = parameter_changes(thresholds_before, thresholds, "verify.") if isinstance(thresholds_before, dict) else []
     if isinstance(parts_before, dict):
         for part in sorted(set(parts_before) | set(parts)):
+            if part in PARTS_SINCE and part not in parts_before:
+                continue  # judged by an edgebuild that did not keep this part: not a change of it
             if part not in skip and part in VERIFY_PART_CHANGES and parts_before.get(part) != parts.get(part):
                 reasons.append(VERIFY_PART_CHANGES[part])
     return reasons

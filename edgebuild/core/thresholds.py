@@ -160,6 +160,11 @@ class LatencySettings(Strict):
 # The targets a coverage certificate can be computed for (edgebuild/ml/coverage.py).
 CoverageTarget = Literal["nnapi", "coreml", "directml", "openvino_cpu", "xnnpack", "qnn_htp"]
 COVERAGE_TARGETS: tuple[str, ...] = ("nnapi", "coreml", "directml", "openvino_cpu", "xnnpack", "qnn_htp")
+# The package that computes a target's certificate when the artifact is judged. The others
+# read what the build recorded (xnnpack: the delegation summary; qnn_htp: the provider's
+# placement), whose tools are in the build's fingerprint, or edgebuild's own table (directml,
+# in the judging code).
+COVERAGE_TOOL_PACKAGES: dict[str, str] = {"nnapi": "onnxruntime", "coreml": "onnxruntime", "openvino_cpu": "openvino"}
 
 
 class CoverageGate(Strict):
@@ -249,3 +254,11 @@ def coverage_settings(params: Any) -> CoverageSettings:
     """An artifact's ``verify.coverage`` (the defaults for a kind whose ``verify:`` has none)."""
     found = getattr(getattr(params, "verify", None), "coverage", None)
     return found if isinstance(found, CoverageSettings) else CoverageSettings()
+
+
+def coverage_targets(kind: Any, params: Any) -> list[str]:
+    """The targets certified for an artifact: the manifest's list or its kind's
+    ``coverage_targets``, and every gated target, in the order of :data:`COVERAGE_TARGETS`."""
+    settings = coverage_settings(params)
+    wanted = set(settings.targets if settings.targets is not None else kind.coverage_targets) | set(settings.gates())
+    return [target for target in COVERAGE_TARGETS if target in wanted]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from edgebuild.core.files import RECORD_BYTES, read_json
 from edgebuild.core.report import Check
-from edgebuild.core.thresholds import COVERAGE_TARGETS, CoverageGate, coverage_settings
+from edgebuild.core.thresholds import CoverageGate, coverage_settings, coverage_targets
 from edgebuild.ml.coverage import ONNX_TARGETS, Certificate, load_graph, openvino_certificate, qnn_certificate, xnnpack_certificate
 
 if TYPE_CHECKING:
@@ -35,14 +35,6 @@ class Coverage:
     certificates: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Targets asked for whose certificate could not be computed, and why.
     missing: dict[str, str] = field(default_factory=dict)
-
-
-def targets_for(kind: "ArtifactKind", params: "ArtifactParams") -> list[str]:
-    """The targets certified for an artifact: the manifest's list or the kind's defaults,
-    and every gated target, in the order of ``COVERAGE_TARGETS``."""
-    settings = coverage_settings(params)
-    wanted = set(settings.targets if settings.targets is not None else kind.coverage_targets) | set(settings.gates())
-    return [target for target in COVERAGE_TARGETS if target in wanted]
 
 
 def certificate(target: str, kind: "ArtifactKind", directory: Path, graphs: dict[Path, Any]) -> Certificate:
@@ -78,7 +70,7 @@ def judge_coverage(kind: "ArtifactKind", params: "ArtifactParams", directory: Pa
     gates = coverage_settings(params).gates()
     graphs: dict[Path, Any] = {}
     computed: dict[str, Certificate] = {}
-    for target in targets_for(kind, params):
+    for target in coverage_targets(kind, params):
         try:
             found = certificate(target, kind, directory, graphs)
         except LookupError as error:

@@ -1,9 +1,10 @@
 """What changed: each artifact now against the build a git revision's lock file names (the
 committed ``artifacts.lock``, ``HEAD`` by default) or the latest one published at a
 destination -- in its fingerprint (the words of "why stale", ``core/staleness.py``), in
-its output files, in every verification check, and in its time here (``latency``:
-median and ratio to its float source, shown, never a change by itself: timings move
-from run to run).
+its output files, in every verification check, in its coverage certificates (nodes taken
+and partitions per target, and the modules whose nodes fall back now or no longer), and in
+its time here (``latency``: median and ratio to its float source, shown, never a change
+by itself: timings move from run to run).
 
 The baseline's fingerprints come from the lock file (or the publish index); what that
 build was -- its record, its report -- is read by fingerprint from the local store,
@@ -35,6 +36,8 @@ Change = Literal["unchanged", "changed", "added", "removed", "unknown", "error"]
 # Where the build a side describes was read from.
 FROM_BUILD, FROM_STORE, FROM_REMOTE, FROM_DESTINATION, FROM_LOCK = (
     "build/", "the local store", "the remote cache", "the destination", "the lock entry only")
+# How many modules a coverage change names before it counts the rest.
+NAMED_MODULES = 4
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,55 @@ class LatencyChange:
 
 
 @dataclass(frozen=True)
+class CoverageChange:
+    """One target's certificate (``coverage``) in each build's report: nodes taken of the
+    total and partitions (``None`` where that build has no certificate of the target),
+    and the modules whose nodes fell back in one build and not the other, with how many."""
+
+    target: str
+    before: tuple[int, int, int] | None
+    after: tuple[int, int, int] | None
+    # module -> nodes of it that fall back now and did not before (and the reverse).
+    fallen: tuple[tuple[str, int], ...] = ()
+    recovered: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after or bool(self.fallen or self.recovered)
+
+    def to_json(self) -> dict[str, Any]:
+        def counts(side: tuple[int, int, int] | None) -> dict[str, int] | None:
+            return None if side is None else dict(zip(("nodes_taken", "nodes_total", "partitions"), side))
+
+        return {"target": self.target, "before": counts(self.before), "after": counts(self.after),
+                "fallen": dict(self.fallen), "recovered": dict(self.recovered)}
+
+    def describe(self) -> str:
+        """``coverage qnn_htp: 396/396 → 380/396 nodes, 1 → 3 partition(s); 16 nodes of
+        blocks.3.attn now fall back``."""
+        def nodes(side: tuple[int, int, int] | None) -> str:
+            return "–" if side is None else f"{side[0]}/{side[1]}"
+
+        def parts(side: tuple[int, int, int] | None) -> str:
+            return "–" if side is None else str(side[2])
+
+        text = f"coverage {self.target}: {nodes(self.before)} → {nodes(self.after)} nodes"
+        if self.before is None or self.after is None or self.before[2] != self.after[2]:
+            text += f", {parts(self.before)} → {parts(self.after)} partition(s)"
+        if self.fallen:
+            text += "; now fall back: " + _by_module(self.fallen)
+        if self.recovered:
+            text += "; no longer fall back: " + _by_module(self.recovered)
+        return text
+
+
+def _by_module(counted: tuple[tuple[str, int], ...]) -> str:
+    shown = [f"{count} node(s) of {module}" for module, count in counted[:NAMED_MODULES]]
+    more = len(counted) - NAMED_MODULES
+    return ", ".join(shown) + (f" and {more} more module(s)" if more > 0 else "")
+
+
+@dataclass(frozen=True)
 class ArtifactDiff:
     """One artifact against the baseline."""
 
@@ -122,6 +174,8 @@ class ArtifactDiff:
     notes: tuple[str, ...] = ()
     # The time here in each build's report, when either measured it.
     latency: LatencyChange | None = None
+    # Each target's certificate whose counts or fallbacks differ between the two reports.
+    coverage: tuple[CoverageChange, ...] = ()
 
     @property
     def flipped(self) -> tuple[CheckChange, ...]:
@@ -140,6 +194,7 @@ class ArtifactDiff:
             "before_from": self.before_from, "after_from": self.after_from,
             "state_after": self.state_after, "notes": list(self.notes),
             "latency": self.latency.to_json() if self.latency is not None else None,
+            "coverage": [change.to_json() for change in self.coverage],
         }
 
 
@@ -295,7 +350,7 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
         name, kind, change, before_fp, after_fp, reasons, verify_reasons,
         _outputs(before_record.get("outputs", {}), (after_record or {}).get("outputs", {})) if after_record else (),
         _checks(before_report, after_report), before_from, after_from, state, tuple(notes),
-        _latency(before_report, after_report),
+        _latency(before_report, after_report), _coverage(before_report, after_report),
     )
 
 
@@ -445,6 +500,46 @@ def _latency(before: dict[str, Any] | None, after: dict[str, Any] | None) -> Lat
     return LatencyChange(median_before, median_after, ratio_before, ratio_after)
 
 
+def _coverage(before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[CoverageChange, ...]:
+    """Each target whose certificate differs between the two reports (``coverage``): its
+    counts, and the modules of the nodes that fall back in one and not the other. A
+    target only one report certified is a change only when both reports were judged."""
+    def certificates(report: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+        found = (report or {}).get("coverage")
+        return {target: value for target, value in found.items() if isinstance(value, dict)} \
+            if isinstance(found, dict) else {}
+
+    def counts(certificate: dict[str, Any] | None) -> tuple[int, int, int] | None:
+        if certificate is None:
+            return None
+        numbers = [certificate.get(key) for key in ("nodes_taken", "nodes_total", "partitions")]
+        return tuple(numbers) if all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) else None  # type: ignore[return-value]
+
+    def fallbacks(certificate: dict[str, Any] | None) -> dict[tuple[str, str], str]:
+        entries = (certificate or {}).get("fallbacks")
+        return {(str(entry.get("node")), str(entry.get("op_type"))): str(entry.get("module") or "a node of no module")
+                for entry in entries if isinstance(entry, dict)} if isinstance(entries, list) else {}
+
+    def by_module(nodes: dict[tuple[str, str], str], keys: set[tuple[str, str]]) -> tuple[tuple[str, int], ...]:
+        counted: dict[str, int] = {}
+        for key in keys:
+            counted[nodes[key]] = counted.get(nodes[key], 0) + 1
+        return tuple(sorted(counted.items(), key=lambda item: (-item[1], item[0])))
+
+    if any(report is None or ("coverage" not in report and "coverage_not_computed" not in report)
+           for report in (before, after)):
+        return ()  # a side with no report, or one written before certificates were
+    old, new = certificates(before), certificates(after)
+    changes = []
+    for target in list(new) + [target for target in old if target not in new]:
+        was, now = fallbacks(old.get(target)), fallbacks(new.get(target))
+        change = CoverageChange(target, counts(old.get(target)), counts(new.get(target)),
+                                by_module(now, set(now) - set(was)), by_module(was, set(was) - set(now)))
+        if change.changed:
+            changes.append(change)
+    return tuple(changes)
+
+
 def _finite(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
         else None
@@ -473,7 +568,8 @@ def render(result: Diff, verbose: bool = False) -> list[str]:
         if artifact.state_after and artifact.change != "removed":
             head += f"  (now {artifact.state_after})"
         lines.append(head)
-        quiet = artifact.change == "unchanged" and not artifact.flipped and not artifact.verify_reasons and not verbose
+        quiet = artifact.change == "unchanged" and not artifact.flipped and not artifact.verify_reasons \
+            and not artifact.coverage and not verbose
         if quiet:
             continue
         if artifact.change == "added" and not verbose:
@@ -500,6 +596,7 @@ def render(result: Diff, verbose: bool = False) -> list[str]:
             lines.append(f"    {same} other check(s) unchanged (--all shows them)")
         if artifact.latency is not None:
             lines.append(f"    {artifact.latency.describe()}")
+        lines += [f"    {change.describe()}" for change in artifact.coverage]
         lines += [f"    note: {note}" for note in artifact.notes]
     return lines
 

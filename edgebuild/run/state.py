@@ -186,7 +186,7 @@ def status(workspace: "Workspace", artifact: "Artifact | str") -> ArtifactState:
 def _rejudged_because(workspace: "Workspace", artifact: Artifact) -> list[str]:
     """Why a build judged before must be judged again: what its report was judged with
     against what the manifest and the code say now (nothing when it was never judged)."""
-    from edgebuild.core.staleness import verification_changes
+    from edgebuild.core.staleness import coverage_tool_changes, verification_changes
 
     report = read_report(artifact.directory)
     if report is None or report.get("fingerprint") != artifact.fingerprint:
@@ -195,6 +195,11 @@ def _rejudged_because(workspace: "Workspace", artifact: Artifact) -> list[str]:
         now = workspace.verify_parts(artifact)
     except EdgebuildError as error:
         return [str(error)]
-    reasons = verification_changes(report.get("verify"), report.get("verify_parts"),
-                                   artifact.params.verify_parameters(), now)
+    before = report.get("verify_parts")
+    tools_moved = isinstance(before, dict) and before.get("coverage_tools", now.get("coverage_tools")) \
+        != now.get("coverage_tools")
+    # Which certificate, from which version to which, where the report's certificates say.
+    tools = coverage_tool_changes(report.get("coverage"), workspace.coverage_tools(artifact)) if tools_moved else []
+    reasons = verification_changes(report.get("verify"), before, artifact.params.verify_parameters(), now,
+                                   skip=("coverage_tools",) if tools else ()) + tools
     return reasons or ["judged before with other judging code or verification inputs (a report of an earlier edgebuild)"]
