@@ -33,6 +33,13 @@ class ExportError(EdgebuildError):
     """The exporter failed, or the module to export does not match the model."""
 
 
+class BuildRejected(ExportError):
+    """The target's tool refused this input and would again: the same fingerprint fails
+    the same way (a QNN compile of a graph with a node the backend has no kernel for).
+    The store remembers it, and the build is not tried again until something in its
+    fingerprint changes."""
+
+
 class VerificationFailed(EdgebuildError):
     """At least one verification check failed; the message lists every failed check."""
 

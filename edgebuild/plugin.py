@@ -76,13 +76,14 @@ from edgebuild.core.report import Check, format_number
 from edgebuild.core.runner import Feed, Inputs, Outputs, Runner, TensorSpec
 from edgebuild.core.thresholds import DatasetGate, OutputLimits, PerOutputLimits, VerifySettings
 from edgebuild.core.timing import Phases
-from edgebuild.errors import CheckpointError, EdgebuildError, ExportError, NotRunnable, ParameterError
+from edgebuild.errors import BuildRejected, CheckpointError, EdgebuildError, ExportError, NotRunnable, ParameterError
 
 __all__ = [
     "ArtifactContext",
     "ArtifactKind",
     "ArtifactParams",
     "BuildContext",
+    "BuildRejected",
     "Check",
     "Checkpoint",
     "CheckpointError",

@@ -192,7 +192,8 @@ JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/c
            "edgebuild/ml/compare.py", "edgebuild/ml/datasets.py", "edgebuild/ml/images.py", "edgebuild/ml/runners.py",
            "edgebuild/ml/statistics.py",
            # Coverage certificates and their gates (edgebuild/run/coverage.py), for every kind.
-           "edgebuild/run/coverage.py", "edgebuild/ml/coverage.py", "edgebuild/ml/directml_kernels.py"]
+           "edgebuild/run/coverage.py", "edgebuild/ml/coverage.py", "edgebuild/ml/directml_kernels.py",
+           "edgebuild/ml/modules.py"]
 # In every built-in kind's build digest: its parameters' verify settings (core/thresholds.py).
 VERIFY_SETTINGS = "edgebuild/core/thresholds.py"
 

@@ -17,7 +17,7 @@ from edgebuild.core.manifest import load_manifest
 from edgebuild.core.registry import get_kind
 from edgebuild.core.thresholds import CoverageSettings
 from edgebuild.errors import ManifestError, VerificationFailed
-from edgebuild.ml import coverage
+from edgebuild.ml import coverage, modules
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.run.coverage import judge_coverage
 from edgebuild.run.workspace import Workspace
@@ -164,11 +164,11 @@ def test_gate_settings_are_checked_in_the_manifest(tmp_path: Path) -> None:
 
 
 def test_modules_come_from_the_exporters_metadata() -> None:
-    assert coverage.node_module(_scopes("encoder.layers.0.layer_norm1")) == "encoder.layers.0.layer_norm1"
-    assert coverage.node_module(_scopes()) is None   # the wrapper's own node: no module of the model
+    assert modules.node_module(_scopes("encoder.layers.0.layer_norm1")) == "encoder.layers.0.layer_norm1"
+    assert modules.node_module(_scopes()) is None   # the wrapper's own node: no module of the model
     plain = {"pkg.torch.onnx.name_scopes": "['', 'feature_extractor', 'feature_extractor.conv_layers.0.conv', 'conv']"}
-    assert coverage.node_module(plain) == "feature_extractor.conv_layers.0.conv"
-    assert coverage.node_module({}) is None
+    assert modules.node_module(plain) == "feature_extractor.conv_layers.0.conv"
+    assert modules.node_module({}) is None
 
 
 # A tiny CLIP encoder as a fixed-shape ONNX graph: the head of both manifests below.

@@ -248,3 +248,47 @@ def test_a_build_that_ends_its_process_is_said_as_it_happened(tmp_path: Path, en
     assert re.sub(r"\(pid \d+\)", "(pid N)", built.stdout).endswith(f"\n{said}\n\n"), built.stdout
     assert "Traceback" not in built.stdout + built.stderr
     assert project.doit("status", env=env).stdout == "vc  missing\n"
+
+
+REFUSING_BUILD = '''
+import os
+from pathlib import Path
+
+from edgebuild.plugin import BuildRejected
+
+
+def build(context):
+    with open(os.environ["TRIES"], "a") as tries:
+        tries.write("try\\n")
+    raise BuildRejected("the target's compiler has no kernel for node_Det_7 (Det, blocks.0.mlp)")
+'''
+
+
+@pytest.mark.slow
+def test_a_build_its_target_refused_is_not_tried_again_until_its_fingerprint_changes(tmp_path: Path) -> None:
+    """A kind's :class:`BuildRejected` (a QNN compile that failed) is remembered by
+    fingerprint: the next build answers it without running the tool, status says it,
+    EDGEBUILD_RETRY_REJECTED tries again, and a change of the fingerprint (here the kind's
+    code) builds."""
+    root = lay_out_plugin(tmp_path / "site", files=dict(PLUGIN, **{"build.py": REFUSING_BUILD}))
+    tries = tmp_path / "tries"
+    env = {"PYTHONPATH": str(root), "TRIES": str(tries), "EDGEBUILD_REMOTE_CACHE": "off"}
+    project = TinyProject(tmp_path / "project")
+    project.manifest(MANIFEST)
+    first = project.doit("build", env=env)
+    assert first.returncode != 0 and "no kernel for node_Det_7 (Det, blocks.0.mlp)" in first.stdout
+    assert "Traceback" not in first.stdout + first.stderr
+    second = project.doit("build", env=env)
+    assert second.returncode != 0 and "no kernel for node_Det_7" in second.stdout
+    assert "[refused at this fingerprint on " in second.stdout and "EDGEBUILD_RETRY_REJECTED=1" in second.stdout
+    assert tries.read_text().count("try") == 1
+    status = project.doit("status", env=env).stdout
+    assert status.startswith("vc  missing (REFUSED at this fingerprint on ") and "node_Det_7" in status
+    assert project.doit("status", "--check", env=env).returncode != 0
+    retried = project.doit("build", env=dict(env, EDGEBUILD_RETRY_REJECTED="1"))
+    assert retried.returncode != 0 and tries.read_text().count("try") == 2
+    # The kind's code is in the fingerprint: fixed, it builds, and nothing refused is said.
+    lay_out_plugin(tmp_path / "site")
+    fixed = project.doit("build", env=env)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert project.doit("status", env=env).stdout.startswith("vc  up to date")

@@ -108,6 +108,42 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
 
     assert_code_digests(
         "qnn_context",
-        build=['edgebuild/kinds/qnn_context/build.py', 'edgebuild/kinds/qnn_context/compile.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py'],
+        build=['edgebuild/kinds/qnn_context/build.py', 'edgebuild/kinds/qnn_context/compile.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/ml/modules.py'],
         verify=['edgebuild/ml/compare.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/kinds/qnn_context/verify.py', 'edgebuild/ml/onnx_tools.py'],
     )
+
+
+@needs_qnn
+def test_a_compile_the_backend_refuses_names_the_nodes_and_their_modules(tmp_path: Path) -> None:
+    """The new user's case (onnxruntime's text named ``node_Conv_206`` and nothing else):
+    the compile child asks a session that lets the CPU take what QNN does not where each
+    node went, and the refusal names them with the modules the exporter recorded."""
+    import subprocess
+    import sys
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgebuild.kinds.qnn_context.build import _rejection
+    from edgebuild.kinds.qnn_context.params import QnnParams
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="node_relu"),
+             helper.make_node("Det", ["a"], ["y"], name="node_Det_206")]
+    # Name scopes as torch's exporter writes them: each enclosing module's path, then the op.
+    for node, scopes in zip(nodes, (["", "encoder", "encoder.act", "relu"], ["", "encoder", "encoder.head", "det"])):
+        node.metadata_props.add(key="pkg.torch.onnx.name_scopes", value=repr(scopes))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    source = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(source))
+    child = subprocess.run([sys.executable, "-m", "edgebuild.kinds.qnn_context.compile", str(source),
+                            str(tmp_path / "out.onnx"), "60", "73"], capture_output=True, text=True, timeout=300)
+    assert child.returncode == 1
+    failure = json.loads(child.stdout.strip().splitlines()[-1])
+    assert failure["refused"] == [{"node": "node_Det_206", "op_type": "Det"}]
+    assert "fallback" in failure["error"]
+    params = QnnParams.model_validate({"kind": "qnn_context", "source": "qdq"})
+    said = _rejection(source, params, failure["error"], failure["refused"])
+    assert ("the HTP backend (soc_model 60, htp_arch 73) does not take 1 node(s): node_Det_206 (Det, encoder.head)"
+            in said), said
+    assert "Hint: the backend has no kernel here for Det" in said

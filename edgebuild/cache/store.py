@@ -9,7 +9,9 @@ entries by fingerprint, blobs by digest, so a file two builds share (a config,
 the same weights behind two fingerprints) is stored once, and ``gc`` removes an
 entry and then every blob no remaining entry reaches. Beside an entry,
 ``<fp>.unvouched`` says it was pulled and no trusted key vouched for it; the
-entry file's modification time is when it was last used.
+entry file's modification time is when it was last used. ``<fp>.rejected``, where
+no entry is, says the build of that fingerprint was refused by its target's tool
+(:class:`~edgebuild.errors.BuildRejected`), and why: it is not tried again.
 
 A blob is written once: a build's file is copied into it (a reflink where the
 filesystem has them, else written past the page cache: ``copying.py``), a pulled
@@ -28,6 +30,7 @@ opens the store: its files are renamed into blobs, nothing is copied.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -38,7 +41,7 @@ from typing import Any, Callable, Iterator
 
 from edgebuild.cache.copying import copy_file
 from edgebuild.cache.entries import CACHE_FORMAT, ENTRY_BYTES, PREFIX, CorruptEntry, blob_key, check_blob, entry_key, parse_entry
-from edgebuild.core.atomic import new_directory
+from edgebuild.core.atomic import new_directory, write_text
 from edgebuild.core.faults import fault_point
 from edgebuild.core.files import (
     RECORD_BYTES, SMALL_BYTES, NotRegular, UnreadableFile, read_bytes, read_text, regular_file_below, regular_tree,
@@ -50,6 +53,7 @@ from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_
 # Beside an entry pulled from a remote cache that no trusted key signed: where it came
 # from and why it is not taken as verified. Removed once it is verified here.
 UNVOUCHED_SUFFIX = ".unvouched"
+REJECTED_SUFFIX = ".rejected"
 # Where blobs and entries are written before they are renamed into place, and removed from.
 SCRATCH_DIR = ".tmp"
 # A blob no entry reaches is kept this long: a build that found it present may be
@@ -118,6 +122,9 @@ class Store:
 
     def _unvouched_path(self, fingerprint: str) -> Path:
         return self.entry_path(fingerprint).with_suffix(UNVOUCHED_SUFFIX)
+
+    def _rejected_path(self, fingerprint: str) -> Path:
+        return self.entry_path(fingerprint).with_suffix(REJECTED_SUFFIX)
 
     # --- reading ------------------------------------------------------------------
 
@@ -227,7 +234,28 @@ class Store:
             # There, but not a note of ours: still not vouched for (never trusted by accident).
             return "pulled, unsigned" if os.path.lexists(path) else None
 
+    def rejection(self, fingerprint: str) -> dict[str, Any] | None:
+        """``{"message", "at"}`` when the build of ``fingerprint`` was refused by its
+        target's tool (:meth:`remember_rejection`); ``None`` otherwise, or when the note
+        cannot be read (then the build is simply tried)."""
+        try:
+            note = json.loads(read_text(self._rejected_path(fingerprint), SMALL_BYTES * 4))
+        except (OSError, UnreadableFile, UnicodeDecodeError, ValueError):
+            return None
+        return note if isinstance(note, dict) and isinstance(note.get("message"), str) else None
+
     # --- writing ------------------------------------------------------------------
+
+    def remember_rejection(self, fingerprint: str, message: str) -> None:
+        """Keep why the build of ``fingerprint`` was refused (the first lines of the
+        message), so that it is not tried again while the fingerprint is the same."""
+        path = self._rejected_path(fingerprint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        note = {"message": message[:SMALL_BYTES * 3], "at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        write_text(path, json.dumps(note, sort_keys=True) + "\n")
+
+    def forget_rejection(self, fingerprint: str) -> None:
+        self._rejected_path(fingerprint).unlink(missing_ok=True)
 
     def put(self, fingerprint: str, directory: Path) -> None:
         """Store the artifact directory ``directory`` (outputs + record, not its report)

@@ -335,7 +335,7 @@ def _coverage(certificates: Any, not_computed: Any) -> str:
     """The report's ``coverage``: per target, the nodes it takes, its partitions and the
     nodes that fall back with their modules; folded under a line of the counts (a gate
     that fails is in the checks, open above)."""
-    from edgebuild.run.coverage import describe_fallbacks
+    from edgebuild.ml.modules import describe_fallbacks
 
     rows, counts = [], []
     for target, found in (certificates.items() if isinstance(certificates, dict) else ()):

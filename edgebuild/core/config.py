@@ -75,6 +75,9 @@ VARIABLES = (
              "The Python of the environment that holds LiteRT's converter (litert-torch), which cannot share one "
              "with model-signing (default: .venv-litert beside the environment edgebuild runs in, as "
              "python -m edgebuild toolenv litert makes it)."),
+    Variable("EDGEBUILD_RETRY_REJECTED", "retry_rejected", "switch",
+             "Try again a build its target's tool refused at the same fingerprint (a QNN compile that failed), "
+             "instead of repeating the failure the store remembers."),
     Variable("EDGEBUILD_JOB_OUTPUT_TO_WORKER_LOG", "job_output_to_worker_log", "switch",
              "Whether a cluster job's output also goes to the cluster worker's own log (default on; a local "
              "cluster turns it off, its workers share the driver's terminal)."),
@@ -103,6 +106,7 @@ class Settings:
     cluster_wait_seconds: float = 60.0
     litert_python: str | None = None
     job_output_to_worker_log: bool = True
+    retry_rejected: bool = False
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> "Settings":

@@ -26,11 +26,12 @@ Pure functions of files and recorded build information: nothing here runs a mode
 
 from __future__ import annotations
 
-import ast
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from edgebuild.ml.modules import _key, _modules, load_graph
 
 TARGETS = ("nnapi", "coreml", "directml", "openvino_cpu", "xnnpack", "qnn_htp")
 
@@ -65,83 +66,7 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-# --- node -> module ---------------------------------------------------------------------
-
-def _literal_list(text: str | None) -> list[str]:
-    if not text:
-        return []
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return []
-    return [str(item) for item in value] if isinstance(value, (list, tuple)) else []
-
-
-def node_module(metadata: dict[str, str]) -> str | None:
-    """The module path a node was exported from, from its ONNX ``metadata_props``; ``None``
-    where the exporter left none. The last name scope is the operation itself, the one
-    before it the innermost module; a wrapper module of edgebuild's own around the model
-    (the first class of the hierarchy) is left out of the path."""
-    scopes = _literal_list(metadata.get("pkg.torch.onnx.name_scopes"))
-    modules = [scope for scope in scopes[:-1] if scope]
-    if modules:
-        module = modules[-1]
-    else:
-        namespace = metadata.get("namespace", "")
-        parts = [part.split(":", 1)[0].strip() for part in namespace.split("/") if part.strip()]
-        parts = [part for part in parts if part]
-        if not parts:
-            return None
-        module = parts[-1]
-    hierarchy = _literal_list(metadata.get("pkg.torch.onnx.class_hierarchy"))
-    if hierarchy and hierarchy[0].startswith("edgebuild.") and modules:
-        head, _, rest = module.partition(".")
-        module = rest if head == modules[0] else module
-        if module == modules[0]:
-            return None
-    return module or None
-
-
-def _own_module(node: Any) -> str | None:
-    return node_module({prop.key: prop.value for prop in node.metadata_props})
-
-
-def _key(node: Any) -> tuple[str, tuple[str, ...]]:
-    """A node's identity in its graph: its name and its outputs (unique in a valid graph;
-    protobuf's Python objects are no identity: a node read twice may be two objects)."""
-    return node.name, tuple(node.output)
-
-
-def _modules(graph: Any) -> dict[tuple[str, tuple[str, ...]], str | None]:
-    """Each node's module; a node the exporter did not write (a quantizer's
-    ``QuantizeLinear``/``DequantizeLinear``) takes that of the first node consuming its
-    output that has one, else of the node producing its input."""
-    own = {_key(node): _own_module(node) for node in graph.node}
-    producers = {output: node for node in graph.node for output in node.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    found = {}
-    for node in graph.node:
-        module = own[_key(node)]
-        if module is None:
-            near = [other for output in node.output for other in consumers.get(output, [])]
-            near += [producers[name] for name in node.input if name in producers]
-            module = next((own[_key(other)] for other in near if own[_key(other)] is not None), None)
-        found[_key(node)] = module
-    return found
-
-
 # --- ONNX graphs: static tables -------------------------------------------------------------
-
-def load_graph(path: Path) -> Any:
-    """The ONNX graph's structure (its weights' bytes are not read), with inferred shapes."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    return onnx.shape_inference.infer_shapes(model)
-
 
 def _onnx_certificate(target: str, tool: str, tool_version: str, assumption: str, model: Any, info: Any) -> Certificate:
     taken = {_key(node) for group in info.supported_groups for node in group}

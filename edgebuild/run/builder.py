@@ -30,7 +30,7 @@ from edgebuild.core.record import BuildRecord, output_manifest, read_record_or_n
 from edgebuild.core.report import Report
 from edgebuild.core.timing import peak_rss_bytes
 from edgebuild.errors import (
-    EdgebuildError, ExportError, FilesystemError, RemoteError, SourceNotVerified, UnvouchedEntry, VerificationFailed,
+    BuildRejected, EdgebuildError, ExportError, FilesystemError, RemoteError, SourceNotVerified, UnvouchedEntry, VerificationFailed,
 )
 from edgebuild.run.state import changed_outputs, current_record, source_blocking
 from edgebuild.run.verification import judge
@@ -128,7 +128,17 @@ def _make_current(workspace: "Workspace", artifact: Artifact, log: Log, export: 
             return _remember_outputs(workspace, artifact, pulled)
         if not export:
             raise ExportRequired(artifact.name)
-        complete = _build_into_place(workspace, artifact, record, log)
+        rejected = workspace.store.rejection(fingerprint)
+        if rejected is not None and not workspace.settings.retry_rejected:
+            raise BuildRejected(f"{rejected['message']} [refused at this fingerprint on {rejected.get('at', '?')}: not "
+                                "tried again until something in its fingerprint changes (EDGEBUILD_RETRY_REJECTED=1 "
+                                "tries now)]")
+        try:
+            complete = _build_into_place(workspace, artifact, record, log)
+        except BuildRejected as error:
+            workspace.store.remember_rejection(fingerprint, str(error))
+            raise
+        workspace.store.forget_rejection(fingerprint)
         workspace.store.put(fingerprint, target)
         return _remember_outputs(workspace, artifact, complete)
 

@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from edgebuild.core.files import RECORD_BYTES, read_json
 from edgebuild.core.report import Check
 from edgebuild.core.thresholds import CoverageGate, coverage_settings, coverage_targets
-from edgebuild.ml.coverage import ONNX_TARGETS, Certificate, load_graph, openvino_certificate, qnn_certificate, xnnpack_certificate
+from edgebuild.ml.coverage import ONNX_TARGETS, Certificate, openvino_certificate, qnn_certificate, xnnpack_certificate
+from edgebuild.ml.modules import describe_fallbacks, load_graph
 
 if TYPE_CHECKING:
     from edgebuild.core.kind import ArtifactKind, ArtifactParams
 
-# How many fallback nodes a failed gate names before it counts the rest.
-NAMED = 5
 # What the kinds that record a placement at build time call the record.
 EXECUTORCH_INFO = "executorch.json"
 QNN_INFO = "context.json"
@@ -90,16 +89,6 @@ def judge_coverage(kind: "ArtifactKind", params: "ArtifactParams", directory: Pa
             continue
         result.checks.extend(gate_checks(target, computed[target], gate))
     return result
-
-
-def describe_fallbacks(fallbacks: list[dict[str, Any]]) -> str:
-    """The first few fallback nodes with their op types and modules, then how many more."""
-    named = []
-    for entry in fallbacks[:NAMED]:
-        where = ", ".join(part for part in (entry.get("op_type"), entry.get("module")) if part)
-        named.append(f"{entry.get('node') or 'a node'} ({where})" if where else str(entry.get("node") or "a node"))
-    more = len(fallbacks) - NAMED
-    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
 
 
 def gate_checks(target: str, found: Certificate, gate: CoverageGate) -> list[Check]:

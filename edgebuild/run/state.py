@@ -125,7 +125,7 @@ class ArtifactState:
     fingerprint: str | None = None
     # Why it is stale, or what is wrong (state "error").
     reasons: tuple[str, ...] = ()
-    # "verified", "not verified", "verification FAILED", "restorable from the store".
+    # "verified", "not verified", "verification FAILED", "restorable from the store", "REFUSED ...".
     note: str | None = None
     # What the note says, as a value (not compared: the note is the same fact).
     verification: VerificationState = field(default=VerificationState.NOT_BUILT, compare=False)
@@ -161,15 +161,20 @@ def status(workspace: "Workspace", artifact: "Artifact | str") -> ArtifactState:
     except EdgebuildError as error:
         return ArtifactState(name, "error", reasons=(str(error),))
     fingerprint = current.fingerprint
-    restorable = "restorable from the store" if workspace.store.has(fingerprint) else None
+    # What the store holds of the current fingerprint: a build to restore, or why it was refused.
+    stored = "restorable from the store" if workspace.store.has(fingerprint) else None
+    rejected = None if stored else workspace.store.rejection(fingerprint)
+    if rejected is not None:
+        # What the next `doit build` will answer, without trying.
+        stored = f"REFUSED at this fingerprint on {rejected.get('at', '?')}: {rejected['message']}"
     if built is None:
-        return ArtifactState(name, "missing", fingerprint, note=restorable)
+        return ArtifactState(name, "missing", fingerprint, note=stored)
     if built.fingerprint != fingerprint:
-        return ArtifactState(name, "stale", fingerprint, tuple(explain(built.to_json(), current.to_json())), restorable)
+        return ArtifactState(name, "stale", fingerprint, tuple(explain(built.to_json(), current.to_json())), stored)
     changed = changed_outputs(workspace, artifact, built)
     if changed:
         return ArtifactState(name, "stale", fingerprint,
-                             tuple(f"{output} changed or missing since the build" for output in changed), restorable)
+                             tuple(f"{output} changed or missing since the build" for output in changed), stored)
     verification = verification_state(workspace, artifact)
     note = "verification FAILED" if verification is VerificationState.FAILED else verification.value
     reasons: list[str] = []

@@ -11,7 +11,8 @@ import sys
 from collections import Counter
 from typing import Any
 
-from edgebuild.plugin import BuildContext, ExportError, Phases
+from edgebuild.ml.modules import describe_fallbacks, load_graph, modules_by_name
+from edgebuild.plugin import BuildContext, BuildRejected, ExportError, Phases
 
 from . import compile as compile_module
 from .params import CONTEXT_BINARY_FILE, INFO_FILE, INFO_FORMAT, MODEL_FILE, PROVIDER, SOURCE_MODEL_FILE, QnnParams
@@ -39,7 +40,10 @@ def build(context: BuildContext) -> dict[str, Any]:
     except json.JSONDecodeError:
         result = {}
     if child.returncode != 0 or "partitions" not in result:
-        detail = result.get("error") or (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]
+        if isinstance(result.get("error"), str):
+            # The backend's own answer on this graph: it would be the same on the next try.
+            raise BuildRejected(_rejection(source_model, params, result["error"], result.get("refused") or []))
+        detail = (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]
         raise ExportError(f"{source_model}: QNN context compilation failed: {detail}")
     placed = result["partitions"]
     # Counted in the session's graph: onnxruntime's own rewrites (a DequantizeLinear per
@@ -68,3 +72,17 @@ def build(context: BuildContext) -> dict[str, Any]:
     context.log(f"compiled for soc_model {params.soc_model} (htp v{params.htp_arch}): {on_qnn} nodes in {len(placed)} "
                 f"partition(s), {elsewhere} elsewhere; context binary {(context.out_dir / CONTEXT_BINARY_FILE).stat().st_size / 2**20:.1f} MiB")
     return {"timings": phases.seconds}
+
+
+def _rejection(source_model: Any, params: QnnParams, error: str, refused: list[dict[str, str]]) -> str:
+    """Why the backend refused the graph: the nodes it has no kernel for, each with the
+    model module it was exported from, and what to try."""
+    if not refused:
+        return f"{source_model}: QNN context compilation failed: {error}"
+    modules = modules_by_name(load_graph(source_model).graph)
+    named = [entry | {"module": modules.get(entry["node"])} for entry in refused]
+    ops = sorted({entry["op_type"] for entry in refused})
+    return (f"{source_model}: QNN context compilation failed: the HTP backend (soc_model {params.soc_model}, "
+            f"htp_arch {params.htp_arch}) does not take {len(refused)} node(s): {describe_fallbacks(named)}. "
+            f"Hint: the backend has no kernel here for {', '.join(ops)} (at these types); change what those "
+            "modules export to, export a submodule without them, or target another htp_arch")

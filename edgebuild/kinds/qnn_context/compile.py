@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.plugin import EdgebuildError, ExportError
-from .qnn import htp_session, partitions
+from .qnn import htp_session, partitions, refused_nodes
 
 PROTOBUF_LIMIT = 2**31
 
@@ -53,12 +53,24 @@ def compile_context(source_model: Path, out_model: Path, soc_model: int, htp_arc
     return {"source_nodes": source_nodes, "partitions": partitions(session)}
 
 
+def refused(source_model: Path, soc_model: int, htp_arch: int) -> list[dict[str, str]]:
+    """The nodes the HTP backend does not take, asked of a session that lets the CPU take
+    them (no context is written): what a compile with fallback disabled refused."""
+    session = htp_session(source_model, {"soc_model": str(soc_model), "htp_arch": str(htp_arch)}, {}, cpu_fallback=True)
+    return refused_nodes(session)
+
+
 def main() -> int:
     source_model, out_model, soc_model, htp_arch = sys.argv[1:5]
     try:
         result = compile_context(Path(source_model), Path(out_model), int(soc_model), int(htp_arch))
     except EdgebuildError as error:
-        print(json.dumps({"error": str(error)}))
+        failure: dict[str, Any] = {"error": str(error)}
+        try:
+            failure["refused"] = refused(Path(source_model), int(soc_model), int(htp_arch))
+        except EdgebuildError:
+            pass  # the backend refuses the graph as a whole (a SoC it does not know): no nodes to name
+        print(json.dumps(failure))
         return 1
     print(json.dumps(result))
     return 0

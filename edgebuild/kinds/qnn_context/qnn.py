@@ -51,16 +51,18 @@ def qnn_version() -> dict[str, str]:
     return {"onnxruntime_qnn": info.__version__, "qnn_sdk": getattr(info, "qnn_version", "unknown")}
 
 
-def htp_session(model_path: Path, provider_options: dict[str, str], config: dict[str, str], model_bytes: bytes | None = None) -> Any:
+def htp_session(model_path: Path, provider_options: dict[str, str], config: dict[str, str], model_bytes: bytes | None = None,
+                cpu_fallback: bool = False) -> Any:
     """A session with the QNN provider on the HTP backend and CPU fallback disabled: any
     node QNN does not take fails session creation instead of running on the CPU.
-    ``model_bytes``, when given, is the model to load (``model_path`` names it in errors)."""
+    ``model_bytes``, when given, is the model to load (``model_path`` names it in errors).
+    ``cpu_fallback``: the CPU takes what QNN does not (to ask where each node went)."""
     import onnxruntime
     import onnxruntime_qnn
 
     require_qnn()
     options = onnxruntime.SessionOptions()
-    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    options.add_session_config_entry("session.disable_cpu_ep_fallback", "0" if cpu_fallback else "1")
     options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     for key, value in config.items():
         options.add_session_config_entry(key, value)
@@ -92,3 +94,10 @@ def partitions(session: Any) -> list[dict[str, Any]]:
             "ops": dict(sorted(Counter(node.op_type for node in nodes).items())),
         })
     return found
+
+
+def refused_nodes(session: Any) -> list[dict[str, str]]:
+    """The nodes a session with CPU fallback placed off the QNN provider: {node, op_type}."""
+    return [{"node": node.name, "op_type": node.op_type}
+            for subgraph in session.get_provider_graph_assignment_info() if subgraph.ep_name != PROVIDER
+            for node in subgraph.get_nodes()]
