@@ -194,6 +194,9 @@ class ArtifactContext:
     holds their digests (an artifact made from a source is keyed by the source's bytes,
     not by how they were made)."""
 
+    # The artifact's name in the manifest, for messages only: it is in no fingerprint (two
+    # artifacts of the same parameters and inputs share one build in the store), so a
+    # build must not write it into its outputs.
     name: str
     params: ArtifactParams
     out_dir: Path
