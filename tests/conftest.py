@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TOWER_MANIFEST, ProjectDir, made_once
+from helpers import NOT_INSTALLED, REQUIRE_ALL_TESTS, TOWER_MANIFEST, ProjectDir, made_once
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,6 +42,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     for made in (getattr(config, "_edgebuild_numba_cache", None), getattr(config, "_edgebuild_fork_servers", None)):
         if made:
             shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Under ``EDGEBUILD_REQUIRE_ALL_TESTS=1`` (CI), a skip for want of what the test set-up
+    installs (helpers.missing) is a failure: a green run then means every such test ran. A
+    skip for what no set-up installs (a reflink filesystem, a platform's wheel) stays a skip."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or os.environ.get(REQUIRE_ALL_TESTS) != "1" or not isinstance(report.longrepr, tuple):
+        return
+    path, line, reason = report.longrepr
+    if NOT_INSTALLED in reason:
+        report.outcome = "failed"
+        report.longrepr = (f"{path}:{line}: {reason.removeprefix('Skipped: ')}; {REQUIRE_ALL_TESTS}=1 makes this a "
+                           "failure, not a skip (unset it to skip)")
 
 
 @pytest.fixture(autouse=True)

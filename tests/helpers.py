@@ -97,6 +97,106 @@ def require_installed_commands() -> None:
         )
 
 
+# --- what the test set-up installs -------------------------------------------------------
+
+# .ci/run and scripts/ci_steps.sh set it to 1: a test skipped for want of something the test
+# set-up installs fails instead (conftest.py), so a set-up that lost a dependency cannot
+# pass as a green run of tests that never ran. Elsewhere -- a developer's machine without
+# Chromium -- such a test skips, saying so.
+REQUIRE_ALL_TESTS = "EDGEBUILD_REQUIRE_ALL_TESTS"
+# How the reason of such a skip begins (conftest.py turns it into a failure).
+NOT_INSTALLED = "missing, though the test set-up installs it: "
+
+
+def chromium() -> str | None:
+    """The headless browser the page and site tests render in: ``EDGEBUILD_TEST_CHROMIUM``
+    (a path, to pick one or to check that its absence is said), else the first of
+    chromium, chromium-browser and google-chrome on PATH."""
+    chosen = os.environ.get("EDGEBUILD_TEST_CHROMIUM")
+    if chosen is not None:
+        return chosen if os.access(chosen, os.X_OK) else None
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def _chromium_missing() -> str | None:
+    if chromium() is not None:
+        return None
+    chosen = os.environ.get("EDGEBUILD_TEST_CHROMIUM")
+    if chosen is not None:
+        return f"EDGEBUILD_TEST_CHROMIUM={chosen} is not an executable"
+    return "Chromium is not on PATH (Debian: apt-get install chromium)"
+
+
+def _module_missing(module: str) -> str | None:
+    import importlib.util
+
+    return None if importlib.util.find_spec(module) is not None else f"the module {module} is not installed"
+
+
+def _qnn_missing() -> str | None:
+    from edgebuild.kinds.qnn_context.qnn import qnn_unavailable_reason
+
+    return qnn_unavailable_reason()
+
+
+# Each dependency: why it is missing here (``None``: it is not), and what installs it -- a
+# distribution of pyproject's ``test`` extra, or ``None`` for Chromium, which .ci/run
+# installs with apt (and GitHub's runners ship).
+DEPENDENCIES: dict[str, tuple[Callable[[], str | None], str | None]] = {
+    "chromium": (_chromium_missing, None),
+    "qnn": (_qnn_missing, "onnxruntime-qnn"),
+    "distributed": (lambda: _module_missing("distributed"), "dask"),
+    "openvino": (lambda: _module_missing("openvino"), "openvino"),
+    "executorch": (lambda: _module_missing("executorch"), "executorch"),
+}
+
+
+def missing(dependency: str) -> str | None:
+    """Why ``dependency`` (a key of :data:`DEPENDENCIES`) cannot be used here, as a skip's
+    reason; ``None`` when it can. The reason begins with :data:`NOT_INSTALLED` where the
+    test set-up installs it on this platform; elsewhere it says the set-up does not."""
+    why, installed_by = DEPENDENCIES[dependency]
+    reason = why()
+    if reason is None:
+        return None
+    if installed_by is None or _in_the_test_extra_here(installed_by):
+        return NOT_INSTALLED + reason
+    return f"{reason} (the test set-up does not install {installed_by} on this platform)"
+
+
+def _in_the_test_extra_here(distribution: str) -> bool:
+    """Whether pyproject's ``test`` extra installs ``distribution`` on this platform (its
+    environment marker holds here: onnxruntime-qnn has wheels for Linux x86_64 and Windows only)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    for line in extra:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) == canonicalize_name(distribution):
+            return requirement.marker is None or requirement.marker.evaluate()
+    raise AssertionError(f"{distribution} is not in pyproject's test extra: DEPENDENCIES names what installs it")
+
+
+def needs(dependency: str):
+    """A mark that skips a test while ``dependency`` is missing (see :func:`missing`)."""
+    import pytest
+
+    reason = missing(dependency)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def skip_unless_present(dependency: str) -> None:
+    """Skip the rest of a test while ``dependency`` is missing (see :func:`missing`)."""
+    import pytest
+
+    reason = missing(dependency)
+    if reason is not None:
+        pytest.skip(reason)
+
+
 TOWER_MANIFEST = """\
 checkpoints:
   qwen:

@@ -56,7 +56,8 @@ def test_a_cold_copy_on_this_filesystem_goes_past_the_page_cache_or_shares_exten
     written(source, CHUNK + 5)
     how = copy_file(source, tmp_path / "target", cold=True)
     if how not in (REFLINK, DIRECT):
-        pytest.skip(f"{tmp_path}'s filesystem takes neither reflinks nor direct writes ({how})")
+        pytest.skip(f"{tmp_path}'s filesystem takes neither reflinks nor direct writes ({how}): a property of the "
+                    "machine's filesystem, which no test set-up installs")
     assert (tmp_path / "target").read_bytes() == source.read_bytes()
 
 
@@ -64,7 +65,7 @@ def test_another_filesystem_gets_the_same_bytes(tmp_path: Path) -> None:
     """tmpfs: it has no reflinks, and takes O_DIRECT only on newer kernels (6.6 on)."""
     shm = Path("/dev/shm")
     if not shm.is_dir() or not os.access(shm, os.W_OK):
-        pytest.skip("no writable /dev/shm")
+        pytest.skip("no writable /dev/shm on this machine (a tmpfs no test set-up installs)")
     source = tmp_path / "source"
     data = written(source, CHUNK + 3)
     target = shm / f"edgebuild-copy-test-{os.getpid()}"

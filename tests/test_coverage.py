@@ -22,7 +22,7 @@ from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.run.coverage import judge_coverage
 from edgebuild.run.workspace import Workspace
 
-from helpers import REPO
+from helpers import REPO, skip_unless_present
 
 QUIET = {"log": lambda message: None}
 # Metadata as torch's ONNX exporter writes it, under edgebuild's wrapper of the model.
@@ -290,8 +290,8 @@ def test_a_gate_the_clip_graph_misses_fails_with_nodes_and_modules(clip_root: Pa
 
 @pytest.mark.slow
 def test_openvino_and_executorch_certificates_agree_with_the_tools_by_hand(clip_root: Path) -> None:
-    pytest.importorskip("openvino")
-    pytest.importorskip("executorch")
+    skip_unless_present("openvino")
+    skip_unless_present("executorch")
     import openvino
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.backend_debug import get_delegation_info
@@ -351,7 +351,7 @@ QNN = CLIP_64 + """\
 
 @pytest.mark.slow
 def test_a_qnn_context_and_its_qdq_graph_carry_certificates_that_agree_with_the_tools(tmp_path: Path) -> None:
-    pytest.importorskip("onnxruntime_qnn")
+    skip_unless_present("qnn")
     import onnxruntime
     import onnxruntime_qnn
     from onnxruntime.tools.mobile_helpers.usability_checker import check_coreml_partitions

@@ -24,9 +24,9 @@ from edgebuild.run.executors.resources import PROCESS_FOOTPRINT_BYTES, task_reso
 from edgebuild.core.lockfile import render_lock
 from edgebuild.cache.remote import RemoteCache
 
-from helpers import REPO, TOWER_MANIFEST, ProjectDir, clone_project
+from helpers import REPO, TOWER_MANIFEST, ProjectDir, clone_project, needs
 
-pytest.importorskip("distributed")
+pytestmark = needs("distributed")
 
 DASK = str(Path(sys.executable).with_name("dask"))
 START_TIMEOUT = 60

@@ -22,8 +22,8 @@ from edgebuild.run.diff import FROM_DESTINATION, FROM_LOCK, FROM_REMOTE, FROM_ST
 from edgebuild.run.lockfile import update_lock
 from edgebuild.run.workspace import Workspace
 
-from helpers import TOWER_MANIFEST, ProjectDir, clone_project, commit, lay_out_siglip_inputs, pretend_built
-from test_report_page import CHROMIUM, _chromium, _sections
+from helpers import TOWER_MANIFEST, ProjectDir, clone_project, commit, lay_out_siglip_inputs, pretend_built, skip_unless_present
+from test_report_page import _chromium, _sections
 from test_staleness import patch_tensor_bytes
 
 BLOCK = "model.visual.blocks.0."
@@ -119,8 +119,8 @@ def test_a_tensor_group_and_a_parameter_are_named_with_every_check_old_and_new(
     assert f"<td>max_abs</td><td>{format_number(max_abs['before'])}</td><td>{format_number(max_abs['after'])}</td>" in section
     overview = page.split('<section class="overview">')[1].split("</section>")[0]
     assert f"cosine {format_number(after['checks'][1]['value'])}" in overview
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed: the page was checked as text only")
+    # Without a browser the page was checked as text only.
+    skip_unless_present("chromium")
     probe = root / "build" / "height-probe.html"
     probe.write_text(page.replace("</body>", HEIGHT_PROBE + "</body>"))
     dom = _chromium("--dump-dom", probe.as_uri(), profile=tmp_path / "profile").stdout

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, chromium, needs
 
 
 def test_the_reference_pages_are_what_the_code_says() -> None:
@@ -58,11 +57,11 @@ def test_the_site_builds_strictly(site: Path) -> None:
     assert (site / "reference" / "kinds" / "qwen3_5_vision_tower" / "index.html").is_file()
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = chromium()
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium); "
-                                              "this test renders the documentation site in headless Chromium")
+# It renders the documentation site in headless Chromium.
+@needs("chromium")
 def test_the_site_renders_in_a_browser(site: Path, tmp_path: Path) -> None:
     """The landing page and a reference page, as a browser draws them from the files:
     the title, the navigation to every section, and the reference's table."""

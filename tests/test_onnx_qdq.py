@@ -14,7 +14,7 @@ from edgebuild.errors import ManifestError, ParameterError
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.run.workspace import Workspace
 
-from helpers import REPO, pretend_built, verify_along
+from helpers import REPO, pretend_built, skip_unless_present, verify_along
 
 QUIET = {"log": lambda message: None}
 CHAIN = """\
@@ -79,8 +79,6 @@ def test_the_fingerprint_holds_the_graphs_bytes_and_the_image_processor(tmp_path
 
 @pytest.mark.slow
 def test_the_clip_graph_quantizes_and_compiles(tmp_path: Path) -> None:
-    from edgebuild.kinds.qnn_context.qnn import qnn_unavailable_reason
-
     workspace = _project(tmp_path)
     for name in ("clip", "qdq"):
         make_current(workspace, name, **QUIET)
@@ -91,8 +89,7 @@ def test_the_clip_graph_quantizes_and_compiles(tmp_path: Path) -> None:
     assert checks["activation_types"].value == ["uint16"] and checks["weight_types"].value == ["uint8"]
     assert checks["quantized_weights"].value == 19 and checks["unquantized_weights"].value == 0
     assert report.metrics["reference"] == "onnxruntime CPU, QDQ graph vs the float graph, 2 held_out inputs"
-    if qnn_unavailable_reason() is not None:
-        pytest.skip(qnn_unavailable_reason())
+    skip_unless_present("qnn")
     make_current(workspace, "npu", **QUIET)
     compiled = verify_artifact(workspace, "npu", **QUIET)
     assert compiled.passed, compiled.summary()

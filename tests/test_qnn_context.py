@@ -12,11 +12,10 @@ import pytest
 
 from edgebuild.run.builder import make_current
 from edgebuild.core.hashing import file_digest
-from edgebuild.kinds.qnn_context.qnn import qnn_unavailable_reason
 from edgebuild.core.project import Project
 from edgebuild.run.workspace import Workspace
 
-from helpers import REPO, pretend_built, verify_along
+from helpers import REPO, needs, pretend_built, verify_along
 
 QUIET = {"log": lambda message: None}
 
@@ -40,11 +39,7 @@ artifacts:
 """
 
 
-def _qnn_reason() -> str:
-    return qnn_unavailable_reason() or ""
-
-
-needs_qnn = pytest.mark.skipif(bool(_qnn_reason()), reason=_qnn_reason())
+needs_qnn = needs("qnn")
 
 
 def test_the_qnn_sdk_version_is_in_this_kind_only(tmp_path: Path) -> None:

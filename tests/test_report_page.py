@@ -23,10 +23,10 @@ from edgebuild.core.report import Check, Report
 from edgebuild.cli.report_page import PAGE_FILE, render_report_page, write_report_page
 from edgebuild.core.figures import heatmap_svg, histogram_svg
 from edgebuild.kinds.siglip_f143_onnx.figures import fp8_size_breakdown
-from helpers import TOWER_MANIFEST, clone_project, lay_out_siglip_inputs
+from helpers import TOWER_MANIFEST, chromium, clone_project, lay_out_siglip_inputs, needs
 
 GENERATED_AT = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = chromium()
 BROWSER_TIMEOUT_S = 120
 
 SIGLIP_ARTIFACTS = """\
@@ -305,8 +305,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium); "
-                                              "this test renders build/index.html in headless Chromium")
+# It renders build/index.html in headless Chromium.
+@needs("chromium")
 def test_the_page_renders_in_a_browser(verified_seed: Path, tmp_path: Path, siglip_checkpoint: Path) -> None:
     clone = clone_project(verified_seed, tmp_path / "project")
     project = _siglip_project(clone.root, siglip_checkpoint, tower=True)

@@ -210,13 +210,22 @@ def verification_summary(outcome: dict[str, list[str]]) -> str:
 # --- the loop -----------------------------------------------------------------------------
 
 
+# A step does one task's work: ``step(workspace, artifact, log, relay)``.
+Step = Callable[["Workspace", Artifact, Log, Relay], object]
+
+
 def run(workspace: "Workspace", artifacts: list[Artifact], verify_them: bool, fail_fast: bool = False,
-        log: Callable[[str, str], None] | None = None) -> Outcomes:
+        log: Callable[[str, str], None] | None = None, build_step: Step = build, verify_step: Step = verify) -> Outcomes:
     """Build ``artifacts`` and what they depend on (dependencies first), then, with
     ``verify_them``, verify each of ``artifacts``: one task at a time, in this process
     and its workers. A failure fails its task and skips what depends on it; the rest
     goes on unless ``fail_fast``. ``log(name, line)`` receives every line (default:
-    stderr, as doit shows them)."""
+    stderr, as doit shows them).
+
+    The loop decides (what needs building or verifying, what is blocked, what is
+    recorded); ``build_step`` and ``verify_step`` do (default: :func:`build` and
+    :func:`verify`, exports and judgements in worker processes). The scheduler's rules
+    are tested with steps that do the same in this process."""
     outcomes = Outcomes()
 
     def step_log(artifact: Artifact) -> tuple[Log, Relay]:
@@ -254,9 +263,9 @@ def run(workspace: "Workspace", artifacts: list[Artifact], verify_them: bool, fa
         try:
             if task.startswith("verify:"):
                 if needs_verify(workspace, artifact):
-                    verify(workspace, artifact, step_log_to, relay)
+                    verify_step(workspace, artifact, step_log_to, relay)
             elif needs_build(workspace, artifact):
-                build(workspace, artifact, step_log_to, relay)
+                build_step(workspace, artifact, step_log_to, relay)
             outcomes.success(task)
         except EdgebuildError as error:
             outcomes.failure(task, str(error), error)

@@ -1,0 +1,284 @@
+"""The scheduler's rules (edgebuild/run/scheduler.py), fast: what needs building, what
+needs only verifying, what a failure blocks, and what the run records, in which order.
+
+Nothing is exported: the artifacts are of a tiny real kind, registered in this process,
+whose build writes one small file (a word of its parameters, then its sources' files)
+and whose verification passes unless its parameters say otherwise. The scheduler's own
+loop decides; its steps run here, in this process (``make_current`` and
+``verify_artifact``, which a worker process runs for the default steps), each call
+written down, so a test says what the loop chose to do and in which order."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from pydantic import Field
+
+from edgebuild.core import registry
+from edgebuild.plugin import ArtifactKind, ArtifactParams
+from edgebuild.run.builder import make_current, verify_artifact
+from edgebuild.run.scheduler import Outcomes, needs_build, needs_verify, run
+from edgebuild.run.state import VerificationState, verification_state
+from edgebuild.run.workspace import Workspace
+
+KIND = "scheduler_rules_step"
+# The kind's build and verify module, written out by the fixture below (a kind's modules
+# are imported by name, and their code is in its fingerprints).
+STEP_MODULE = "scheduler_rules_step"
+STEP_CODE = '''
+from edgebuild.plugin import Check, ExportError, Verification
+
+
+def build(context):
+    if context.params.fails == "build":
+        raise ExportError(f"{context.name}: its parameters say the build fails")
+    made_from = [(directory / "made.txt").read_text() for directory in context.sources.values()]
+    (context.out_dir / "made.txt").write_text(" + ".join([context.params.writes, *made_from]))
+    return {}
+
+
+def verify(context):
+    return Verification(checks=[Check.measure("told_to_pass", int(context.params.fails != "verify"), "==", 1)])
+'''
+
+
+class StepParams(ArtifactParams):
+    kind: Literal["scheduler_rules_step"]
+    # What its build writes before its sources' files. The artifact's name is in no
+    # fingerprint: two artifacts alike in everything else are one build.
+    writes: str
+    # Several sources make a diamond (built-in kinds take one ``source:``).
+    sources: list[str] = Field(default_factory=list)
+    fails: Literal["build", "verify"] | None = None
+
+    def source_artifacts(self) -> list[str]:
+        return list(self.sources)
+
+
+class Step(ArtifactKind):
+    name = KIND
+    summary = "one small file: a word and its sources' files"
+    Params = StepParams
+    outputs = ("made.txt",)
+    build_module = verify_module = STEP_MODULE
+    source_kinds = (KIND,)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def step_kind(tmp_path_factory: pytest.TempPathFactory):
+    directory = tmp_path_factory.mktemp("kind")
+    (directory / f"{STEP_MODULE}.py").write_text(STEP_CODE)
+    sys.path.insert(0, str(directory))
+    registry.register(Step)
+    yield
+    registry.unregister(KIND)
+    sys.path.remove(str(directory))
+    sys.modules.pop(STEP_MODULE, None)
+
+
+def open_workspace(root: Path, artifacts: str) -> Workspace:
+    """A project at ``root`` with these ``artifacts:`` entries, no remote cache."""
+    (root / "artifacts.yaml").write_text("artifacts:\n" + textwrap.indent(textwrap.dedent(artifacts), "  "))
+    return Workspace.open(root / "artifacts.yaml", root)
+
+
+class Steps:
+    """The scheduler's steps, done in this process, each call written down as
+    ``(step, artifact)``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def build(self, workspace: Workspace, artifact, log, relay) -> None:
+        self.calls.append(("build", artifact.name))
+        make_current(workspace, artifact, log)
+
+    def verify(self, workspace: Workspace, artifact, log, relay) -> None:
+        self.calls.append(("verify", artifact.name))
+        verify_artifact(workspace, artifact, log)
+
+
+def run_here(workspace: Workspace, names: list[str], verify_them: bool, fail_fast: bool = False) -> tuple[Outcomes, list]:
+    """``run`` of ``names`` with the steps in this process: its outcomes and the steps' calls."""
+    steps = Steps()
+    outcomes = run(workspace, [workspace.artifact(name) for name in names], verify_them, fail_fast,
+                   build_step=steps.build, verify_step=steps.verify)
+    return outcomes, steps.calls
+
+
+def failing(artifacts: str, name: str, step: Literal["build", "verify"]) -> str:
+    """``artifacts`` with ``name``'s ``step`` failing."""
+    return artifacts.replace(f"writes: {name}", f"writes: {name}, fails: {step}")
+
+
+CHAIN = """\
+a: {kind: scheduler_rules_step, writes: a}
+b: {kind: scheduler_rules_step, writes: b, sources: [a]}
+c: {kind: scheduler_rules_step, writes: c, sources: [b]}
+"""
+
+
+def test_an_artifact_never_built_is_built_then_verified(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, "a: {kind: scheduler_rules_step, writes: a}\n")
+    a = workspace.artifact("a")
+    assert needs_build(workspace, a) and needs_verify(workspace, a)
+    outcomes, calls = run_here(workspace, ["a"], verify_them=True)
+    assert calls == [("build", "a"), ("verify", "a")]
+    assert (outcomes.succeeded, outcomes.failed) == ({"a", "verify:a"}, {})
+    assert outcomes.verification(["a"]) == {"passed": ["a"], "failed": [], "not run": []}
+    assert not needs_build(workspace, a) and not needs_verify(workspace, a)
+    assert (a.directory / "made.txt").read_text() == "a"
+
+
+def test_a_build_alone_verifies_nothing(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, "a: {kind: scheduler_rules_step, writes: a}\n")
+    outcomes, calls = run_here(workspace, ["a"], verify_them=False)
+    assert calls == [("build", "a")]
+    assert (outcomes.succeeded, outcomes.failed) == ({"a"}, {})
+    assert outcomes.verification(["a"]) == {"passed": [], "failed": [], "not run": ["a"]}
+    assert verification_state(workspace, "a") is VerificationState.NOT_VERIFIED
+
+
+def test_an_artifact_built_at_its_fingerprint_is_only_verified(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, "a: {kind: scheduler_rules_step, writes: a}\n")
+    run_here(workspace, ["a"], verify_them=False)
+    a = workspace.artifact("a")
+    assert not needs_build(workspace, a) and needs_verify(workspace, a)
+    outcomes, calls = run_here(workspace, ["a"], verify_them=True)
+    assert calls == [("verify", "a")]
+    # Up to date counts as a success of its task, as doit's "-- a" does.
+    assert (outcomes.succeeded, outcomes.failed) == ({"a", "verify:a"}, {})
+
+
+def test_an_artifact_verified_and_kept_runs_no_step(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, CHAIN)
+    run_here(workspace, ["c"], verify_them=True)
+    outcomes, calls = run_here(workspace, ["c"], verify_them=True)
+    assert calls == []
+    assert outcomes.succeeded == {"a", "b", "c", "verify:a", "verify:b", "verify:c"}
+    assert outcomes.verification(["c"]) == {"passed": ["c"], "failed": [], "not run": []}
+
+
+def test_a_verified_build_missing_from_the_store_is_kept_again(tmp_path: Path) -> None:
+    """Verified here, but its store entry (and report) gone, as after a run killed between
+    the two: it needs verifying -- the step keeps it -- and no build."""
+    import shutil
+
+    workspace = open_workspace(tmp_path, "a: {kind: scheduler_rules_step, writes: a}\n")
+    run_here(workspace, ["a"], verify_them=True)
+    a = workspace.artifact("a")
+    shutil.rmtree(workspace.layout.root / "cache" / "store")
+    assert verification_state(workspace, a) is VerificationState.VERIFIED
+    assert not needs_build(workspace, a) and needs_verify(workspace, a)
+    outcomes, calls = run_here(workspace, ["a"], verify_them=True)
+    assert calls == [("verify", "a")]
+    assert workspace.store.has_report(a.fingerprint, a.verify_fingerprint) and not needs_verify(workspace, a)
+
+
+def test_a_damaged_output_needs_building_again(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, CHAIN)
+    run_here(workspace, ["c"], verify_them=True)
+    (workspace.artifact("b").directory / "made.txt").write_text("b + something else")
+    assert [name for name in "abc" if needs_build(workspace, workspace.artifact(name))] == ["b"]
+    outcomes, calls = run_here(workspace, ["c"], verify_them=False)
+    # Restored from the store by the build step; c, keyed by b's bytes, was never stale.
+    assert calls == [("build", "b")]
+    assert (workspace.artifact("b").directory / "made.txt").read_text() == "b + a"
+    assert outcomes.failed == {}
+
+
+def test_a_chain_is_built_then_verified_sources_first(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, CHAIN)
+    outcomes, calls = run_here(workspace, ["c"], verify_them=True)
+    assert calls == [("build", "a"), ("build", "b"), ("build", "c"), ("verify", "a"), ("verify", "b"), ("verify", "c")]
+    assert (workspace.artifact("c").directory / "made.txt").read_text() == "c + b + a"
+    # Only those asked for are summed up; their sources were verified first (the chain rule).
+    assert outcomes.verification(["c"]) == {"passed": ["c"], "failed": [], "not run": []}
+    assert outcomes.succeeded == {"a", "b", "c", "verify:a", "verify:b", "verify:c"}
+
+
+def test_a_failed_build_blocks_everything_made_from_it(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, failing(CHAIN, "a", "build"))
+    outcomes, calls = run_here(workspace, ["c"], verify_them=True)
+    assert calls == [("build", "a")]
+    # In task order: the failure with its error, then every task that waited for it, not run.
+    assert outcomes.failed == {"a": "a: its parameters say the build fails", "b": None, "c": None,
+                               "verify:a": None, "verify:b": None, "verify:c": None}
+    assert outcomes.errors() == {"a": "a: its parameters say the build fails"}
+    assert outcomes.not_run_because == {}
+    assert outcomes.verification(["a", "b", "c"]) == {"passed": [], "failed": ["a"], "not run": ["b", "c"]}
+    assert not any(workspace.artifact(name).directory.exists() for name in "abc")
+
+
+def test_a_failed_verification_blocks_the_verifications_made_from_it_by_name(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, failing(CHAIN, "a", "verify"))
+    outcomes, calls = run_here(workspace, ["c"], verify_them=True)
+    # Everything is built (a build does not wait for a verification); only a is judged.
+    assert calls == [("build", "a"), ("build", "b"), ("build", "c"), ("verify", "a")]
+    assert outcomes.succeeded == {"a", "b", "c"}
+    assert list(outcomes.failed) == ["verify:a", "verify:b", "verify:c"]
+    assert outcomes.failed["verify:a"].startswith("a: verification failed: told_to_pass")
+    assert outcomes.not_run_because == {
+        "verify:b": "b: not run: its source a did not pass verification",
+        # c names the source it waited for, which was itself held back by a.
+        "verify:c": "c: not run: its source b did not pass verification",
+    }
+    assert outcomes.verification(["a", "b", "c"]) == {"passed": [], "failed": ["a"], "not run": ["b", "c"]}
+    # Neither would count if judged: the chain rule, as the state says too.
+    assert verification_state(workspace, "a") is VerificationState.FAILED
+    assert verification_state(workspace, "b") is VerificationState.NOT_VERIFIED
+
+
+DIAMOND = """\
+a: {kind: scheduler_rules_step, writes: a}
+b: {kind: scheduler_rules_step, writes: b, sources: [a]}
+c: {kind: scheduler_rules_step, writes: c, sources: [a]}
+d: {kind: scheduler_rules_step, writes: d, sources: [b, c]}
+"""
+
+
+def test_a_diamond_is_done_in_dependency_order(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, DIAMOND)
+    outcomes, calls = run_here(workspace, ["d"], verify_them=True)
+    assert calls == [("build", "a"), ("build", "b"), ("build", "c"), ("build", "d"),
+                     ("verify", "a"), ("verify", "b"), ("verify", "c"), ("verify", "d")]
+    assert (workspace.artifact("d").directory / "made.txt").read_text() == "d + b + a + c + a"
+    assert outcomes.verification(["d"]) == {"passed": ["d"], "failed": [], "not run": []}
+
+
+def test_a_failed_verification_in_a_diamond_blocks_only_what_is_made_from_it(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, failing(DIAMOND, "b", "verify"))
+    outcomes, calls = run_here(workspace, ["d"], verify_them=True)
+    # c, beside b, is still verified: a failure skips only what depends on it.
+    assert calls[4:] == [("verify", "a"), ("verify", "b"), ("verify", "c")]
+    assert outcomes.not_run_because == {"verify:d": "d: not run: its source b did not pass verification"}
+    assert outcomes.verification(["a", "b", "c", "d"]) == {"passed": ["a", "c"], "failed": ["b"], "not run": ["d"]}
+
+
+def test_a_failed_build_in_a_diamond_blocks_only_what_is_made_from_it(tmp_path: Path) -> None:
+    workspace = open_workspace(tmp_path, failing(DIAMOND, "c", "build"))
+    outcomes, calls = run_here(workspace, ["d"], verify_them=True)
+    assert calls == [("build", "a"), ("build", "b"), ("build", "c"), ("verify", "a"), ("verify", "b")]
+    assert list(outcomes.failed) == ["c", "d", "verify:c", "verify:d"]
+    assert outcomes.errors() == {"c": "c: its parameters say the build fails"}
+    assert outcomes.verification(["a", "b", "c", "d"]) == {"passed": ["a", "b"], "failed": ["c"], "not run": ["d"]}
+
+
+def test_fail_fast_stops_at_the_first_failure(tmp_path: Path) -> None:
+    artifacts = "a: {kind: scheduler_rules_step, writes: a, fails: build}\nx: {kind: scheduler_rules_step, writes: x}\n"
+    workspace = open_workspace(tmp_path, artifacts)
+    outcomes, calls = run_here(workspace, ["a", "x"], verify_them=True)
+    assert calls == [("build", "a"), ("build", "x"), ("verify", "x")]
+    assert outcomes.verification(["a", "x"]) == {"passed": ["x"], "failed": ["a"], "not run": []}
+
+    (tmp_path / "fail_fast").mkdir()
+    workspace = open_workspace(tmp_path / "fail_fast", artifacts)
+    outcomes, calls = run_here(workspace, ["a", "x"], verify_them=True, fail_fast=True)
+    # x depends on nothing that failed: it is not run only because the run stopped.
+    assert calls == [("build", "a")]
+    assert outcomes.failed == {"a": "a: its parameters say the build fails", "x": None, "verify:a": None, "verify:x": None}
+    assert outcomes.verification(["a", "x"]) == {"passed": [], "failed": ["a"], "not run": ["x"]}
