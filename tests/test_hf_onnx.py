@@ -187,3 +187,52 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
         build=[*common, "edgebuild/kinds/hf_onnx/build.py"],
         verify=[*common, "edgebuild/kinds/hf_onnx/verify.py"],
     )
+
+
+DYNAMIC_BATCH = """\
+checkpoints:
+  clip:
+    fixture: clip_vision_tiny
+artifacts:
+  clip_dyn:
+    kind: hf_onnx
+    checkpoint: clip
+    model_class: CLIPVisionModel
+    inputs:
+      pixel_values: {shape: [2, 3, 64, 64], dynamic: {0: [2, 8]}}
+    outputs: [pooler_output]
+"""
+
+
+@pytest.mark.slow
+def test_a_dynamic_batch_is_exported_symbolic_and_verified_at_both_ends(tmp_path: Path) -> None:
+    """A batch axis declared dynamic: the graph's input has a symbolic batch, verification
+    runs at the smallest and the largest batch, and a size between them, run by hand in
+    onnxruntime, agrees with transformers."""
+    import numpy
+    import onnx
+    import onnxruntime
+    import torch
+    import transformers
+
+    workspace = _project(tmp_path, DYNAMIC_BATCH)
+    make_current(workspace, "clip_dyn", **QUIET)
+    report = verify_artifact(workspace, "clip_dyn", **QUIET)
+    assert report.passed, report.summary()
+    assert report.metrics["inputs"] == "4 random inputs at the smallest and at the largest dynamic sizes"
+    directory = workspace.artifact("clip_dyn").directory
+    graph = onnx.load(str(directory / "model.onnx"), load_external_data=False).graph
+    batch = graph.input[0].type.tensor_type.shape.dim[0]
+    assert not batch.HasField("dim_value") and batch.dim_param
+    assert json.loads((directory / "export.json").read_text())["inputs"][0]["dynamic"] == {"0": [2, 8]}
+    pixels = torch.randn(5, 3, 64, 64, generator=torch.Generator().manual_seed(5))
+    (produced,) = onnxruntime.InferenceSession(str(directory / "model.onnx")).run(None, {"pixel_values": pixels.numpy()})
+    model = transformers.CLIPVisionModel.from_pretrained(workspace.checkpoint("clip").directory).eval()
+    with torch.no_grad():
+        expected = model(pixel_values=pixels).pooler_output.numpy()
+    assert produced.shape == (5, expected.shape[1]) and numpy.abs(produced - expected).max() <= 1e-4
+    # Fixed shapes are written as before: an artifact without `dynamic:` keeps its fingerprint.
+    fixed = workspace.artifact("clip_dyn").params.model_copy(
+        update={"inputs": {"pixel_values": workspace.artifact("clip_dyn").params.inputs["pixel_values"].model_copy(
+            update={"dynamic": {}})}})
+    assert fixed.build_parameters()["inputs"] == {"pixel_values": {"shape": [2, 3, 64, 64], "dtype": None}}

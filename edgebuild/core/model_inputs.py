@@ -9,7 +9,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_serializer, model_validator
 
 from edgebuild.core.kind import InputFiles, Strict
 
@@ -91,6 +91,19 @@ class DynamicInput(ModelInput):
         for axis, bounds in self.dynamic.items():
             shape[axis] = bounds[0] if size == "smallest" else bounds[1] if size == "largest" else shape[axis]
         return shape
+
+
+class FixedUnlessSaid(DynamicInput):
+    """A :class:`DynamicInput` of a kind that was fixed-shape before it took dynamic axes:
+    with none declared it is written as before (no ``dynamic`` key), so the parameters,
+    and the fingerprints made of them, of every existing artifact stay what they were."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_dynamic(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if not data.get("dynamic"):
+            data.pop("dynamic", None)
+        return data
 
 
 def input_spec(value: Any) -> Any:

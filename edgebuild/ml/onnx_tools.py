@@ -28,9 +28,11 @@ SOURCE_LOCATION_KEYS = frozenset({"pkg.torch.onnx.stack_trace"})
 
 
 def export_onnx(
-    module: Any, example: tuple[Any, ...], path: Path, input_names: list[str], output_names: list[str], opset: int
+    module: Any, example: tuple[Any, ...], path: Path, input_names: list[str], output_names: list[str], opset: int,
+    dynamic_shapes: Any = None,
 ) -> None:
-    """torch's dynamo exporter, optimised, weights in one external ``<name>.data`` file."""
+    """torch's dynamo exporter, optimised, weights in one external ``<name>.data`` file;
+    ``dynamic_shapes`` as ``torch.export`` takes them (``None``: every shape fixed)."""
     import logging
     import warnings
 
@@ -49,6 +51,7 @@ def export_onnx(
             input_names=input_names,
             output_names=output_names,
             opset_version=opset,
+            dynamic_shapes=dynamic_shapes,
             dynamo=True,
             optimize=True,
             external_data=True,

@@ -1,5 +1,6 @@
 """Export: the model loaded strictly, its outputs checked, the graph exported by torch's
-dynamo exporter at the manifest's fixed shapes, ``allowzero`` cleared."""
+dynamo exporter at the manifest's shapes (dynamic axes between their sizes), ``allowzero``
+cleared."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from edgebuild.plugin import BuildContext, ExportError, Phases
 
-from .model import check_outputs, load_model, outputs_module, random_inputs
+from .model import check_outputs, dynamic_shapes, load_model, outputs_module, random_inputs
 from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, HfOnnxParams
 
 
@@ -32,7 +33,8 @@ def build(context: BuildContext) -> dict[str, Any]:
     path = context.out_dir / MODEL_FILE
     with phases.time("export"):
         try:
-            export_onnx(module, example, path, list(params.inputs), list(params.outputs), params.opset)
+            export_onnx(module, example, path, list(params.inputs), list(params.outputs), params.opset,
+                        dynamic_shapes(params.inputs))
         except ExportError:
             raise
         except Exception as error:  # the exporter raises anything, several lines of it
@@ -48,7 +50,9 @@ def build(context: BuildContext) -> dict[str, Any]:
         "dtype": params.dtype,
         "opset": params.opset,
         # Lists, in the graph's order (the file's keys are sorted).
-        "inputs": [{"name": name, "shape": spec.shape, "dtype": params.input_dtype(name)} for name, spec in params.inputs.items()],
+        "inputs": [{"name": name, "shape": spec.shape, "dtype": params.input_dtype(name)}
+                   | ({"dynamic": {str(axis): bounds for axis, bounds in spec.dynamic.items()}} if spec.dynamic else {})
+                   for name, spec in params.inputs.items()],
         "outputs": [{"name": name, "shape": output_shapes[name], "dtype": params.dtype} for name in params.outputs],
         "allowzero_cleared": cleared,
     }

@@ -13,6 +13,7 @@ from .params import HfOnnxParams
 
 if TYPE_CHECKING:
     from edgebuild.core.checkpoint import Checkpoint
+    from edgebuild.core.model_inputs import DynamicInput
 
 
 def load_model(params: HfOnnxParams, checkpoint: "Checkpoint") -> Any:
@@ -73,6 +74,29 @@ def check_outputs(model: Any, params: HfOnnxParams, example: tuple[Any, ...]) ->
             f"outputs: {params.model_class} returns no {missing[0]!r}; it returns {', '.join(available)}"
         )
     return {name: list(result[name].shape) for name in params.outputs}
+
+
+def dynamic_shapes(inputs: "dict[str, DynamicInput] | None") -> tuple[Any, ...] | None:
+    """``torch.export``'s (and so torch's ONNX exporter's) dynamic shapes for the module's
+    positional inputs (:func:`named_outputs_module`: one argument, ``*tensors``): a ``Dim``
+    per dynamic axis, between its sizes; ``None`` when every shape is fixed."""
+    from torch.export import Dim
+
+    if not any(spec.dynamic for spec in (inputs or {}).values()):
+        return None
+    assert inputs is not None
+    return (tuple({axis: Dim(f"{name}_{axis}", min=low, max=high) for axis, (low, high) in spec.dynamic.items()}
+                  or None for name, spec in inputs.items()),)
+
+
+def at_each_size(params: HfOnnxParams) -> list[HfOnnxParams]:
+    """The parameters at each size a graph is checked at: every dynamic axis at its
+    smallest, then at its largest size; the parameters alone when nothing is dynamic."""
+    if not params.dynamic:
+        return [params]
+    return [params.model_copy(update={"inputs": {name: spec.model_copy(update={"shape": spec.at(size)})
+                                                 for name, spec in params.inputs.items()}})
+            for size in ("smallest", "largest")]
 
 
 def random_inputs(params: HfOnnxParams, config: Any, count: int, seed: int) -> list[tuple[Any, ...]]:

@@ -1,5 +1,5 @@
-"""The manifest parameters of ``hf_onnx``: which transformers class, at which fixed input
-shapes, which outputs, and the thresholds against the model's own forward."""
+"""The manifest parameters of ``hf_onnx``: which transformers class, at which input
+shapes (fixed, or some axes dynamic between two sizes), which outputs, and the thresholds against the model's own forward."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
 
 from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
-from edgebuild.core.model_inputs import (HeldOut, ModelInput, check_class_name, check_input_names,
+from edgebuild.core.model_inputs import (FixedUnlessSaid, HeldOut, check_class_name, check_input_names,
                                          check_output_names, input_spec)
 from edgebuild.plugin import ArtifactParams, Dtype, OutputLimits, PerOutputLimits, VerifySettings
 
@@ -55,8 +55,9 @@ class HfOnnxParams(ArtifactParams):
     kind: Literal["hf_onnx"]
     checkpoint: str = Field(description="The checkpoint (a name under checkpoints:).")
     model_class: str = Field(description="A transformers model class, by name (CLIPVisionModel, Dinov2Model, ...).")
-    inputs: dict[str, Annotated[ModelInput, BeforeValidator(input_spec, json_schema_input_type=list[PositiveInt] | ModelInput)]] = Field(
-        min_length=1, description="Each forward() argument given: name -> shape, or {shape, dtype}."
+    inputs: dict[str, Annotated[FixedUnlessSaid, BeforeValidator(input_spec, json_schema_input_type=list[PositiveInt] | FixedUnlessSaid)]] = Field(
+        min_length=1, description="Each forward() argument given: name -> shape, or {shape, dtype, dynamic} (dynamic: "
+                                  "axis -> [smallest, largest], for the graph's consumers that take dynamic shapes)."
     )
     outputs: list[str] = Field(
         default_factory=lambda: ["last_hidden_state"], min_length=1,
@@ -116,6 +117,10 @@ class HfOnnxParams(ArtifactParams):
     def limits(self, output: str) -> OutputLimits:
         """The limits on ``output``: its own, then those for every output, then the dtype's defaults."""
         return self.verify.for_output(output, DEFAULT_LIMITS[self.dtype])
+
+    @property
+    def dynamic(self) -> bool:
+        return any(spec.dynamic for spec in self.inputs.values())
 
     def input_dtype(self, name: str) -> str:
         """An input's dtype: as given; else int64 for ids and masks (``input_ids``,

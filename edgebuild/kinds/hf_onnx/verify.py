@@ -14,7 +14,7 @@ from typing import Any
 from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext, expand_inputs
 
-from .model import image_inputs, load_model, outputs_module, random_inputs
+from .model import at_each_size, image_inputs, load_model, outputs_module, random_inputs
 from .params import INFO_FILE, MODEL_FILE, HfOnnxParams
 
 
@@ -28,8 +28,10 @@ def verify(context: VerifyContext) -> Verification:
     info = json.loads((context.out_dir / INFO_FILE).read_text())
     model = load_model(params, context.checkpoint)
     reference_module = outputs_module(model, params)
-    samples = random_inputs(params, model.config, params.verify.samples, params.verify.seed)
-    described = f"{params.verify.samples} random inputs"
+    samples = [sample for sized in at_each_size(params)
+               for sample in random_inputs(sized, model.config, params.verify.samples, params.verify.seed)]
+    described = f"{len(samples)} random inputs" + (" at the smallest and at the largest dynamic sizes"
+                                                  if params.dynamic else "")
     held_out = _held_out(context)
     if held_out:
         samples += held_out

@@ -26,6 +26,7 @@ def build(context: BuildContext) -> dict[str, Any]:
     assert isinstance(params, QnnParams)
     require_qnn()
     source_model = context.sources[params.source] / SOURCE_MODEL_FILE
+    _require_fixed_shapes(source_model, params.source)
     model_path = context.out_dir / MODEL_FILE
     phases = Phases()
     with phases.time("compile"):
@@ -72,6 +73,18 @@ def build(context: BuildContext) -> dict[str, Any]:
     context.log(f"compiled for soc_model {params.soc_model} (htp v{params.htp_arch}): {on_qnn} nodes in {len(placed)} "
                 f"partition(s), {elsewhere} elsewhere; context binary {(context.out_dir / CONTEXT_BINARY_FILE).stat().st_size / 2**20:.1f} MiB")
     return {"timings": phases.seconds}
+
+
+def _require_fixed_shapes(source_model: Any, source: str) -> None:
+    """A QNN context is compiled for one shape: a graph input with a dynamic axis is a
+    one-line error naming it, before the backend is asked."""
+    graph = load_graph(source_model).graph
+    for value in graph.input:
+        dims = value.type.tensor_type.shape.dim
+        dynamic = [f"{axis} ({dim.dim_param or '?'})" for axis, dim in enumerate(dims) if not dim.HasField("dim_value")]
+        if dynamic:
+            raise ExportError(f"{source}: input {value.name} has dynamic axes {', '.join(dynamic)}; a QNN context is "
+                              "compiled for fixed shapes: declare them without `dynamic:` on the artifact it is made from")
 
 
 def _rejection(source_model: Any, params: QnnParams, error: str, refused: list[dict[str, str]]) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from edgebuild.ml.programs import save_program
 from edgebuild.plugin import BuildContext, ExportError, Phases
 
+from ..hf_onnx.model import dynamic_shapes
 from .families import family_of
 from .params import INFO_FILE, INFO_FORMAT, PROGRAM_FILE, TorchExportParams
 
@@ -43,7 +44,7 @@ def build(context: BuildContext) -> dict[str, Any]:
         example = tuple(tensor.to(dtype) if tensor.is_floating_point() else tensor for tensor in example)
     with phases.time("export"):
         try:
-            program = torch.export.export(module, example, dynamic_shapes=_dynamic_shapes(params))
+            program = torch.export.export(module, example, dynamic_shapes=dynamic_shapes(params.inputs))
         except Exception as error:  # the exporter raises anything, several lines of it
             reason = " ".join(str(error).split())[:400]
             raise ExportError(f"{params.model_class}: torch.export cannot take it: {type(error).__name__}: {reason}") from None
@@ -66,19 +67,3 @@ def build(context: BuildContext) -> dict[str, Any]:
     }
     (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return {"timings": phases.seconds}
-
-
-def _dynamic_shapes(params: TorchExportParams) -> tuple[Any, ...] | None:
-    """``torch.export``'s dynamic shapes for the module's positional inputs: a ``Dim``
-    per dynamic axis, between its sizes; ``None`` when every shape is fixed."""
-    from torch.export import Dim
-
-    if not params.dynamic:
-        return None
-    assert params.inputs is not None
-    specs = []
-    for name, spec in params.inputs.items():
-        specs.append({axis: Dim(f"{name}_{axis}", min=low, max=high) for axis, (low, high) in spec.dynamic.items()}
-                     or None)
-    # One argument, *tensors: its spec is the tuple of each tensor's.
-    return (tuple(specs),)
