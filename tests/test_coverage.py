@@ -312,6 +312,13 @@ def test_openvino_and_executorch_certificates_agree_with_the_tools_by_hand(clip_
     computing = [op for op in model.get_ops() if op.get_type_name() not in ("Parameter", "Result", "Constant")]
     assert found["nodes_total"] == len(computing)
     assert found["nodes_taken"] == sum(placed.get(op.get_friendly_name()) == "CPU" for op in computing)
+    # A fallback op gets the module of the program node it was converted from, as the build
+    # recorded them (the CPU plugin takes every op here: the mapping is checked op by op).
+    modules = json.loads((build / "clip_64_ov" / "openvino.json").read_text())["modules"]
+    assert modules["native_layer_norm_1"] == "encoder.layers.0.layer_norm1"
+    mapped = {op.get_friendly_name(): coverage.openvino_op_module(op.get_friendly_name(), modules) for op in computing}
+    assert mapped["native_layer_norm_1/aten.native_layer_norm.default/MVN"] == "encoder.layers.0.layer_norm1"
+    assert sum(module is not None for module in mapped.values()) > len(computing) // 2
 
     found = json.loads((build / "clip_64_pte" / "report.json").read_text())["coverage"]["xnnpack"]
     program = load_program(build / "clip_64_program" / "program.pt2")

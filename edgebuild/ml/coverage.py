@@ -162,8 +162,18 @@ ONNX_TARGETS = {"nnapi": nnapi_certificate, "coreml": coreml_certificate, "direc
 _OPENVINO_STRUCTURAL = frozenset({"Parameter", "Result", "Constant"})
 
 
-def openvino_certificate(model_xml: Path, device: str = "CPU") -> Certificate:
-    """``query_model`` of the OpenVINO ``device`` plugin on the IR: the ops it takes."""
+def openvino_op_module(name: str, modules: dict[str, str]) -> str | None:
+    """The model module of an OpenVINO op converted from a ``torch.export`` program: the
+    converter names it ``<node>/<aten op>/<op>`` after the program's node."""
+    return modules.get(name.split("/", 1)[0])
+
+
+def openvino_certificate(model_xml: Path, device: str = "CPU", modules: dict[str, str] | None = None) -> Certificate:
+    """``query_model`` of the OpenVINO ``device`` plugin on the IR: the ops it takes.
+    ``modules``: the program's node -> model module (the build's record)."""
+    def module(op: Any) -> str | None:
+        return openvino_op_module(op.get_friendly_name(), modules or {})
+
     import openvino
 
     core = openvino.Core()
@@ -176,7 +186,8 @@ def openvino_certificate(model_xml: Path, device: str = "CPU") -> Certificate:
         target=f"openvino_{device.lower()}", tool=f"openvino Core.query_model({device})",
         tool_version=openvino.get_version(), assumption=f"the {device} plugin installed here, answering for itself",
         nodes_total=len(ops), nodes_taken=len(taken), partitions=1 if taken else 0,
-        fallbacks=[{"node": op.get_friendly_name(), "op_type": op.get_type_name(), "module": None} for op in missing],
+        fallbacks=[{"node": op.get_friendly_name(), "op_type": op.get_type_name(), "module": module(op)}
+                   for op in missing],
     )
 
 

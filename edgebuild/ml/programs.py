@@ -32,6 +32,26 @@ def strip_stack_traces(program: Any) -> int:
     return removed
 
 
+def traced_module(node: Any) -> str | None:
+    """The model module a program's node was traced in: the innermost entry of its
+    ``nn_module_stack``, relative to the model (a wrapper of edgebuild's own around the
+    model, the stack's first class, is left out); ``None`` for the wrapper's own nodes."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    module = stack[-1][0] if stack else None
+    if len(stack) >= 2 and str(stack[0][1]).startswith("edgebuild.") and module is not None:
+        wrapper = stack[1][0]
+        module = None if module == wrapper else module.removeprefix(f"{wrapper}.")
+    return module or None
+
+
+def traced_modules(graph_module: Any) -> dict[str, str]:
+    """Each call node of a program's ``graph_module`` traced in a model module -> that
+    module, by the node's name (the name lowerings keep: OpenVINO's ops are
+    ``<node>/<aten op>/...``)."""
+    return {node.name: module for node in graph_module.graph.nodes
+            if node.op == "call_function" and (module := traced_module(node)) is not None}
+
+
 def save_program(program: Any, path: Path) -> None:
     """``torch.export.save`` of ``program`` at ``path``, the same bytes for the same program."""
     import torch

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 # What the kinds that record a placement at build time call the record.
 EXECUTORCH_INFO = "executorch.json"
+OPENVINO_INFO = "openvino.json"
 QNN_INFO = "context.json"
 
 
@@ -51,7 +52,8 @@ def certificate(target: str, kind: "ArtifactKind", directory: Path, graphs: dict
             graphs[path] = load_graph(path)
         return ONNX_TARGETS[target](graphs[path])
     if target == "openvino_cpu":
-        return openvino_certificate(output(".xml"), "CPU")
+        modules = read_json(output(OPENVINO_INFO), RECORD_BYTES).get("modules") if OPENVINO_INFO in kind.outputs else None
+        return openvino_certificate(output(".xml"), "CPU", modules if isinstance(modules, dict) else None)
     if target == "xnnpack":
         info = read_json(output(EXECUTORCH_INFO), RECORD_BYTES)
         if info.get("delegate") != "xnnpack":

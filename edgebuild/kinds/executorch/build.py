@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from edgebuild.ml.programs import load_program
+from edgebuild.ml.programs import load_program, traced_module
 from edgebuild.plugin import BuildContext, ExportError, Phases
 
 from ..torch_export.targets import program_path
@@ -69,18 +69,11 @@ def _partitioners(delegate: str) -> list[Any]:
 
 def _fallback_nodes(graph_module: Any) -> list[dict[str, Any]]:
     """The nodes ``get_delegation_info`` counts as not delegated (every call outside a
-    delegate), with their operator as it names them and their module path: the innermost
-    entry of ``nn_module_stack``, relative to the model (a wrapper of edgebuild's own around
-    the model, the stack's first class, is left out)."""
+    delegate), with their operator as it names them and their module path."""
     found = []
     for node in graph_module.graph.nodes:
         op_type = re.sub(r"_[\d]+$", "", node.name)
         if node.op != "call_function" or op_type == "executorch_call_delegate":
             continue
-        stack = list((node.meta.get("nn_module_stack") or {}).values())
-        module = stack[-1][0] if stack else None
-        if len(stack) >= 2 and str(stack[0][1]).startswith("edgebuild.") and module is not None:
-            wrapper = stack[1][0]
-            module = None if module == wrapper else module.removeprefix(f"{wrapper}.")
-        found.append({"node": node.name, "op_type": op_type, "module": module or None})
+        found.append({"node": node.name, "op_type": op_type, "module": traced_module(node)})
     return found
