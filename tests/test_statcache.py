@@ -51,9 +51,10 @@ def write_files(directory: Path, names: list[str]) -> list[Path]:
 
 
 def rows(cache_path: Path) -> dict[str, dict]:
+    """Each file's saved ranges, read with sqlite3 itself."""
     with sqlite3.connect(cache_path) as connection:
-        found = connection.execute("SELECT path, ranges FROM files").fetchall()
-    return {os.fsdecode(path): json.loads(ranges) for path, ranges in found}
+        found = connection.execute("SELECT path, digests FROM files").fetchall()
+    return {os.fsdecode(path): json.loads(digests)["ranges"] for path, digests in found}
 
 
 def test_two_processes_saving_at_once_lose_no_entry(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ A file is identified by (device, inode, size, mtime_ns, ctime_ns); while that tu
 unchanged its bytes are never read again (``fingerprint.py`` says why that tuple).
 
 Kept in SQLite (``cache/statcache.sqlite``), one row per file, as pydoit's and DVC's
-state is: a process reads the rows it looks up, when it first looks them up, and saving
+state is: a process reads a file's row when the file's stat is new to it, and saving
 writes only the rows it changed, so the cost of saving a task does not grow with the
 number of files the cache holds. The JSON file it replaces was read, merged and
 rewritten whole at every save, under a lock: quadratic over a large build (issue 40).
@@ -22,6 +22,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from stat import S_ISREG
@@ -42,14 +43,16 @@ BUSY_TIMEOUT_MS = 60_000
 ENTRY_BYTES = 64 << 20
 
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS files (path BLOB PRIMARY KEY, stat TEXT NOT NULL, ranges TEXT NOT NULL, "
-    "named TEXT NOT NULL) WITHOUT ROWID",
+    # stat: the file's stat tuple as JSON, matched as text; digests: {"ranges": {"START-END":
+    # digest}, "named": {algorithm: digest}}.
+    "CREATE TABLE IF NOT EXISTS files (path BLOB PRIMARY KEY, stat TEXT NOT NULL, digests TEXT NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
 )
 
-# Connections a forked child inherited from its parent. SQLite forbids using one across
-# fork(), and closing one could release the parent's locks; the child opens its own and
-# keeps these, unused, until it exits.
+# Connections a forked child inherited from its parent (doit -n forks its processes).
+# SQLite says not to carry a connection across fork(): the child's copy believes it holds
+# what the parent held, and closing it could act on that (a checkpoint, the WAL file
+# deleted under the parent). The child opens its own and keeps these, unused, until it exits.
 _INHERITED: list[sqlite3.Connection] = []
 
 Entry = dict[str, Any]
@@ -66,18 +69,26 @@ def _valid_entry(entry: Any) -> bool:
     )
 
 
-def _entry_of_row(stat: str, ranges: str, named: str) -> Entry | None:
-    """The entry a row holds, or ``None`` for a row of another shape (hashed again)."""
+def _entry_of_row(stat: list[int], digests: str) -> Entry | None:
+    """The entry a row holds for a file at ``stat``, or ``None`` for a row of another shape
+    (hashed again). Nesting is not checked: the row's length is bounded (``ENTRY_BYTES``)."""
     try:
-        entry = {"stat": parse_json(stat), "ranges": parse_json(ranges), "named": parse_json(named)}
+        parsed = parse_json(digests, max_depth=None)
     except UnreadableFile:
         return None
+    if not isinstance(parsed, dict):
+        return None
+    entry = {"stat": stat, "ranges": parsed.get("ranges"), "named": parsed.get("named", {})}
     return entry if _valid_entry(entry) else None
 
 
-def _row_of(key: str, entry: Entry) -> tuple[bytes, str, str, str]:
-    return (os.fsencode(key), json.dumps(entry["stat"]), json.dumps(entry["ranges"], sort_keys=True),
-            json.dumps(entry.get("named", {}), sort_keys=True))
+def _stat_text(stat: list[int]) -> str:
+    return json.dumps(stat)
+
+
+def _row_of(key: str, entry: Entry) -> tuple[bytes, str, str]:
+    digests = {"ranges": entry["ranges"], "named": entry.get("named", {})}
+    return os.fsencode(key), _stat_text(entry["stat"]), json.dumps(digests, sort_keys=True)
 
 
 class _Damaged(Exception):
@@ -170,16 +181,16 @@ class StatCache:
         entry = self.known.get(key)
         if entry is not None and entry["stat"] == stat:
             return path, key, entry
-        entry = self._read(key)
-        if entry is None or entry["stat"] != stat:
-            entry = {"stat": stat, "ranges": {}}
+        entry = self._read(key, stat) or {"stat": stat, "ranges": {}}
         self.known[key] = entry
         return path, key, entry
 
-    def _read(self, key: str) -> Entry | None:
-        rows = self._query("SELECT stat, ranges, named FROM files WHERE path = ? AND length(ranges) + length(named) <= ?",
-                           (os.fsencode(key), ENTRY_BYTES))
-        return _entry_of_row(*rows[0]) if rows else None
+    def _read(self, key: str, stat: list[int]) -> Entry | None:
+        """The row of ``key``, when it was saved at ``stat`` (a row of another stat is not
+        even read)."""
+        rows = self._query("SELECT digests FROM files WHERE path = ? AND stat = ? AND length(digests) <= ?",
+                           (os.fsencode(key), _stat_text(stat), ENTRY_BYTES))
+        return _entry_of_row(stat, rows[0][0]) if rows else None
 
     def _query(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """Rows of a read; none where there is no file yet, or it cannot be read (said once)."""
@@ -187,8 +198,7 @@ class StatCache:
             return []
         for attempt in range(2):
             try:
-                connection = self._connect(create=False)
-                return [] if connection is None else connection.execute(sql, parameters).fetchall()
+                return _when_not_busy(lambda: self._read_rows(sql, parameters))
             except (_Damaged, sqlite3.Error, OSError, UnreadableFile) as error:
                 if _is_damage(error) and not attempt:
                     self._start_afresh(str(error))
@@ -197,6 +207,10 @@ class StatCache:
                 break
         self._reads_failed = True
         return []
+
+    def _read_rows(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        connection = self._connect(create=False)
+        return [] if connection is None else connection.execute(sql, parameters).fetchall()
 
     # --- saving -------------------------------------------------------------------------
 
@@ -207,7 +221,7 @@ class StatCache:
             return
         for attempt in range(2):
             try:
-                self._write(self._connect(create=True))
+                _when_not_busy(lambda: self._write(self._connect(create=True)))
                 break
             except (_Damaged, sqlite3.Error) as error:
                 if not _is_damage(error) or attempt:
@@ -222,15 +236,14 @@ class StatCache:
         with _write_transaction(connection):
             for key in keys:
                 entry = self.known[key]
-                stored = connection.execute("SELECT stat, ranges, named FROM files WHERE path = ? "
-                                            "AND length(ranges) + length(named) <= ?",
-                                            (os.fsencode(key), ENTRY_BYTES)).fetchall()
-                theirs = _entry_of_row(*stored[0]) if stored else None
-                if theirs is not None and theirs["stat"] == entry["stat"]:
+                stored = connection.execute("SELECT digests FROM files WHERE path = ? AND stat = ? AND length(digests) <= ?",
+                                            (os.fsencode(key), _stat_text(entry["stat"]), ENTRY_BYTES)).fetchall()
+                theirs = _entry_of_row(entry["stat"], stored[0][0]) if stored else None
+                if theirs is not None:
                     # The same bytes: another process's ranges are as good as ours.
                     entry["ranges"] = {**theirs["ranges"], **entry["ranges"]}
                     entry["named"] = {**theirs["named"], **entry.get("named", {})}
-                connection.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", _row_of(key, entry))
+                connection.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?)", _row_of(key, entry))
         self.rows_written += len(keys)
 
     # --- the file -----------------------------------------------------------------------
@@ -306,7 +319,7 @@ class StatCache:
         with _write_transaction(connection):
             files = self._legacy_files(legacy)
             if files is not None:
-                connection.executemany("INSERT OR IGNORE INTO files VALUES (?, ?, ?, ?)",
+                connection.executemany("INSERT OR IGNORE INTO files VALUES (?, ?, ?)",
                                        [_row_of(key, entry) for key, entry in files.items() if _valid_entry(entry)])
             legacy.unlink(missing_ok=True)
             legacy.with_suffix(".lock").unlink(missing_ok=True)
@@ -354,6 +367,25 @@ class StatCache:
 
     def _say(self, message: str) -> None:
         print(f"edgebuild: {self.path}: {message}", file=sys.stderr, flush=True)
+
+
+def _when_not_busy(action: Callable[[], Any]) -> Any:
+    """``action``, tried again while SQLite says the file is busy without having waited
+    itself, up to ``BUSY_TIMEOUT_MS``. SQLite waits on a lock another writer holds, but
+    not in every case (it answers at once where waiting could deadlock, and around a WAL
+    file's recovery): ``test_two_processes_saving_at_once_lose_no_entry`` once got
+    "database is locked" under load, with a 60 s busy timeout set."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as error:
+            busy = getattr(error, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 @contextmanager
