@@ -9,11 +9,14 @@ writes only the rows it changed, so the cost of saving a task does not grow with
 number of files the cache holds. The JSON file it replaces was read, merged and
 rewritten whole at every save, under a lock: quadratic over a large build (issue 40).
 WAL mode lets readers go on while one process writes; writers (the processes of
-``doit -n``, two commands at once) take turns, each waiting up to ``BUSY_TIMEOUT_MS``.
+``doit -n``, two commands at once) take turns, each waiting up to a minute.
 
 It is a cache: a damaged file is said in one line and started afresh (the files it
 described are hashed again); a file that cannot be written is the usual
-:class:`FilesystemError` line, when the entries are saved.
+:class:`FilesystemError` line, when the entries are saved. Its format number is the
+file's ``PRAGMA user_version``; a file of another format is started afresh too. The JSON
+file of earlier versions (``cache/statcache.json``, format 1) is taken over the first
+time a command opens the cache, then deleted.
 """
 
 from __future__ import annotations
