@@ -228,3 +228,32 @@ def test_a_file_rewritten_while_hashed_is_not_cached_under_its_new_stat(tmp_path
     # Computed again for the new bytes, not kept for the read of the old ones.
     assert cache.known[str(path.resolve())]["stat"][2] == len(b"written while it was read")
     assert rewritten == [True]
+
+
+def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
+    """doit -n forks its processes after the parent may have opened the cache: the child
+    saves through a connection of its own, and the parent's goes on working after the
+    child is gone."""
+    first, second = write_files(tmp_path / "files", ["parent", "child"])
+    cache_path = tmp_path / "statcache.sqlite"
+    cache = StatCache(cache_path)
+    cache.file_digest(first)
+    cache.save()
+    inherited = cache._connection
+    child = os.fork()
+    if child == 0:
+        try:
+            cache.file_digest(second)
+            cache.save()
+            os._exit(0 if cache._connection is not inherited else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    first.write_bytes(b"changed in the parent")
+    cache.file_digest(first)
+    cache.save()
+    assert cache._connection is inherited
+    assert sorted(rows(cache_path)) == sorted(str(path.resolve()) for path in (first, second))
+    with sqlite3.connect(cache_path) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
