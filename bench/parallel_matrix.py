@@ -36,7 +36,7 @@ artifacts:
 def build(root: Path, jobs: int) -> float:
     for stale in ("build",):
         shutil.rmtree(root / stale, ignore_errors=True)
-    for stale in ("store", "doit.json", "statcache.json", "locks"):
+    for stale in ("store", "doit.json", "statcache.sqlite", "statcache.sqlite-wal", "statcache.sqlite-shm", "locks"):
         path = root / "cache" / stale
         if path.is_dir():
             shutil.rmtree(path)

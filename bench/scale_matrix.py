@@ -120,7 +120,7 @@ def fresh(root: Path) -> Path:
     for name in ("build", "artifacts.lock"):
         path = root / name
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-    for name in ("store", "doit.json", "statcache.json", "mutex"):
+    for name in ("store", "doit.json", "statcache.sqlite", "statcache.sqlite-wal", "statcache.sqlite-shm", "mutex"):
         path = root / "cache" / name
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     return root

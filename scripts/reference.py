@@ -298,6 +298,8 @@ def formats_page() -> str:
         ("The consumer contract", "build/<name>/consumer.json, with the outputs everywhere they go", "edgebuild.core.consumer", "CONSUMER_FORMAT"),
         ("The cache layout", "cache/store/ and under the remote's root", "edgebuild.cache.entries", "CACHE_FORMAT"),
         ("The local store", "cache/store/ beside the manifest", "edgebuild.cache.store", "CACHE_FORMAT"),
+        ("The stat cache", "cache/statcache.sqlite beside the manifest, with its -wal and -shm files", "edgebuild.core.statcache",
+         "STAT_CACHE_FORMAT"),
         ("The remote cache", "under the remote's root", "edgebuild.cache.remote", "REMOTE_FORMAT"),
         ("A publish destination", "doit publish --to DEST", "edgebuild.run.publish", "PUBLISH_FORMAT"),
     )

@@ -8,6 +8,7 @@ import os
 import re
 import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -159,15 +160,45 @@ def test_a_disk_that_fills_is_one_line_and_leaves_the_previous_build(verified_se
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("content", ["[]", "null", '{"format": 1, "hash": "blake3", "files": []}', '{"format": 1, "hash"',
-                                     '{"format": 1, "hash": "blake3", "files": {"x": {"stat": 3, "ranges": []}}}'])
-def test_damaged_stat_cache_is_rebuilt(verified_seed: Path, tmp_path: Path, content: str) -> None:
+@pytest.mark.parametrize("content", [b"[]", b"SQLite format 3\x00" + b"\xa5" * 8000])
+def test_damaged_stat_cache_is_said_and_rebuilt(verified_seed: Path, tmp_path: Path, content: bytes) -> None:
+    """Issue 39: a damaged stat cache was rebuilt without a word."""
     project = clone_project(verified_seed, tmp_path / "p")
-    (project.root / "cache" / "statcache.json").write_text(content)
+    cache = project.root / "cache" / "statcache.sqlite"
+    for suffix in ("-wal", "-shm"):
+        Path(f"{cache}{suffix}").unlink(missing_ok=True)
+    cache.write_bytes(content)
     status = project.doit("status")
     assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout == "t  up to date (verified)\n"
-    assert json.loads((project.root / "cache" / "statcache.json").read_text())["format"] == 1
+    assert status.stderr.startswith(f"edgebuild: {cache}: damaged stat cache (file is not a database); started afresh")
+    assert status.stderr.count("\n") == 1, status.stderr
+    with sqlite3.connect(cache) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert connection.execute("SELECT count(*) FROM files").fetchone()[0] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("content, said", [
+    ("[]", "is not one this version reads"),
+    ('{"format": 1, "hash"', "is unreadable (not valid JSON: "),
+    ('{"format": 1, "hash": "blake3", "files": {"x": {"stat": 3, "ranges": []}}}', None),
+])
+def test_the_json_stat_cache_of_earlier_versions_is_taken_over(verified_seed: Path, tmp_path: Path, content: str,
+                                                               said: str | None) -> None:
+    project = clone_project(verified_seed, tmp_path / "p")
+    legacy = project.root / "cache" / "statcache.json"
+    legacy.write_text(content)
+    status = project.doit("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert status.stdout == "t  up to date (verified)\n"
+    if said is None:
+        assert status.stderr == ""
+    else:
+        assert status.stderr.startswith(f"edgebuild: {project.root / 'cache' / 'statcache.sqlite'}: the stat cache of "
+                                        f"the earlier version, statcache.json, {said}")
+        assert status.stderr.count("\n") == 1, status.stderr
+    assert not legacy.exists()
 
 
 @pytest.mark.slow
@@ -190,11 +221,12 @@ def test_unwritable_stat_cache_is_one_line(verified_seed: Path, tmp_path: Path) 
     """A stat cache that cannot be written (here a directory in its place: as root, file
     modes do not stop writes) fails the build with its path named."""
     project = unbuilt_clone(verified_seed, tmp_path / "p")
-    cache = project.root / "cache" / "statcache.json"
-    cache.unlink()
+    cache = project.root / "cache" / "statcache.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache}{suffix}").unlink(missing_ok=True)
     cache.mkdir()
     result = project.doit("build", env=NO_REMOTE)
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert f"{cache}: cannot save the stat cache: Is a directory" in output, output
+    assert f"{cache}: cannot save the stat cache: a directory, not a regular file" in output, output
     assert "Traceback" not in output

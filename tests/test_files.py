@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from edgebuild.core.files import MAX_JSON_DEPTH, UnreadableFile, parse_json, read_bytes, read_json
-from edgebuild.core.fingerprint import StatCache
 from edgebuild.core.report import read_report
-from edgebuild.errors import LockfileError, RecordError
+from edgebuild.core.statcache import StatCache
+from edgebuild.errors import FilesystemError, LockfileError, RecordError
 from edgebuild.core.lockfile import read_lock
 from edgebuild.core.record import read_record
 
@@ -108,9 +108,24 @@ def test_each_state_file_reader_bounds_what_it_reads(tmp_path: Path) -> None:
     (report_dir / "report.json").write_text(json.dumps({"format": 1, "deep": deep}))
     assert read_report(report_dir) is None
 
-    cache = tmp_path / "statcache.json"
-    cache.write_text("[" * 200_000)
-    assert StatCache(cache).entries == {}  # a cache: unreadable is empty, hashed again
+    # A cache: the earlier version's JSON file, unreadable, is deleted; its files are hashed again.
+    cache = tmp_path / "cache" / "statcache.sqlite"
+    cache.parent.mkdir()
+    (cache.parent / "statcache.json").write_text("[" * 200_000)
+    stat_cache = StatCache(cache)
+    stat_cache.file_digest(report_dir / "report.json")
+    assert stat_cache.bytes_hashed == (report_dir / "report.json").stat().st_size
+    assert not (cache.parent / "statcache.json").exists()
+    # A FIFO in its place: read as empty and never waited on; saving is one line.
+    fifo = tmp_path / "fifo" / "statcache.sqlite"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    in_fifo = StatCache(fifo)
+    in_fifo.file_digest(report_dir / "report.json")
+    assert in_fifo.bytes_hashed == (report_dir / "report.json").stat().st_size
+    with pytest.raises(FilesystemError) as caught:
+        in_fifo.save()
+    assert str(caught.value) == f"{fifo}: cannot save the stat cache: a FIFO (named pipe), not a regular file"
 
 
 # --- through the commands --------------------------------------------------------------

@@ -10,7 +10,8 @@ import blake3
 import pytest
 
 from edgebuild.core import fingerprint
-from edgebuild.core.fingerprint import StatCache, _hash_ranges
+from edgebuild.core.fingerprint import _hash_ranges
+from edgebuild.core.statcache import StatCache
 
 from helpers import seeded_bytes
 
@@ -80,7 +81,7 @@ def test_range_digests_at_full_block_size(tmp_path: Path) -> None:
 
 def test_stat_cache_digests_match_reference(tmp_path: Path, data_file: tuple[Path, bytes]) -> None:
     path, data = data_file
-    cache = StatCache(tmp_path / "statcache.json")
+    cache = StatCache(tmp_path / "statcache.sqlite")
     spans = spans_around(SPAN_BLOCK, len(data))
     assert cache.range_digests(path, spans) == {span: reference_digest(data, span) for span in spans}
     assert cache.file_digest(path) == reference_digest(data, (0, len(data)))

@@ -24,7 +24,8 @@ WIDE = "  u:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_si
 
 def _fresh_runner(root: Path) -> None:
     """What a fresh CI runner lacks: builds, the store, doit's state, the stat cache."""
-    for path in ("build", "cache/store", "cache/doit.json", "cache/statcache.json", "artifacts.lock"):
+    for path in ("build", "cache/store", "cache/doit.json", "cache/statcache.sqlite", "cache/statcache.sqlite-wal",
+                 "cache/statcache.sqlite-shm", "artifacts.lock"):
         target = root / path
         if target.is_dir():
             shutil.rmtree(target)
@@ -81,14 +82,19 @@ def test_the_api_exports_in_a_worker_process(tmp_path: Path, qwen_checkpoint: Pa
         import sys, edgebuild
         project = edgebuild.open_project({str(tmp_path / 'artifacts.yaml')!r}, remote_cache="off")
         lines = []
+        stat_cache = project._workspace.stat_cache
+        project.status()
+        hashed = stat_cache.bytes_hashed
         result = project.verify(log=lines.append)
         print(result.summary)
         print("torch" in sys.modules, "onnxruntime" in sys.modules)
         print(any(line.startswith("[t] built in") for line in lines))
+        # The outputs' digests, as the build worker saved them: read back, not hashed here.
+        print(stat_cache.bytes_hashed - hashed)
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["verify: 1 passed, 0 failed, 0 not run", "False False", "True"]
+    assert result.stdout.splitlines() == ["verify: 1 passed, 0 failed, 0 not run", "False False", "True", "0"]
 
 
 # --- early cutoff --------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""Hashes of files, of byte ranges inside files, and of code; the stat cache.
+"""Hashes of files, of byte ranges inside files, and of code.
 
 doit's own checker hashes whole files and trusts an unchanged mtime without
 looking at the size. Here a file is identified by (device, inode, size,
 mtime_ns, ctime_ns): while that tuple is unchanged its bytes are never read
 again; when it changes (a ``touch``), the bytes are hashed once and the new
-tuple is remembered. Checkpoints are hashed per tensor byte range, so a kind
+tuple is remembered (the stat cache, ``statcache.py``). Checkpoints are hashed per tensor byte range, so a kind
 that reads 1 GB of a 50 GB shard hashes 1 GB, and a change to ``lm_head`` in
 the same shard does not touch the tower's fingerprint.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import fcntl
-import json
 import mmap
 import os
 import sys
@@ -21,16 +20,13 @@ import time
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterator
 
 import blake3
 
-from edgebuild.core.atomic import write_text
-from edgebuild.core.files import CACHE_BYTES, UnreadableFile, open_lock, open_regular, read_json
-from edgebuild.errors import FilesystemError
-from edgebuild.core.hashing import HASH_NAME, digest_bytes, is_digest
+from edgebuild.core.files import open_lock, open_regular
+from edgebuild.core.hashing import digest_bytes
 
-STAT_CACHE_FORMAT = 1
 # How far ahead of the hashing position the kernel is asked to read.
 READ_AHEAD = 256 * 1024 * 1024
 # Bytes per read of coalesced spans. Small enough that a block is still in the CPU's
@@ -52,120 +48,8 @@ PROGRESS_THRESHOLD = 256 * 1024 * 1024
 TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "safetensors", "numba", "llvmlite")
 
 
-def _valid_entry(entry: Any) -> bool:
-    return (
-        isinstance(entry, dict)
-        and isinstance(entry.get("stat"), list)
-        and isinstance(entry.get("ranges"), dict)
-        and all(isinstance(span, str) and is_digest(digest) for span, digest in entry["ranges"].items())
-        and isinstance(entry.get("named", {}), dict)
-        and all(isinstance(name, str) and isinstance(digest, str) for name, digest in entry.get("named", {}).items())
-    )
-
-
 def _stat_key(stat: os.stat_result) -> list[int]:
     return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
-
-
-class StatCache:
-    """Digests of byte ranges of files, valid while the file's stat tuple is unchanged.
-
-    Persisted as JSON under ``cache/``; concurrent doit processes merge their
-    entries under a file lock rather than overwrite each other's.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.entries: dict[str, dict[str, Any]] = self._read()
-        self.dirty: set[str] = set()
-        self.bytes_hashed = 0
-
-    def _read(self) -> dict[str, dict[str, Any]]:
-        # A cache: anything unreadable or of another shape is dropped, entry by entry,
-        # and the files it described are hashed again.
-        try:
-            data = read_json(self.path, CACHE_BYTES)
-        except (OSError, UnreadableFile):
-            return {}
-        if not isinstance(data, dict) or data.get("format") != STAT_CACHE_FORMAT or data.get("hash") != HASH_NAME:
-            return {}
-        files = data.get("files")
-        if not isinstance(files, dict):
-            return {}
-        return {key: entry for key, entry in files.items() if _valid_entry(entry)}
-
-    def range_digests(self, path: Path, ranges: Iterable[tuple[int, int]], label: str | None = None) -> dict[tuple[int, int], str]:
-        """Digest of each ``[start, end)`` range of ``path``, reading only the ranges not cached."""
-        path, key, entry = self._entry(path)
-        wanted = sorted(set(ranges))
-        cached = entry["ranges"]
-        missing = [span for span in wanted if f"{span[0]}-{span[1]}" not in cached]
-        if missing:
-            for span, digest in _hash_ranges(path, missing, label or path.name):
-                cached[f"{span[0]}-{span[1]}"] = digest
-                self.bytes_hashed += span[1] - span[0]
-            # A file rewritten while we read it must not be cached under the new stat.
-            if _stat_key(os.stat(path)) != entry["stat"]:
-                del self.entries[key]
-                return self.range_digests(path, wanted, label)
-            self.dirty.add(key)
-        return {span: cached[f"{span[0]}-{span[1]}"] for span in wanted}
-
-    def _entry(self, path: Path) -> tuple[Path, str, dict[str, Any]]:
-        """``path`` resolved, its key, and its entry: the cached one while the file's stat
-        is unchanged, else a fresh, empty one."""
-        path = Path(path).resolve()
-        key = str(path)
-        stat = os.stat(path)
-        entry = self.entries.get(key)
-        if entry is None or entry.get("stat") != _stat_key(stat):
-            entry = {"stat": _stat_key(stat), "ranges": {}}
-            self.entries[key] = entry
-        return path, key, entry
-
-    def remember(self, path: Path, digest: str) -> None:
-        """Take ``digest`` as the digest of the whole of ``path`` as it is now: for a
-        file just written from, or checked against, bytes of that digest (an output
-        renamed into place), so that the next check does not read it again."""
-        path = Path(path).resolve()
-        stat = os.stat(path)
-        self.entries[str(path)] = {"stat": _stat_key(stat), "ranges": {f"0-{stat.st_size}": digest}}
-        self.dirty.add(str(path))
-
-    def named_digest(self, path: Path, algorithm: str, compute: Callable[[], str]) -> str:
-        """Another digest of the whole of ``path`` (a Hub blob's sha256, ...), computed by
-        ``compute`` once and kept while the file's stat is unchanged."""
-        path, key, entry = self._entry(path)
-        named = entry.setdefault("named", {})
-        if algorithm not in named:
-            digest = compute()
-            self.bytes_hashed += path.stat().st_size
-            if _stat_key(os.stat(path)) != entry["stat"]:
-                del self.entries[key]
-                return self.named_digest(path, algorithm, compute)
-            named[algorithm] = digest
-            self.dirty.add(key)
-        return named[algorithm]
-
-    def file_digest(self, path: Path) -> str:
-        size = os.stat(path).st_size
-        return self.range_digests(path, [(0, size)])[(0, size)]
-
-    def save(self) -> None:
-        if not self.dirty:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with locked(self.path.with_suffix(".lock")):
-                on_disk = self._read()
-                for key in self.dirty:
-                    if key in self.entries:
-                        on_disk[key] = self.entries[key]
-                payload = {"format": STAT_CACHE_FORMAT, "hash": HASH_NAME, "files": on_disk}
-                write_text(self.path, json.dumps(payload, sort_keys=True))
-        except OSError as error:
-            raise FilesystemError.of(error, self.path, "cannot save the stat cache") from None
-        self.dirty.clear()
 
 
 @contextmanager

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.core.fingerprint import (
-    StatCache, _stat_key, code_digests, kind_code_packages, known_code_and_versions, tool_versions,
+    _stat_key, code_digests, kind_code_packages, known_code_and_versions, tool_versions,
 )
 from edgebuild.core.fixtures import ensure_fixture
 from edgebuild.core.hashing import canonical_json, digest_json
@@ -40,6 +40,7 @@ from edgebuild.core.kind import ArtifactKind, ArtifactParams
 from edgebuild.core.manifest import Manifest, load_manifest
 from edgebuild.core.record import BuildRecord, CheckpointOrigin, config_leaves, read_record_or_none
 from edgebuild.core.registry import get_kind
+from edgebuild.core.statcache import StatCache
 from edgebuild.core.thresholds import COVERAGE_TOOL_PACKAGES, coverage_targets, dataset_gate
 from edgebuild.errors import CheckpointError, EdgebuildError, FilesystemError, ManifestError, ParameterError
 
@@ -164,7 +165,7 @@ class Project:
     def __init__(self, manifest: Manifest, root: Path | None = None, outputs_of: OutputsResolver | None = None) -> None:
         self.manifest = manifest
         self.layout = Layout(Path(root).absolute() if root is not None else manifest.root)
-        self.stat_cache = StatCache(self.layout.cache_dir / "statcache.json")
+        self.stat_cache = StatCache(self.layout.cache_dir / "statcache.sqlite")
         self.outputs_of = outputs_of
         self._handles = {name: Artifact(self, name) for name in manifest.artifacts}
         self._checkpoints: dict[str, Checkpoint] = {}

@@ -76,8 +76,9 @@ def build(workspace: "Workspace", artifact: Artifact, log: Log | None = None, re
         pass
     if workspace.settings.pull_only:
         raise refused_export(workspace, artifact)
+    # The worker saved its outputs' digests in the stat cache: the next check here reads
+    # their rows (their stats are new to this process), never their bytes.
     values = run_worker("build", workspace, artifact, relay)
-    adopt_output_digests(workspace, artifact)
     return str(values["fingerprint"])
 
 
@@ -128,22 +129,7 @@ def _export_instead_of(workspace: "Workspace", artifact: Artifact, pulled: str, 
     without_remote = workspace.settings.replace(manifest=str(workspace.manifest.path), remote_cache=REMOTE_CACHE_OFF)
     run_worker_at("build", str(workspace.manifest.path), str(layout.root), artifact.name, without_remote.environ(),
                   relay, expect=artifact.fingerprint, imports=artifact.kind.worker_imports)
-    adopt_output_digests(workspace, artifact)
     return str(run_worker("verify", workspace, artifact, relay)["verify_fingerprint"])
-
-
-def adopt_output_digests(workspace: "Workspace", artifact: Artifact) -> None:
-    """Take the digests the worker recorded for the outputs it wrote (in the stat cache
-    on disk), so that this process's next up-to-date check does not read them again."""
-    import os
-
-    from edgebuild.core.fingerprint import StatCache
-
-    cache = workspace.stat_cache
-    prefix = str(artifact.directory.resolve()) + os.sep
-    for key, entry in StatCache(cache.path).entries.items():
-        if key.startswith(prefix) and key not in cache.dirty:
-            cache.entries[key] = entry
 
 
 # --- the bookkeeping ----------------------------------------------------------------------

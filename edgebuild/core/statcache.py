@@ -1,0 +1,417 @@
+"""The stat cache: digests of byte ranges of files, kept while a file's stat is unchanged.
+
+A file is identified by (device, inode, size, mtime_ns, ctime_ns); while that tuple is
+unchanged its bytes are never read again (``fingerprint.py`` says why that tuple).
+
+Kept in SQLite (``cache/statcache.sqlite``), one row per file, as pydoit's and DVC's
+state is: a process reads a file's row when the file's stat is new to it, and saving
+writes only the rows it changed, so the cost of saving a task does not grow with the
+number of files the cache holds. The JSON file it replaces was read, merged and
+rewritten whole at every save, under a lock: quadratic over a large build (issue 40).
+WAL mode lets readers go on while one process writes; writers (the processes of
+``doit -n``, two commands at once) take turns, each waiting up to a minute.
+
+It is a cache: a damaged file is said in one line and started afresh (the files it
+described are hashed again); a file that cannot be written is the usual
+:class:`FilesystemError` line, when the entries are saved. Its format number is the
+file's ``PRAGMA user_version``; a file of another format is started afresh too. The JSON
+file of earlier versions (``cache/statcache.json``, format 1) is taken over the first
+time a command opens the cache, then deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from stat import S_ISREG
+from typing import Any, Callable, Iterable, Iterator
+
+from edgebuild.core.files import CACHE_BYTES, IrregularFile, UnreadableFile, describe_entry, parse_json, read_json
+from edgebuild.core.fingerprint import _hash_ranges, _stat_key, locked
+from edgebuild.core.hashing import HASH_NAME, is_digest
+from edgebuild.errors import FilesystemError
+
+# PRAGMA user_version of the file; the JSON file before it was format 1.
+STAT_CACHE_FORMAT = 2
+# How long a writer waits for another process's write to finish before it gives up: a
+# write is a few rows, so waiting this long means a process hung holding the lock.
+BUSY_TIMEOUT_MS = 60_000
+# Largest entry read back (its ranges and named digests, as JSON): the ranges of a shard
+# of 100,000 tensors take about 10 MB. A longer one is read as absent (hashed again).
+ENTRY_BYTES = 64 << 20
+
+_SCHEMA = (
+    # stat: the file's stat tuple as JSON, matched as text; digests: {"ranges": {"START-END":
+    # digest}, "named": {algorithm: digest}}.
+    "CREATE TABLE IF NOT EXISTS files (path BLOB PRIMARY KEY, stat TEXT NOT NULL, digests TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+)
+
+# Connections a forked child inherited from its parent (doit -n forks its processes).
+# SQLite says not to carry a connection across fork(): the child's copy believes it holds
+# what the parent held, and closing it could act on that (a checkpoint, the WAL file
+# deleted under the parent). The child opens its own and keeps these, unused, until it exits.
+_INHERITED: list[sqlite3.Connection] = []
+
+Entry = dict[str, Any]
+
+
+def _valid_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("stat"), list)
+        and isinstance(entry.get("ranges"), dict)
+        and all(isinstance(span, str) and is_digest(digest) for span, digest in entry["ranges"].items())
+        and isinstance(entry.get("named", {}), dict)
+        and all(isinstance(name, str) and isinstance(digest, str) for name, digest in entry.get("named", {}).items())
+    )
+
+
+def _entry_of_row(stat: list[int], digests: str) -> Entry | None:
+    """The entry a row holds for a file at ``stat``, or ``None`` for a row of another shape
+    (hashed again). Nesting is not checked: the row's length is bounded (``ENTRY_BYTES``)."""
+    try:
+        parsed = parse_json(digests, max_depth=None)
+    except UnreadableFile:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    entry = {"stat": stat, "ranges": parsed.get("ranges"), "named": parsed.get("named", {})}
+    return entry if _valid_entry(entry) else None
+
+
+def _stat_text(stat: list[int]) -> str:
+    return json.dumps(stat)
+
+
+def _row_of(key: str, entry: Entry) -> tuple[bytes, str, str]:
+    digests = {"ranges": entry["ranges"], "named": entry.get("named", {})}
+    return os.fsencode(key), _stat_text(entry["stat"]), json.dumps(digests, sort_keys=True)
+
+
+class _Damaged(Exception):
+    """The file is not a stat cache SQLite can read (not a database, malformed, another format)."""
+
+
+class StatCache:
+    """Digests of byte ranges of files, valid while the file's stat tuple is unchanged.
+
+    A file's row is read when the file is looked up and nothing here is known of it at
+    its current stat; :meth:`save` writes the rows this process changed, merged with what
+    another process saved for the same file at the same stat.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        # Entries looked up or made here.
+        self.known: dict[str, Entry] = {}
+        self.dirty: set[str] = set()
+        self.bytes_hashed = 0
+        # Rows this object wrote, in all its saves.
+        self.rows_written = 0
+        self._connection: sqlite3.Connection | None = None
+        self._pid = 0
+        self._reads_failed = False
+
+    @property
+    def legacy_path(self) -> Path:
+        """Where the JSON stat cache (format 1) of earlier versions was, beside this file."""
+        return self.path.with_name("statcache.json")
+
+    # --- looking up ---------------------------------------------------------------------
+
+    def range_digests(self, path: Path, ranges: Iterable[tuple[int, int]], label: str | None = None) -> dict[tuple[int, int], str]:
+        """Digest of each ``[start, end)`` range of ``path``, reading only the ranges not cached."""
+        path, key, entry = self._entry(path)
+        wanted = sorted(set(ranges))
+        cached = entry["ranges"]
+        missing = [span for span in wanted if f"{span[0]}-{span[1]}" not in cached]
+        if missing:
+            for span, digest in _hash_ranges(path, missing, label or path.name):
+                cached[f"{span[0]}-{span[1]}"] = digest
+                self.bytes_hashed += span[1] - span[0]
+            # A file rewritten while we read it must not be cached under the new stat.
+            if _stat_key(os.stat(path)) != entry["stat"]:
+                del self.known[key]
+                self.dirty.discard(key)
+                return self.range_digests(path, wanted, label)
+            self.dirty.add(key)
+        return {span: cached[f"{span[0]}-{span[1]}"] for span in wanted}
+
+    def file_digest(self, path: Path) -> str:
+        size = os.stat(path).st_size
+        return self.range_digests(path, [(0, size)])[(0, size)]
+
+    def named_digest(self, path: Path, algorithm: str, compute: Callable[[], str]) -> str:
+        """Another digest of the whole of ``path`` (a Hub blob's sha256, ...), computed by
+        ``compute`` once and kept while the file's stat is unchanged."""
+        path, key, entry = self._entry(path)
+        named = entry.setdefault("named", {})
+        if algorithm not in named:
+            digest = compute()
+            self.bytes_hashed += path.stat().st_size
+            if _stat_key(os.stat(path)) != entry["stat"]:
+                del self.known[key]
+                self.dirty.discard(key)
+                return self.named_digest(path, algorithm, compute)
+            named[algorithm] = digest
+            self.dirty.add(key)
+        return named[algorithm]
+
+    def remember(self, path: Path, digest: str) -> None:
+        """Take ``digest`` as the digest of the whole of ``path`` as it is now: for a
+        file just written from, or checked against, bytes of that digest (an output
+        renamed into place), so that the next check does not read it again."""
+        path = Path(path).resolve()
+        stat = os.stat(path)
+        self.known[str(path)] = {"stat": _stat_key(stat), "ranges": {f"0-{stat.st_size}": digest}}
+        self.dirty.add(str(path))
+
+    def _entry(self, path: Path) -> tuple[Path, str, Entry]:
+        """``path`` resolved, its key, and its entry: the one known here while the file's
+        stat is unchanged; else the file's row, when it was saved at the file's stat now
+        (by another process: a worker that wrote the file, a command run meanwhile); else a
+        fresh, empty one. So the process that started a worker reads the rows of the
+        outputs the worker wrote as it checks them, and no others."""
+        path = Path(path).resolve()
+        key = str(path)
+        stat = _stat_key(os.stat(path))
+        entry = self.known.get(key)
+        if entry is not None and entry["stat"] == stat:
+            return path, key, entry
+        entry = self._read(key, stat) or {"stat": stat, "ranges": {}}
+        self.known[key] = entry
+        return path, key, entry
+
+    def _read(self, key: str, stat: list[int]) -> Entry | None:
+        """The row of ``key``, when it was saved at ``stat`` (a row of another stat is not
+        even read)."""
+        rows = self._query("SELECT digests FROM files WHERE path = ? AND stat = ? AND length(digests) <= ?",
+                           (os.fsencode(key), _stat_text(stat), ENTRY_BYTES))
+        return _entry_of_row(stat, rows[0][0]) if rows else None
+
+    def _query(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """Rows of a read; none where there is no file yet, or it cannot be read (said once)."""
+        if self._reads_failed:
+            return []
+        for attempt in range(2):
+            try:
+                return _when_not_busy(lambda: self._read_rows(sql, parameters))
+            except (_Damaged, sqlite3.Error, OSError, UnreadableFile) as error:
+                if _is_damage(error) and not attempt:
+                    self._start_afresh(str(error))
+                    continue
+                self._say(f"cannot read the stat cache ({_reason(error)}); the files it would describe are hashed again")
+                break
+        self._reads_failed = True
+        return []
+
+    def _read_rows(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        connection = self._connect(create=False)
+        return [] if connection is None else connection.execute(sql, parameters).fetchall()
+
+    # --- saving -------------------------------------------------------------------------
+
+    def save(self) -> None:
+        """Write the entries changed here, one row each: merged, for a file at the same stat,
+        with what another process saved since. :class:`FilesystemError` when it cannot."""
+        if not self.dirty:
+            return
+        for attempt in range(2):
+            try:
+                _when_not_busy(lambda: self._write(self._connect(create=True)))
+                break
+            except (_Damaged, sqlite3.Error) as error:
+                if not _is_damage(error) or attempt:
+                    raise FilesystemError(f"{self.path}: cannot save the stat cache: {error}") from None
+                self._start_afresh(str(error))
+            except OSError as error:
+                raise FilesystemError.of(error, self.path, "cannot save the stat cache") from None
+        self.dirty.clear()
+
+    def _write(self, connection: sqlite3.Connection) -> None:
+        keys = sorted(key for key in self.dirty if key in self.known)
+        with _write_transaction(connection):
+            for key in keys:
+                entry = self.known[key]
+                stored = connection.execute("SELECT digests FROM files WHERE path = ? AND stat = ? AND length(digests) <= ?",
+                                            (os.fsencode(key), _stat_text(entry["stat"]), ENTRY_BYTES)).fetchall()
+                theirs = _entry_of_row(entry["stat"], stored[0][0]) if stored else None
+                if theirs is not None:
+                    # The same bytes: another process's ranges are as good as ours.
+                    entry["ranges"] = {**theirs["ranges"], **entry["ranges"]}
+                    entry["named"] = {**theirs["named"], **entry.get("named", {})}
+                connection.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?)", _row_of(key, entry))
+        self.rows_written += len(keys)
+
+    # --- the file -----------------------------------------------------------------------
+
+    def _connect(self, create: bool) -> sqlite3.Connection | None:
+        """This process's connection; ``None`` when there is no file and ``create`` is false.
+        Raises :class:`_Damaged` for a file that is no stat cache of this format."""
+        if self._connection is not None and self._pid == os.getpid():
+            return self._connection
+        if self._connection is not None:
+            _INHERITED.append(self._connection)
+            self._connection = None
+        if not create and not os.path.lexists(self.path) and not os.path.lexists(self.legacy_path):
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A FIFO, a device or a directory in its place is one line (SQLite would wait on a
+        # FIFO, or say only "unable to open database file"). Looked at, never opened here:
+        # closing a descriptor of the file drops every lock this process's connections hold.
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            pass
+        else:
+            if not S_ISREG(mode):
+                raise IrregularFile(self.path, f"{describe_entry(self.path, mode)}, not a regular file")
+        connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                     check_same_thread=False)
+        try:
+            self._prepare(connection)
+        except BaseException:
+            connection.close()
+            raise
+        self._connection, self._pid = connection, os.getpid()
+        self._migrate(connection)
+        return connection
+
+    @staticmethod
+    def _prepare(connection: sqlite3.Connection) -> None:
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # NORMAL: a commit is not synced until the next checkpoint. A power cut may lose
+            # the last few saves; for a cache that only means hashing those files again.
+            connection.execute("PRAGMA synchronous = NORMAL")
+            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                connection.execute("PRAGMA journal_mode = WAL")
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                with _write_transaction(connection):
+                    for statement in _SCHEMA:
+                        connection.execute(statement)
+                    connection.execute("INSERT OR IGNORE INTO meta VALUES ('hash', ?)", (HASH_NAME,))
+                    connection.execute(f"PRAGMA user_version = {STAT_CACHE_FORMAT}")
+            elif version != STAT_CACHE_FORMAT:
+                raise _Damaged(f"format {version}, this version reads format {STAT_CACHE_FORMAT}")
+            hashed = connection.execute("SELECT value FROM meta WHERE name = 'hash'").fetchone()
+            if hashed is None or hashed[0] != HASH_NAME:
+                raise _Damaged(f"digests of {hashed[0] if hashed else 'no named hash'}, not {HASH_NAME}")
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                raise _Damaged(str(error)) from None
+            raise
+        except sqlite3.DatabaseError as error:
+            raise _Damaged(str(error)) from None
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        """The JSON stat cache of earlier versions (format 1), if any: its entries taken into
+        this file (a row saved here already wins), then it is deleted. In a write
+        transaction, so that of processes starting at once one reads it and the others
+        find it gone."""
+        legacy = self.legacy_path
+        if not os.path.lexists(legacy):
+            return
+        with _write_transaction(connection):
+            files = self._legacy_files(legacy)
+            if files is not None:
+                connection.executemany("INSERT OR IGNORE INTO files VALUES (?, ?, ?)",
+                                       [_row_of(key, entry) for key, entry in files.items() if _valid_entry(entry)])
+            legacy.unlink(missing_ok=True)
+            legacy.with_suffix(".lock").unlink(missing_ok=True)
+
+    def _legacy_files(self, legacy: Path) -> dict[str, Any] | None:
+        """The entries of the JSON stat cache ``legacy``; ``None`` where there is none to
+        take (gone, or unreadable: said in one line)."""
+        try:
+            data = read_json(legacy, CACHE_BYTES)
+        except FileNotFoundError:
+            return None
+        except (OSError, UnreadableFile) as error:
+            self._say(f"the stat cache of the earlier version, {legacy.name}, is unreadable ({_reason(error)}); deleted")
+            return None
+        files = data.get("files") if isinstance(data, dict) and data.get("hash") == HASH_NAME else None
+        if not isinstance(files, dict):
+            self._say(f"the stat cache of the earlier version, {legacy.name}, is not one this version reads; deleted")
+            return None
+        return files
+
+    def _start_afresh(self, reason: str) -> None:
+        """A damaged file: deleted and created again, said in one line. Under a lock, so that
+        of two processes that found it damaged, the second neither deletes the first's new
+        file nor says it again."""
+        if self._connection is not None:
+            if self._pid == os.getpid():
+                self._connection.close()
+            else:
+                _INHERITED.append(self._connection)
+            self._connection = None
+        with locked(self.path.with_name(self.path.name + ".lock")):
+            try:
+                connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+                try:
+                    self._prepare(connection)
+                    connection.execute("SELECT count(*) FROM files").fetchone()
+                    return
+                finally:
+                    connection.close()
+            except (_Damaged, sqlite3.DatabaseError):
+                pass
+            self._say(f"damaged stat cache ({reason}); started afresh, the files it described are hashed again")
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def _say(self, message: str) -> None:
+        print(f"edgebuild: {self.path}: {message}", file=sys.stderr, flush=True)
+
+
+def _when_not_busy(action: Callable[[], Any]) -> Any:
+    """``action``, tried again while SQLite says the file is busy without having waited
+    itself, up to ``BUSY_TIMEOUT_MS``. SQLite waits on a lock another writer holds, but
+    not in every case (it answers at once where waiting could deadlock, and around a WAL
+    file's recovery): ``test_two_processes_saving_at_once_lose_no_entry`` once got
+    "database is locked" under load, with a 60 s busy timeout set."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as error:
+            busy = getattr(error, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+@contextmanager
+def _write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction, the write lock taken at its start (IMMEDIATE): a reader that
+    would write later cannot deadlock with another writer; other writers wait for it."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _is_damage(error: BaseException) -> bool:
+    """Whether ``error`` says the file is no stat cache (not a database, malformed, another
+    format), rather than that it cannot be opened, or is busy, now."""
+    if isinstance(error, _Damaged):
+        return True
+    return isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError)
+
+
+def _reason(error: BaseException) -> str:
+    return str(error.strerror) if isinstance(error, OSError) and error.strerror else str(error)
