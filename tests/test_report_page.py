@@ -177,6 +177,69 @@ def test_text_from_the_manifest_and_reports_is_escaped(handmade: Project) -> Non
     assert "onnxruntime vs &lt;forward&gt;" in page
 
 
+SCRIPT = "<script>alert(1)</script>"
+
+
+def test_markup_in_any_text_is_escaped_everywhere_on_the_page(handmade: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The templates escape every value: markup in the manifest, in a plugin's report (a
+    check's detail, latency, coverage), in its figures and notes, and in ``doit diff``'s
+    words shows as text. Only the SVG a kind draws goes in as markup."""
+    import edgebuild.cli.report_page as report_page
+    import edgebuild.kinds.qwen3_5_tower.figures as tower_figures
+    from edgebuild.core.figures import Figure, Plots
+    from edgebuild.run.diff import ArtifactDiff, CheckChange, Diff, OutputChange
+
+    manifest = handmade.manifest.path
+    manifest.write_text(manifest.read_text().replace('"tiny SigLIP <b>F143</b>"', json.dumps(SCRIPT)))
+    directory = handmade.layout.artifact_dir("t")
+    report = json.loads((directory / "report.json").read_text())
+    report["checks"][1]["detail"] = SCRIPT
+    report["latency"] = {"measured": False, "reason": SCRIPT}
+    report["coverage"] = {"directml": {"nodes_taken": 1, "nodes_total": 2, "partitions": 1, "fallbacks": [{"node": SCRIPT}],
+                                       "tool": SCRIPT, "tool_version": "1", "assumption": SCRIPT}}
+    report["coverage_not_computed"] = {"nnapi": SCRIPT}
+    (directory / "report.json").write_text(json.dumps(report))
+    svg = '<svg class="plot"><rect class="cell"/></svg>'
+    monkeypatch.setattr(tower_figures, "tower_figures", lambda *arguments: Plots([Figure(SCRIPT, svg, SCRIPT)], [SCRIPT]))
+    changed = ArtifactDiff("t", "qwen3_5_vision_tower", "changed", "a" * 64, "b" * 64, reasons=(SCRIPT,),
+                           outputs=(OutputChange(SCRIPT, 1, 2, True),),
+                           checks=(CheckChange(SCRIPT, 1.0, 2.0, 1.0, "<=", 3.0, True, True),), notes=(SCRIPT,))
+    monkeypatch.setattr(report_page, "_compared_with_head",
+                        lambda workspace: (Diff(SCRIPT, None, (changed,)), f"compared with {SCRIPT}"))
+
+    page = render_report_page(Workspace.load(manifest, handmade.layout.root), GENERATED_AT)
+    assert "<script" not in page.lower()
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    # The note at the top and the revision in the summary table.
+    assert page.split('<section class="artifact"')[0].count(escaped) == 2
+    assert _sections(page)["q"].count(escaped) == 1  # the description
+    # The diff (revision, reason, output, check, note), the check's detail, latency, coverage
+    # (a node, the tool, its assumption, the summary's counts don't hold it, why not computed),
+    # the figure (in the list, its title, its caption) and the note.
+    assert _sections(page)["t"].count(escaped) == 5 + 1 + 1 + 4 + 3 + 1
+    assert f"<figcaption>{escaped}</figcaption>{svg}" in page
+
+
+def test_the_templates_ship_with_the_package() -> None:
+    """Every file of the package that is not Python is package data (pyproject.toml), so
+    an install (not only this checkout) has the report page's templates."""
+    import tomllib
+    from fnmatch import fnmatch
+
+    from helpers import REPO
+
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = REPO / "edgebuild"
+    data = [path for path in package.rglob("*")
+            if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts]
+    assert {path.relative_to(REPO).as_posix() for path in data} >= {
+        "edgebuild/cli/templates/report_page.html.j2", "edgebuild/cli/templates/report_parts.html.j2"}
+    for path in data:
+        owners = [(name, globs) for name, globs in package_data.items() if path.is_relative_to(REPO / name.replace(".", "/"))]
+        assert any(fnmatch(path.relative_to(REPO / name.replace(".", "/")).as_posix(), pattern)
+                   for name, globs in owners for pattern in globs), f"{path.relative_to(REPO)} is not package data"
+
+
 def test_artifacts_not_built_or_with_unreadable_files_still_have_their_section(
         tmp_path: Path, siglip_checkpoint: Path) -> None:
     project = _siglip_project(tmp_path, siglip_checkpoint, tower=False)
@@ -187,7 +250,7 @@ def test_artifacts_not_built_or_with_unreadable_files_still_have_their_section(
     assert "quantization.json: not valid JSON: Expecting property name" in sections["q"]
     # The edits changed outputs: the page says what doit status says.
     assert '<span class="state warn">stale</span>' in sections["q"]
-    assert "could not draw this artifact&#x27;s plots: KeyError: &#x27;shape&#x27;</p>" in sections["q_onnx"]
+    assert "could not draw this artifact&#39;s plots: KeyError: &#39;shape&#39;</p>" in sections["q_onnx"]
     # The rest of the section is still there.
     assert "quantized_weight_ratio" in sections["q_onnx"] and "<svg" not in sections["q_onnx"]
     (project.layout.artifact_dir("q_onnx") / "report.json").unlink()
