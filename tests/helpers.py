@@ -8,6 +8,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -485,3 +488,32 @@ def made_once(tmp_path_factory: "pytest.TempPathFactory", name: str, make: Calla
             make(directory)
             (directory / ".made").touch()
     return directory
+
+
+@contextmanager
+def waits_released(fifo: Path, seconds: float = 10) -> Iterator[list[str]]:
+    """Within the block, a reader still waiting on the FIFO ``fifo`` after ``seconds`` is let
+    go (a writer opens it and closes it at once: the reader finds it empty), and the list
+    yielded gets a line saying so. A test asserts the list is empty: a read that would wait
+    forever fails the test instead of hanging it."""
+    released: list[str] = []
+    done = threading.Event()
+
+    def release() -> None:
+        if done.wait(seconds):
+            return
+        while not done.wait(0.05):
+            try:
+                # Non-blocking: succeeds only while a reader waits on the other end.
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                continue
+            released.append(f"a reader waited on {fifo} for more than {seconds} s")
+
+    releaser = threading.Thread(target=release, daemon=True)
+    releaser.start()
+    try:
+        yield released
+    finally:
+        done.set()
+        releaser.join()

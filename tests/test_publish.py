@@ -24,7 +24,7 @@ from edgebuild.core.faults import FAULT_ENV, InjectedFault
 from edgebuild.run.publish import EntryFiles, publish, put_entry, read_index
 from edgebuild.cache.location import Location
 
-from helpers import REPO, TOWER_MANIFEST, clone_project, git, flipped
+from helpers import REPO, TOWER_MANIFEST, clone_project, git, flipped, waits_released
 
 STRICT = (
     "  strict:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
@@ -332,6 +332,26 @@ def test_republish_checks_the_published_bytes(remote_url: str, tmp_path: Path) -
         f"{where}: published file report.json is missing; not overwritten (delete {where}/ and publish again)"
     )
     assert snapshot(location) == before
+
+
+@pytest.mark.parametrize("name", ["model.bin", "SHA256SUMS"])
+def test_a_fifo_in_a_published_entry_is_one_line_never_waited_on(name: str, tmp_path: Path) -> None:
+    """A republish read a FIFO in the destination's entry and waited for a writer forever."""
+    location = Location(str(tmp_path / "dest"))
+    item = entry_files(tmp_path / "build")
+    put_entry(location, item, lambda message: None)
+    fifo = location.local_path(f"art/{FINGERPRINT}/{name}")
+    fifo.unlink()
+    os.mkfifo(fifo)
+    with waits_released(fifo) as released, pytest.raises(PublishError) as error:
+        put_entry(location, item, lambda message: None)
+    assert released == []
+    where = f"{tmp_path / 'dest'}/art/{FINGERPRINT}"
+    found = "published file model.bin" if name == "model.bin" else "SHA256SUMS"
+    assert str(error.value) == (
+        f"{where}: {found} is a FIFO (named pipe), not a regular file; not overwritten (delete {where}/ and publish again)"
+    )
+    assert published_files(location) == ENTRY_FILES
 
 
 @pytest.mark.parametrize(

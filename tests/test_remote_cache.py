@@ -6,6 +6,7 @@ as an error, two clones sharing one remote through the real doit CLI."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -23,7 +24,9 @@ from edgebuild.cache.entries import blob_key, entry_key
 from edgebuild.cache.remote import RemoteCache
 from edgebuild.cache.store import Store
 
-from helpers import TOWER_MANIFEST, clone_project, fresh_clone, signing_env, flip_bits, flipped
+from helpers import (
+    TOWER_MANIFEST, clone_project, fresh_clone, signing_env, flip_bits, flipped, pretend_built, waits_released,
+)
 
 
 @pytest.fixture
@@ -168,6 +171,85 @@ def test_unreadable_entry_is_corrupt(tmp_path: Path) -> None:
     # A push replaces it.
     assert cache.push(fingerprint, store, lambda message: None) is True
     assert cache.has(fingerprint)
+
+
+def fifo_in_place_of(location: Location, key: str) -> Path:
+    """Replace the file at ``key`` of a directory remote with a FIFO nobody writes to."""
+    path = location.local_path(key)
+    path.unlink()
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("where", ["entry", "blob"])
+def test_a_fifo_in_a_directory_remote_is_a_corrupt_entry_never_waited_on(where: str, tmp_path: Path) -> None:
+    """A FIFO where an entry or a blob belongs (on a shared disk anyone can write) was
+    waited on by a read, or ended a pull with a copy error: it is a corrupt entry, said,
+    dropped and replaced by the next push, like any other."""
+    store, fingerprint = stored_build(tmp_path / "a")
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    cache = RemoteCache.open(str(remote))
+    cache.push(fingerprint, store, lambda message: None)
+    digest = file_digest(store.files(fingerprint)["model.bin"])
+    key = entry_key(fingerprint) if where == "entry" else blob_key(digest)
+    fifo = fifo_in_place_of(cache.location, key)
+    messages: list[str] = []
+    with waits_released(fifo) as released:
+        # Every reader of a remote's files: listing, describing, checking, digesting, pulling.
+        assert [entry.artifact for entry in cache.entries()] == ([] if where == "entry" else ["artifact"])
+        assert cache.described(fingerprint)[0] is not None or where == "entry"
+        assert cache.has(fingerprint) is False
+        with pytest.raises(RemoteError) as unfit:
+            cache.location.digest(key, __import__("hashlib").sha256())
+        pulled = cache.pull("art", fingerprint, Store(tmp_path / "s"), tmp_path / "art", tmp_path / ".tmp",
+                            messages.append)
+    assert released == []
+    assert str(unfit.value) == f"{remote}/{key}: a FIFO (named pipe), not a regular file; not read"
+    problem = (f"{entry_key(fingerprint)} is not an entry of format 1 ({unfit.value})" if where == "entry"
+               else f"model.bin: {unfit.value}")
+    assert (pulled, messages) == (None, [f"remote cache: entry {fingerprint[:12]} is corrupt ({problem}); dropped, "
+                                         "building instead"])
+    assert not fifo.exists()
+    assert cache.push(fingerprint, store, lambda message: None) is True
+    assert cache.pull("art", fingerprint, Store(tmp_path / "s"), tmp_path / "art", tmp_path / ".tmp", messages.append)
+
+
+@pytest.mark.parametrize("where", ["entry", "blob"])
+def test_commands_take_a_fifo_in_a_directory_remote_as_a_corrupt_entry(where: str, project_dir, tmp_path: Path) -> None:
+    """Through the real commands: ``doit cache`` lists around it, and a pull (``doit build
+    --pull-only``, which exports nothing) says in one line that the entry is corrupt and
+    was dropped, then that the artifact is not in the remote cache."""
+    project_dir.manifest(TOWER_MANIFEST)
+    workspace = project_dir.project()
+    output = project_dir.root / "build" / "t" / "model.onnx"
+    output.parent.mkdir(parents=True)
+    output.write_bytes(b"an exported graph")
+    pretend_built(workspace, "t", {"model.onnx": file_digest(output)})
+    fingerprint = workspace.record("t").fingerprint
+    store = Store(tmp_path / "store")
+    store.put(fingerprint, output.parent)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    cache = RemoteCache.open(str(remote))
+    cache.push(fingerprint, store, lambda message: None)
+    shutil.rmtree(project_dir.root / "build")
+    key = entry_key(fingerprint) if where == "entry" else blob_key(file_digest(store.files(fingerprint)["model.onnx"]))
+    fifo = fifo_in_place_of(cache.location, key)
+    env = {"EDGEBUILD_REMOTE_CACHE": str(remote)}
+    with waits_released(fifo) as released:
+        listed = project_dir.doit("cache", env=env)
+        pulled = project_dir.doit("build", "--pull-only", "t", env=env)
+    assert released == []
+    assert listed.returncode == 0 and "Traceback" not in listed.stdout + listed.stderr, listed.stdout + listed.stderr
+    assert "1 entry" in listed.stdout if where == "blob" else "0 entries" in listed.stdout, listed.stdout
+    said = pulled.stdout + pulled.stderr
+    assert pulled.returncode != 0 and "Traceback" not in said, said
+    assert said.count(f"t: fingerprint {fingerprint[:12]} is neither built here, in the store nor in the remote cache") == 1
+    unfit = f"{remote}/{key}: a FIFO (named pipe), not a regular file; not read"
+    problem = f"{entry_key(fingerprint)} is not an entry of format 1 ({unfit})" if where == "entry" else f"model.onnx: {unfit}"
+    assert f"[t] remote cache: entry {fingerprint[:12]} is corrupt ({problem}); dropped, building instead" in said, said
+    assert not fifo.exists()
 
 
 def test_push_refuses_a_damaged_local_entry(remote_url: str, tmp_path: Path) -> None:
@@ -560,6 +642,13 @@ def unreachable_remotes(port: int, missing: Path) -> list[tuple[str, str]]:
         (f"http://127.0.0.1:{port}/cache",
          f"cannot reach it: Cannot connect to host 127.0.0.1:{port} ssl:default [Connect call failed ('127.0.0.1', {port})]"),
         (f"file://{missing}", f"no such directory; create it (mkdir -p {missing}) or mount the shared disk"),
+        # A scheme nobody serves, and file URLs that name no directory here (fsspec took the
+        # first for the working directory, the second for a path relative to it).
+        ("gopher://x/cache", "cannot open this location: Protocol not known: gopher"),
+        ("file://", "expected file:///ABSOLUTE/PATH (or the directory's path alone); file:// names no directory on "
+                    "this machine"),
+        ("file://fileserver/cache", "expected file:///ABSOLUTE/PATH (or the directory's path alone); "
+                                    "file://fileserver/cache names no directory on this machine"),
     ]
 
 

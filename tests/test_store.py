@@ -194,6 +194,48 @@ def test_the_store_of_the_old_layout_is_moved_in_on_first_use(tmp_path: Path) ->
     assert list(store.scratch_dir.iterdir()) == []
 
 
+def test_the_move_from_the_old_layout_says_what_it_dropped_and_why(tmp_path: Path) -> None:
+    """A damaged entry of the old layout is not moved in: it was dropped without a word;
+    now one line each names it and what is wrong with it."""
+    root = tmp_path / "store"
+    fingerprints = []
+    for index in range(4):
+        directory = built(tmp_path / f"b{index}", index, seeded_bytes(4096, 10 + index))
+        fingerprints.append(fingerprint_of(directory))
+        old = root / fingerprints[-1][:2] / fingerprints[-1]
+        old.parent.mkdir(parents=True, exist_ok=True)
+        directory.rename(old)
+    intact, changed, unreadable, misfiled = fingerprints
+
+    def old(fingerprint: str) -> Path:
+        return root / fingerprint[:2] / fingerprint
+    flip_bits(old(changed) / "model.bin", 100)
+    flip_bits(old(unreadable) / RECORD_FILE, 0)  # '{' XOR 0xFF: not even UTF-8
+    other = "0" * 64
+    (root / "00").mkdir(exist_ok=True)
+    old(misfiled).rename(root / "00" / other)
+
+    messages: list[str] = []
+    store = Store(root, log=messages.append)
+    assert [entry.fingerprint for entry in store.entries()] == [intact]
+
+    def dropped(fingerprint: str, why: str) -> str:
+        return (f"warning: the store's build of {fingerprint[:12]} (old layout) is damaged ({why}); stored files do not "
+                f"change by themselves: check the disk under {root}, and who else writes there. It was dropped in the "
+                "move to the new layout")
+
+    assert sorted(messages) == sorted([
+        dropped(changed, "model.bin missing or changed since the build"),
+        dropped(unreadable, f"{RECORD_FILE}: not a build record (not valid JSON: 'utf-8' codec can't decode byte 0x84 in "
+                            "position 0: invalid start byte)"),
+        dropped(other, f"{RECORD_FILE} describes fingerprint {misfiled[:12]}, not {other[:12]}"),
+    ])
+    assert [path.name for path in root.iterdir() if path.name != ".tmp"] == ["v1"]
+    # Said once: the move runs once per store.
+    store.entries()
+    assert len(messages) == 3
+
+
 def fingerprint_of_old(root: Path, index: int) -> str:
     """The relative path of the index-th entry of an old-layout store, in sorted order."""
     paths = sorted(path for prefix in root.iterdir() for path in prefix.iterdir())

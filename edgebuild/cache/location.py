@@ -36,15 +36,19 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
+from edgebuild.core.files import UnreadableFile, open_regular, read_bytes
 from edgebuild.errors import RemoteError
 
 # ``Location(spec)`` without an endpoint: this process's setting (EDGEBUILD_S3_ENDPOINT_URL).
 FROM_SETTINGS = "from settings"
 READ_CHUNK = 16 * 1024 * 1024
+T = TypeVar("T")
 
 # Protocols whose single-object writes are atomic and that have no real rename.
 OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss", "memory", "hf"})
@@ -61,7 +65,12 @@ _BACKEND_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
 class UnfitObject(RemoteError):
     """What is at a key is not a file of the size a reader allows (a directory, a FIFO,
-    something too large): a remote's content, not its reachability, is wrong."""
+    something too large): a remote's content, not its reachability, is wrong. ``what``
+    says what it is instead, for a caller that names the key its own way."""
+
+    def __init__(self, where: str, what: str) -> None:
+        super().__init__(f"{where}: {what}; not read")
+        self.what = what
 
 
 def is_url(spec: str) -> bool:
@@ -120,7 +129,12 @@ class Location:
         self.shown = shown_setting(setting, spec)
         self.s3_endpoint = s3_endpoint
         if is_url(spec):
-            protocol = spec.split("://", 1)[0]
+            protocol, rest = spec.split("://", 1)
+            if protocol in ("file", "local") and not rest.startswith("/"):
+                # fsspec takes file://HOST/x for the relative path HOST/x, and file:// for the
+                # working directory: a cache that follows wherever the command is typed.
+                raise RemoteError(f"{self.shown}: expected {protocol}:///ABSOLUTE/PATH (or the directory's path alone); "
+                                  f"{protocol}://{rest} names no directory on this machine")
             url = spec
         else:
             path = Path(spec).expanduser()
@@ -227,30 +241,45 @@ class Location:
     # --- reads ------------------------------------------------------------------
 
     def read(self, key: str, limit: int | None = None) -> bytes | None:
-        """The bytes at ``key``; ``None`` when there is nothing there. With ``limit``, a
-        :class:`RemoteError` for anything but a file of at most ``limit`` bytes (what a
-        remote holds is not trusted to be small, or a file: a FIFO would hang the read)."""
+        """The bytes at ``key``; ``None`` when there is nothing there. A :class:`UnfitObject`
+        for anything but a file (a FIFO would hang the read, a device never end it) and,
+        with ``limit``, for a file of more than ``limit`` bytes: what a remote holds is not
+        trusted to be small, or a file."""
+        data = self._read_file(
+            key, "read", lambda local: read_bytes(local, sys.maxsize if limit is None else limit),
+            lambda path: self.fs.cat_file(path) if limit is None else self.fs.cat_file(path, start=0, end=limit + 1),
+            limit)
+        if data is not None and limit is not None and len(data) > limit:
+            raise UnfitObject(self.where(key), f"more than the {limit} bytes it may hold")
+        return data
+
+    def _read_file(self, key: str, verb: str, local: Callable[[Path], T], remote: Callable[[str], T],
+                   limit: int | None = None) -> T | None:
+        """``local(path)`` of ``key`` on a local location, through edgebuild's own readers
+        (regular files only: a FIFO is refused, never waited on, even one swapped in after
+        a check); elsewhere ``remote(path)``, once the backend says it is a file of at most
+        ``limit`` bytes (an SFTP server's FIFO no local open can refuse). ``None`` when
+        nothing is there; :class:`UnfitObject` for what is not such a file."""
         path = self.path(key)
         try:
-            if limit is None:
-                return self.fs.cat_file(path)
+            if self.is_local:
+                return local(self.local_path(key))
             info = self.fs.info(path)
             if info.get("type") != "file":
-                raise UnfitObject(f"{self.where(key)}: a {info.get('type') or 'thing'} that is not a file; not read")
+                raise UnfitObject(self.where(key), f"a {info.get('type') or 'thing'} that is not a file")
             size = int(info.get("size") or 0)
-            if size > limit:
-                raise UnfitObject(f"{self.where(key)}: {size} bytes, more than the {limit} it may hold; not read")
-            data = self.fs.cat_file(path, start=0, end=limit + 1)
+            if limit is not None and size > limit:
+                raise UnfitObject(self.where(key), f"{size} bytes, more than the {limit} it may hold")
+            return remote(path)
         except FileNotFoundError as error:
-            self._absent(error, "read", key)
+            self._absent(error, verb, key)
             return None
+        except UnreadableFile as error:
+            raise UnfitObject(self.where(key), str(error)) from None
         except RemoteError:
             raise
         except _BACKEND_ERRORS as error:
-            raise self._failed("read", key, error) from None
-        if len(data) > limit:
-            raise UnfitObject(f"{self.where(key)}: more than the {limit} bytes it may hold; not read")
-        return data
+            raise self._failed(verb, key, error) from None
 
     def size(self, key: str) -> int | None:
         """The size of the object at ``key``; ``None`` when there is none."""
@@ -262,7 +291,7 @@ class Location:
             return None
         except _BACKEND_ERRORS as error:
             raise self._failed("read", key, error) from None
-        return int(info["size"]) if info.get("type") != "directory" else None
+        return _file_size(info)
 
     def sizes(self, keys: list[str]) -> dict[str, int | None]:
         """:meth:`size` of each key, asked in one batch: on an object store the requests
@@ -282,7 +311,7 @@ class Location:
             except FileNotFoundError as error:
                 self._absent(error, "read", key)
                 return None
-            return int(info["size"]) if info.get("type") != "directory" else None
+            return _file_size(info)
 
         async def every() -> list[Any]:
             return await asyncio.gather(*(one(key) for key in keys), return_exceptions=True)
@@ -301,32 +330,34 @@ class Location:
         return sizes
 
     def download(self, key: str, target: Path) -> bool:
-        """Copy ``key`` to the local file ``target``; ``False`` when there is no such object."""
-        path = self.path(key)
+        """Copy ``key`` to the local file ``target``; ``False`` when there is no such object.
+        :class:`UnfitObject` when it is not a file (see :meth:`read`)."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
+
+        def copy(local: Path) -> bool:
+            with open_regular(local) as reader, target.open("wb") as writer:
+                shutil.copyfileobj(reader, writer, READ_CHUNK)
+            return True
+
+        def get(path: str) -> bool:
             self.fs.get_file(path, str(target))
-        except FileNotFoundError as error:
-            self._absent(error, "download", key)
-            return False
-        except _BACKEND_ERRORS as error:
-            raise self._failed("download", key, error) from None
-        return True
+            return True
+
+        return bool(self._read_file(key, "download", copy, get))
 
     def digest(self, key: str, hasher: Any) -> str | None:
         """The hex digest of the bytes at ``key``, streamed through ``hasher`` (a fresh
-        ``hashlib`` object); ``None`` when there is nothing there."""
-        path = self.path(key)
-        try:
-            with self.fs.open(path, "rb") as handle:
+        ``hashlib`` object); ``None`` when there is nothing there. :class:`UnfitObject`
+        when it is not a file (see :meth:`read`)."""
+
+        def hashed(handle: Any) -> str:
+            with handle:
                 while chunk := handle.read(READ_CHUNK):
                     hasher.update(chunk)
-        except FileNotFoundError as error:
-            self._absent(error, "read", key)
-            return None
-        except _BACKEND_ERRORS as error:
-            raise self._failed("read", key, error) from None
-        return hasher.hexdigest()
+            return hasher.hexdigest()
+
+        return self._read_file(key, "read", lambda local: hashed(open_regular(local)),
+                               lambda path: hashed(self.fs.open(path, "rb")))
 
     def listing(self, prefix: str) -> dict[str, tuple[int, float | None]]:
         """Every object under the key ``prefix``: key -> (size, modification time as a
@@ -402,6 +433,12 @@ class Location:
                     self.fs.rm_file(temporary)
         except _BACKEND_ERRORS as error:
             raise self._failed("write", key, error) from None
+
+
+def _file_size(info: dict[str, Any]) -> int | None:
+    """The size of the object an fsspec ``info`` dict describes; ``None`` for what is not a
+    file (a directory, a FIFO): no blob of any size, so a push writes the blob over it."""
+    return int(info["size"]) if info.get("type") == "file" else None
 
 
 def _modified(info: dict[str, Any]) -> float | None:

@@ -300,7 +300,12 @@ class RemoteCache:
                     stored.unlink(missing_ok=True)
                     log(damaged(store.root, f"the store's blob {meta['digest'][:12]}", corrupt,
                                 "It was removed and is downloaded again"))
-            if not self.location.download(blob_key(meta["digest"]), path):
+            try:
+                downloaded = self.location.download(blob_key(meta["digest"]), path)
+            except UnfitObject as error:
+                # A FIFO, device or directory where a blob belongs: no bytes of any digest.
+                raise CorruptEntry(f"{relative}: {error}", (meta["digest"],)) from None
+            if not downloaded:
                 raise CorruptEntry(f"{relative}: blob {meta['digest'][:12]} is missing")
             check_blob(path, relative, meta)
         record_path = scratch / RECORD_FILE

@@ -33,6 +33,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -76,6 +77,10 @@ def materialise(sources: dict[str, Path], target: Path, scratch_root: Path) -> N
 
 
 
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def damaged(root: Path, what: str, corrupt: CorruptEntry, done: str) -> str:
     """What a command says of something of the store under ``root`` it found damaged."""
     return (f"warning: {what} is damaged ({corrupt}); stored files do not change by themselves: check the disk under "
@@ -104,8 +109,11 @@ class GcResult:
 
 
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, log: Callable[[str], None] | None = None) -> None:
         self.root = root
+        # Where the move from the old layout says what it dropped: it runs on whatever
+        # first touches the store, which may pass no log of its own (stderr then).
+        self.log = log if log is not None else _warn
         self._migrated = False
 
     # --- layout -------------------------------------------------------------------
@@ -527,6 +535,9 @@ class Store:
                     continue
                 try:
                     self._adopt_legacy(old.name, claimed)
+                except CorruptEntry as corrupt:
+                    self.log(damaged(self.root, f"the store's build of {old.name[:12]} (old layout)", corrupt,
+                                     "It was dropped in the move to the new layout"))
                 finally:
                     shutil.rmtree(claimed.parent, ignore_errors=True)
             try:
@@ -535,12 +546,20 @@ class Store:
                 pass
 
     def _adopt_legacy(self, fingerprint: str, directory: Path) -> None:
+        """Move the old layout's entry in ``directory`` in; :class:`CorruptEntry` (nothing
+        moved) for one whose record cannot be read, is of another fingerprint, or lists
+        outputs that are missing or hold other bytes."""
         try:
             record = parse_record(read_bytes(directory / RECORD_FILE, RECORD_BYTES), RECORD_FILE)
-        except (OSError, UnreadableFile, RecordError):
-            return
-        if record.fingerprint != fingerprint or record.changed_outputs(directory):
-            return
+        except UnreadableFile as error:
+            raise CorruptEntry(f"{RECORD_FILE}: {error}") from None
+        except (OSError, RecordError) as error:
+            raise CorruptEntry(str(error)) from None
+        if record.fingerprint != fingerprint:
+            raise CorruptEntry(f"{RECORD_FILE} describes fingerprint {record.fingerprint[:12]}, not {fingerprint[:12]}")
+        changed = record.changed_outputs(directory)
+        if changed:
+            raise CorruptEntry(f"{', '.join(changed)} missing or changed since the build")
         outputs = record.to_json(only=("outputs",))["outputs"]
         files = {}
         for relative, meta in outputs.items():

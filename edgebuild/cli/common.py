@@ -22,6 +22,7 @@ from doit.cmd_base import DoitCmdBase
 from doit.cmd_run import Run
 from doit.exceptions import InvalidCommand
 
+from edgebuild.cli.option_errors import option_problem
 from edgebuild.errors import EdgebuildError
 from edgebuild.run.scheduler import Outcomes, verification_summary
 
@@ -111,93 +112,6 @@ def options_first(args: list[str], options: list[Any]) -> list[str]:
             rest.append(arg)
         index += 1
     return moved + rest
-
-
-def option_problem(parser: Any, args: list[str], command: str) -> str | None:
-    """What is wrong with the options in ``args`` for doit's ``CmdParse`` ``parser`` (an
-    unknown one, a value missing or given where none is taken, a value of the wrong type
-    or not among the choices), as the one line ``command`` ends with; ``None`` when
-    nothing is. (doit's own message lists every option object it knows.)"""
-    import getopt
-
-    from doit.cmdparse import CmdParseError
-
-    try:
-        found, rest = getopt.getopt(args, parser.get_short(), parser.get_long())
-    except getopt.GetoptError as error:
-        flag = f"--{error.opt}" if len(error.opt) > 1 else f"-{error.opt}"
-        if "not recognized" in error.msg:
-            return _unknown_option(parser, flag, command)
-        if "requires argument" in error.msg:
-            return _needs_value(parser, flag)
-        if "must not have an argument" in error.msg:
-            given = next((arg for arg in args if arg.startswith(flag + "=")), flag)
-            return f"{flag} takes no value, found {given!r}"
-        if "not a unique prefix" in error.msg:
-            return f"{flag} is the start of more than one option of doit {command}; `doit help {command}` lists them"
-        return f"{flag}: {error.msg}"
-    for flag, value in found:
-        option, _ = parser.get_option(flag)
-        if option is None or option.type in (bool, list):
-            continue
-        names = "/".join(name for name in (f"-{option.short}" if option.short else "",
-                                           f"--{option.long}" if option.long else "") if name)
-        try:
-            option.str2type(value)
-        except CmdParseError:
-            if option.choices:
-                return f"{names}: expected one of {', '.join(option.choices)}, found {value!r}"
-            expected = {int: "an integer", float: "a number"}.get(option.type, f"a {option.type.__name__}")
-            return f"{names}: expected {expected}, found {value!r}"
-    # Options that follow the artifact names were moved ahead of them: one still among them is unknown.
-    for arg in rest:
-        if arg == "--":
-            break
-        if arg.startswith("-") and arg != "-":
-            flag = arg.split("=", 1)[0]
-            option, _ = parser.get_option(flag)
-            if option is not None and option.type is not bool and arg == flag:
-                return _needs_value(parser, flag)
-            return _unknown_option(parser, flag, command)
-    return None
-
-
-def _needs_value(parser: Any, flag: str) -> str:
-    option, _ = parser.get_option(flag)
-    what = f": {option.help.splitlines()[0]}" if option is not None and option.help else ""
-    return f"{flag} needs a value{what}"
-
-
-def _unknown_option(parser: Any, flag: str, command: str) -> str:
-    """The line for ``flag``, which ``command`` does not take: the other edgebuild commands
-    that take it, or the option of ``command`` it may be a typo of."""
-    elsewhere = [name for name, options in _edgebuild_command_options().items()
-                 if name != command and flag.startswith("--") and flag[2:] in options]
-    if elsewhere:
-        hint = f" (it is an option of {' and '.join(f'doit {name}' for name in elsewhere)})"
-    else:
-        known = [f"--{option.long}" for option in parser.options if option.long]
-        known += [f"--{option.inverse}" for option in parser.options if option.inverse]
-        match = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
-        hint = f" (did you mean {match[0]}?)" if match else ""
-    return f"doit {command} has no option {flag}{hint}; `doit help {command}` lists its options"
-
-
-def _edgebuild_command_options() -> dict[str, set[str]]:
-    """edgebuild's doit commands (its ``doit.COMMAND`` entry points) and the long names of
-    the options each adds to doit's; loaded only to word an error."""
-    from importlib import metadata
-
-    commands: dict[str, set[str]] = {}
-    for point in metadata.entry_points(group="doit.COMMAND"):
-        if not point.value.startswith("edgebuild."):
-            continue
-        try:
-            loaded = point.load()
-        except Exception:  # a command that does not load has nothing to suggest
-            continue
-        commands[point.name] = {option["long"] for option in getattr(loaded, "cmd_options", ()) if option.get("long")}
-    return dict(sorted(commands.items()))
 
 
 class OneLineErrors:

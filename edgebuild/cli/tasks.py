@@ -48,6 +48,14 @@ def load_or_exit(manifest_path: str | None = None) -> Any:
     from edgebuild.core.config import Settings
     from edgebuild.core.manifest import manifest_path as resolve
 
+    if sys.argv[1:2] and sys.argv[1].startswith("-"):
+        from edgebuild.cli.option_errors import options_before_the_command
+
+        # `doit -P bogus build`: doit's own `run` parsed those, before any edgebuild command could.
+        problem = options_before_the_command(sys.argv)
+        if problem is not None:
+            print(f"ERROR: {problem}", file=sys.stderr)
+            raise SystemExit(3)
     try:
         settings = Settings.from_environ()
         if not settings.verbose:

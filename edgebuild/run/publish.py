@@ -328,7 +328,7 @@ def provenance_record(
 def put_entry(location: Location, item: EntryFiles, log: Log) -> Published:
     """Publish one entry, or find it already published (and check it: see
     :func:`_check_published`)."""
-    if location.read(f"{item.prefix}/{CHECKSUMS_FILE}") is None:
+    if _published_checksums(location, item) is None:
         write = _write_entry_by_rename if location.is_local else _write_entry_create_only
         if write(location, item):
             log(f"published {item.name} {item.fingerprint[:12]} to {location.where(item.prefix)}")
@@ -337,6 +337,17 @@ def put_entry(location: Location, item: EntryFiles, log: Log) -> Published:
     existing = _check_published(location, item)
     log(f"{item.name} {item.fingerprint[:12]} already published at {location.where(item.prefix)}")
     return Published(item.name, item.fingerprint, item.prefix + "/", _checksum(existing), False)
+
+
+def _published_checksums(location: Location, item: EntryFiles) -> bytes | None:
+    """The ``SHA256SUMS`` published for ``item``; ``None`` when there is none. A FIFO or a
+    directory there is a :class:`PublishError` (read, never waited on; never overwritten)."""
+    try:
+        return location.read(f"{item.prefix}/{CHECKSUMS_FILE}")
+    except UnfitObject as unfit:
+        where = location.where(item.prefix)
+        raise PublishError(f"{where}: {CHECKSUMS_FILE} is {unfit.what}; not overwritten (delete {where}/ and publish "
+                           "again)") from None
 
 
 def _write_entry_by_rename(location: Location, item: EntryFiles) -> bool:
@@ -421,7 +432,7 @@ def _write_entry_create_only(location: Location, item: EntryFiles) -> bool:
         # or by another publisher, which may have finished meanwhile.
         if location.digest(key, hashlib.sha256()) == item.sha256[relative]:
             continue
-        if location.read(f"{item.prefix}/{CHECKSUMS_FILE}") is not None:
+        if _published_checksums(location, item) is not None:
             return False
         raise PublishError(
             f"{where}: {relative} holds other bytes, from another publish of this fingerprint that is "
@@ -436,7 +447,7 @@ def _check_published(location: Location, item: EntryFiles) -> bytes:
     lists the same outputs as ``item`` and that every file it lists holds the bytes
     it says. Raises :class:`PublishError` otherwise: nothing published is overwritten."""
     where = location.where(item.prefix)
-    existing = location.read(f"{item.prefix}/{CHECKSUMS_FILE}")
+    existing = _published_checksums(location, item)
     if existing is None:
         raise PublishError(
             f"{where}: holds files but no {CHECKSUMS_FILE} (a publish that was interrupted or is still running); "
@@ -451,9 +462,13 @@ def _check_published(location: Location, item: EntryFiles) -> bytes:
             f"{where}: already published with different content ({', '.join(differing)}); not overwritten"
         )
     for relative, digest in sorted(published.items()):
-        found = location.digest(f"{item.prefix}/{relative}", hashlib.sha256())
-        if found != digest:
+        try:
+            found = location.digest(f"{item.prefix}/{relative}", hashlib.sha256())
+        except UnfitObject as unfit:
+            found, state = None, f"is {unfit.what}"
+        else:
             state = "is missing" if found is None else f"does not match {CHECKSUMS_FILE}"
+        if found != digest:
             raise PublishError(
                 f"{where}: published file {relative} {state}; not overwritten (delete {where}/ and publish again)"
             )
