@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
+    from edgebuild.testing import TinyProject
     import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -242,6 +243,18 @@ def fresh_clone(seed: Path, target: Path) -> ProjectDir:
         path = clone.root / name
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     return clone
+
+
+def lay_out_project(root: Path, manifest: str) -> "TinyProject":
+    """A user's project at ``root`` with ``manifest`` and the shipped images at ``root/images``
+    (calibration) and ``root/held_out``."""
+    from edgebuild.testing import TinyProject
+
+    project = TinyProject(root)
+    shutil.copytree(REPO / "data" / "calibration", root / "images", dirs_exist_ok=True)
+    shutil.copytree(REPO / "data" / "held_out", root / "held_out", dirs_exist_ok=True)
+    project.manifest(manifest)
+    return project
 
 
 def lay_out_siglip_inputs(root: Path, checkpoint: Path) -> Path:

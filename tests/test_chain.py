@@ -32,7 +32,7 @@ from edgebuild.run.state import VerificationState, status, verification_state
 from edgebuild.run.workspace import Workspace
 from edgebuild.testing import TinyProject
 
-from helpers import CLIP_TO_QDQ, REPO, pretend_built
+from helpers import CLIP_TO_QDQ, lay_out_project, pretend_built
 
 CHAIN = CLIP_TO_QDQ + """\
   npu:
@@ -42,11 +42,7 @@ CHAIN = CLIP_TO_QDQ + """\
 
 
 def _lay_out(root: Path, manifest: str = CHAIN) -> TinyProject:
-    project = TinyProject(root)
-    shutil.copytree(REPO / "data" / "calibration", root / "images", dirs_exist_ok=True)
-    shutil.copytree(REPO / "data" / "held_out", root / "held_out", dirs_exist_ok=True)
-    project.manifest(manifest)
-    return project
+    return lay_out_project(root, manifest)
 
 
 # --- the numbers ------------------------------------------------------------------------

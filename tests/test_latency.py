@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy
@@ -19,9 +18,8 @@ from edgebuild.core.thresholds import LatencySettings, latency_settings
 from edgebuild.errors import ManifestError
 from edgebuild.run.latency import (MIN_RUNS, Timed, latency_checks, latency_line, latency_record, machine,
                                    not_measured, time_in_turn, time_runner)
-from edgebuild.testing import TinyProject
 
-from helpers import CLIP_TO_QDQ, REPO
+from helpers import CLIP_TO_QDQ, lay_out_project
 
 
 def _tiny_graph(path: Path, width: int = 64) -> Path:
@@ -186,17 +184,10 @@ def test_bad_latency_settings_are_one_line_naming_the_key(tmp_path: Path, latenc
 # --- in verification --------------------------------------------------------------------
 
 
-def _lay_out(root: Path, manifest: str) -> TinyProject:
-    project = TinyProject(root)
-    shutil.copytree(REPO / "data" / "calibration", root / "images", dirs_exist_ok=True)
-    shutil.copytree(REPO / "data" / "held_out", root / "held_out", dirs_exist_ok=True)
-    project.manifest(manifest)
-    return project
-
 
 @pytest.mark.slow
 def test_verification_records_latency_against_the_float_source_and_gates_it_on_request(tmp_path: Path) -> None:
-    project = _lay_out(tmp_path, MANIFEST)
+    project = lay_out_project(tmp_path, MANIFEST)
     verified = project.doit("verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     for name, source in (("qdq", "clip"), ("clip", "clip (its float model)")):

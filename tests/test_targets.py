@@ -7,7 +7,6 @@ program and against the model's own forward (``vs_float``)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,8 @@ from edgebuild.core.manifest import load_manifest
 from edgebuild.core.report import format_number
 from edgebuild.errors import ManifestError, ParameterError
 from edgebuild.run.workspace import Workspace
-from edgebuild.testing import TinyProject
 
-from helpers import REPO, made_once
+from helpers import REPO, lay_out_project, made_once
 
 CLIP = """\
 checkpoints:
@@ -53,19 +51,12 @@ artifacts:
 TARGETS = ("clip_et", "clip_tflite", "clip_ov", "clip_ort")
 
 
-def _lay_out(root: Path, manifest: str) -> TinyProject:
-    project = TinyProject(root)
-    shutil.copytree(REPO / "data" / "held_out", root / "held_out", dirs_exist_ok=True)
-    shutil.copytree(REPO / "data" / "calibration", root / "images", dirs_exist_ok=True)
-    project.manifest(manifest)
-    return project
-
 
 @pytest.fixture(scope="module")
 def clip_targets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The CLIP encoder for every target, verified once for the module."""
     def make(root: Path) -> None:
-        project = _lay_out(root, CLIP)
+        project = lay_out_project(root, CLIP)
         verified = project.doit("verify")
         assert verified.returncode == 0, verified.stdout + verified.stderr
         (root / "verify.log").write_text(verified.stdout + verified.stderr)
@@ -163,7 +154,7 @@ artifacts:
     <<: *tower
     kind: openvino
 """
-    project = _lay_out(tmp_path, manifest)
+    project = lay_out_project(tmp_path, manifest)
     verified = project.doit("verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert verified.stdout.splitlines()[-1] == "verify: 3 passed, 0 failed, 0 not run"
@@ -200,7 +191,7 @@ artifacts:
     quantize: int8
     calibration: {images: [images/*.png]}
 """
-    project = _lay_out(tmp_path, manifest)
+    project = lay_out_project(tmp_path, manifest)
     verified = project.doit("verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     for name in ("batch_et", "batch_ov"):
@@ -268,7 +259,7 @@ def test_the_support_matrix_is_what_the_targets_do(tmp_path: Path) -> None:
 
     from edgebuild.api import open_project
 
-    _lay_out(tmp_path, _matrix_manifest())
+    lay_out_project(tmp_path, _matrix_manifest())
     result = open_project(tmp_path / "artifacts.yaml", remote_cache="off").verify(log=lambda line: None)
     rows = ["| architecture | " + " | ".join(MATRIX_TARGETS) + " |", "| --- |" + " --- |" * len(MATRIX_TARGETS)]
     for index, model in enumerate(MATRIX_MODELS):
