@@ -258,12 +258,16 @@ class Location:
         """``local(path)`` of ``key`` on a local location, through edgebuild's own readers
         (regular files only: a FIFO is refused, never waited on, even one swapped in after
         a check); elsewhere ``remote(path)``, once the backend says it is a file of at most
-        ``limit`` bytes (an SFTP server's FIFO no local open can refuse). ``None`` when
+        ``limit`` bytes (an SFTP server's FIFO no local open can refuse; an object store is
+        asked only when there is a limit). ``None`` when
         nothing is there; :class:`UnfitObject` for what is not such a file."""
         path = self.path(key)
         try:
             if self.is_local:
                 return local(self.local_path(key))
+            if self.is_object_store and limit is None:
+                # No FIFO or device in an object store: no request to ask before each blob.
+                return remote(path)
             info = self.fs.info(path)
             if info.get("type") != "file":
                 raise UnfitObject(self.where(key), f"a {info.get('type') or 'thing'} that is not a file")
