@@ -201,8 +201,8 @@ def _rejudged_because(workspace: "Workspace", artifact: Artifact) -> list[str]:
     except EdgebuildError as error:
         return [str(error)]
     before = report.get("verify_parts")
-    tools_moved = isinstance(before, dict) and before.get("coverage_tools", now.get("coverage_tools")) \
-        != now.get("coverage_tools")
+    tools_moved = isinstance(before, dict) and "coverage_tools" in before \
+        and before["coverage_tools"] != now.get("coverage_tools")
     # Which certificate, from which version to which, where the report's certificates say.
     tools = coverage_tool_changes(report.get("coverage"), workspace.coverage_tools(artifact)) if tools_moved else []
     reasons = verification_changes(report.get("verify"), before, artifact.params.verify_parameters(), now,
