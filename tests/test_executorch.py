@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from test_targets import _lay_out
+from helpers import lay_out_project
 
 
 @pytest.mark.slow
@@ -26,7 +26,7 @@ artifacts:
     outputs: [pooler_output]
     delegate: portable
 """
-    project = _lay_out(tmp_path, manifest)
+    project = lay_out_project(tmp_path, manifest)
     verified = project.doit("verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     delegation = json.loads((tmp_path / "build" / "portable" / "executorch.json").read_text())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from test_targets import _lay_out
+from helpers import lay_out_project
 
 
 @pytest.mark.slow
@@ -27,7 +27,7 @@ artifacts:
     source: clip_onnx
     optimization: runtime
 """
-    project = _lay_out(tmp_path, manifest)
+    project = lay_out_project(tmp_path, manifest)
     verified = project.doit("verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert json.loads((tmp_path / "build" / "clip_ort" / "ort.json").read_text())["optimization"] == "runtime"

@@ -13,8 +13,8 @@ from edgebuild.core.manifest import load_manifest
 from edgebuild.errors import ManifestError, ParameterError
 from edgebuild.run.workspace import Workspace
 
-from helpers import REPO
-from test_targets import CLIP, _lay_out
+from helpers import REPO, lay_out_project
+from test_targets import CLIP
 
 
 def test_targets_of_one_model_imply_one_export(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_the_program_is_the_same_bytes_in_any_checkout(tmp_path: Path) -> None:
     manifest = CLIP.split("  clip_tflite:")[0]
     digests = []
     for where in ("one", "two"):
-        project = _lay_out(tmp_path / where / "project", manifest)
+        project = lay_out_project(tmp_path / where / "project", manifest)
         built = project.doit("build", "clip_et.torch_export")
         assert built.returncode == 0, built.stdout + built.stderr
         digests.append(hashlib.sha256((project.root / "build" / "clip_et.torch_export" / "program.pt2").read_bytes()).hexdigest())
