@@ -30,8 +30,13 @@ def test_commands_are_entry_points_of_the_package() -> None:
     """Installing edgebuild is all a project needs: no doit section in any pyproject."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     declared = pyproject["project"]["entry-points"]["doit.COMMAND"]
-    # One module per command (DVC's layout): edgebuild/cli/<command>.py.
-    assert declared == {name: f"edgebuild.cli.{name}:{name.capitalize()}" for name in EDGEBUILD_COMMANDS}
+    # One module per command (DVC's layout): edgebuild/cli/<command>.py; doit's own
+    # commands, wrapped only for their option errors, share one.
+    own = {name: location for name, location in declared.items() if not location.startswith("edgebuild.cli.doit_commands:")}
+    assert own == {name: f"edgebuild.cli.{name}:{name.capitalize()}" for name in EDGEBUILD_COMMANDS}
+    from doit.doit_cmd import DoitMain
+
+    assert set(declared) - set(own) == {command.get_name() for command in DoitMain.DOIT_CMDS} - {"help", "clean"}
     assert "doit" not in pyproject.get("tool", {})
     import importlib
 
@@ -110,12 +115,32 @@ _SHARD_HELP = "I/N: only shard I of N of the selection (an artifact with its sou
     (("-n", "-1", "verify", "t"), "-n/--process: expected a number of processes, 0 or more, found '-1'"),
     (("-P", "thread", "-n", "2", "build", "t"),
      "doit's options go after the command's name: doit build -P thread -n 2, not doit -P thread -n 2 build"),
+    (("-n", "notanumber", "build"), "-n/--process: expected an integer, found 'notanumber'"),
+    # doit's own commands: the same line, not doit's list of option objects.
+    (("list", "-P", "bogus"), "doit list has no option -P; `doit help list` lists its options"),
+    (("list", "--bogus"), "doit list has no option --bogus; `doit help list` lists its options"),
+    (("run", "-n", "x"), "-n/--process: expected an integer, found 'x'"),
+    (("forget", "-x"), "doit forget has no option -x; `doit help forget` lists its options"),
+    (("reset-dep", "--x"), "doit reset-dep has no option --x; `doit help reset-dep` lists its options"),
+    (("dumpdb", "--db-file"), "--db-file needs a value: file used to save successful runs"),
 ])
 def test_a_misused_option_is_one_line(project_dir, args: tuple[str, ...], line: str) -> None:
     """Whatever the command and wherever the option: one line saying what is wrong and
     what was expected, before the manifest is read (doit's own message listed every
     option object it knows)."""
     project_dir.manifest("{not yaml")
+    result = project_dir.doit(*args)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "", f"ERROR: {line}\n")
+
+
+@pytest.mark.parametrize("args, line", [
+    (("nosuch",), "unknown command, artifact or task 'nosuch'; `doit help` lists the commands, `doit list` the artifacts"),
+    # doit's own `info` looked the name up unchecked: a KeyError traceback.
+    (("info", "nosuch"), "unknown artifact or task 'nosuch'; `doit list` shows them"),
+    (("info",), "`info` failed, must select *one* task. Check `doit help info`."),
+])
+def test_a_name_doit_does_not_know_is_one_line(project_dir, args: tuple[str, ...], line: str) -> None:
+    project_dir.manifest(TOWER_MANIFEST)
     result = project_dir.doit(*args)
     assert (result.returncode, result.stdout, result.stderr) == (3, "", f"ERROR: {line}\n")
 

@@ -48,3 +48,40 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     common = ["edgebuild/core/model_inputs.py", "edgebuild/kinds/torch_export/params.py", "edgebuild/kinds/torch_export/targets.py"]
     assert_code_digests("litert", build=[*common, "edgebuild/core/runner.py", "edgebuild/kinds/litert/build.py", "edgebuild/kinds/litert/convert.py", "edgebuild/kinds/litert/params.py"],
                         verify=[*common, "edgebuild/ml/programs.py", "edgebuild/kinds/torch_export/judging.py", "edgebuild/kinds/litert/params.py", "edgebuild/kinds/litert/verify.py"])
+
+
+def test_numbers_read_from_the_programs_constants_are_folded_before_conversion() -> None:
+    """What made the Qwen3.5 tower fail in LiteRT's converter (JAX has no value for a
+    read of a buffer's number): the read, the checks export adds on it and a split into
+    one piece are folded away; the module computes what it did; a read of an input stays."""
+    import torch
+
+    from edgebuild.kinds.litert.convert import fold_constant_scalars
+
+    class Segments(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("cu_seqlens", torch.tensor([0, 6]))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            lengths = self.cu_seqlens[1:] - self.cu_seqlens[:-1]
+            pieces = torch.split(x, lengths.tolist(), dim=1)
+            return torch.cat([piece.softmax(-1) for piece in pieces], dim=1) * x.sum().item()
+
+    example = (torch.randn(2, 6),)
+    module = torch.export.export(Segments(), example).module()
+
+    def ops(graph_module: torch.nn.Module) -> list[str]:
+        return [node.target._schema.name for node in graph_module.graph.nodes
+                if node.op == "call_function" and hasattr(node.target, "_schema")]
+
+    assert ops(module).count("aten::_local_scalar_dense") + ops(module).count("aten::item") == 2
+    expected = module(*example)
+    assert fold_constant_scalars(module, example) == 1
+    after = ops(module)
+    # The input's sum is read still; the buffer's length, its checks and the split are gone.
+    assert after.count("aten::_local_scalar_dense") + after.count("aten::item") == 1
+    assert "aten::split_with_sizes" not in after and "aten::_assert_scalar" not in after
+    torch.testing.assert_close(module(*example), expected)
+    other = (torch.randn(2, 6),)
+    torch.testing.assert_close(module(*other), Segments()(*other))

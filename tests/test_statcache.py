@@ -9,12 +9,13 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import blake3
 import pytest
 
-from edgebuild.core.statcache import StatCache
+from edgebuild.core.statcache import RACY_NS, StatCache, racily_clean
 
 from helpers import REPO, seeded_bytes
 
@@ -47,7 +48,13 @@ def write_files(directory: Path, names: list[str]) -> list[Path]:
         path = directory / name
         path.write_bytes(seeded_bytes(64, index))
         paths.append(path)
+    settle()
     return paths
+
+
+def settle() -> None:
+    """Let files just written stop being racily clean, so that their digests are saved."""
+    time.sleep(RACY_NS * 1.5 / 1e9)
 
 
 def rows(cache_path: Path) -> dict[str, dict]:
@@ -108,6 +115,7 @@ def test_saving_one_tasks_entries_writes_their_rows_only(tmp_path: Path, cached:
     one_task = StatCache(cache_path)
     task_output = paths[cached // 2]
     task_output.write_bytes(b"rebuilt")
+    settle()
     one_task.file_digest(task_output)
     one_task.save()
 
@@ -257,3 +265,39 @@ def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
     assert sorted(rows(cache_path)) == sorted(str(path.resolve()) for path in (first, second))
     with sqlite3.connect(cache_path) as connection:
         assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_file_read_in_the_tick_it_was_written_is_read_again_by_the_next_command(tmp_path: Path) -> None:
+    """A file written again in the same tick of the file system's clock, at the same size,
+    keeps its stat tuple (on kernels without multigrain timestamps): a digest of bytes read
+    that close to the file's last change is not saved for the next command."""
+    path = tmp_path / "config.json"
+    cache_path = tmp_path / "statcache.sqlite"
+    path.write_bytes(b'{"a": 1}')
+    first = StatCache(cache_path)
+    digest = first.file_digest(path)
+    assert first.file_digest(path) == digest and first.bytes_hashed == 8  # kept by the process that read it
+    first.save()
+    assert first.rows_written == 0
+
+    settle()
+    second = StatCache(cache_path)
+    assert second.file_digest(path) == digest and second.bytes_hashed == 8
+    second.save()
+    assert second.rows_written == 1
+    third = StatCache(cache_path)
+    third.file_digest(path)
+    assert third.bytes_hashed == 0
+
+
+@pytest.mark.parametrize("mtime, ctime, read_at, racy", [
+    (10_000_000_123, 10_000_000_123, 10_000_000_123 + RACY_NS - 1, True),
+    (10_000_000_123, 10_000_000_123, 10_000_000_123 + RACY_NS, False),
+    # The later of the two: a chmod moves ctime only.
+    (10_000_000_123, 20_000_000_123, 20_000_000_124, True),
+    # A file system that keeps whole seconds: a tick is a second.
+    (10_000_000_000, 10_000_000_000, 11_000_000_000, True),
+    (10_000_000_000, 10_000_000_000, 12_000_000_000, False),
+])
+def test_racily_clean(mtime: int, ctime: int, read_at: int, racy: bool) -> None:
+    assert racily_clean([1, 2, 3, mtime, ctime], read_at) is racy

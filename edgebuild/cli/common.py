@@ -131,6 +131,8 @@ class OneLineErrors:
             raise InvalidCommand(problem)
         try:
             return super().parse_execute(args)  # type: ignore[misc]
+        except InvalidCommand as error:
+            raise InvalidCommand(_invalid_command_line(error, self.name)) from None  # type: ignore[attr-defined]
         except CmdParseError as error:
             # A value from DOIT_CONFIG or the environment that does not parse.
             raise InvalidCommand(f"doit {self.name}: {' '.join(str(error).split())}") from None  # type: ignore[attr-defined]
@@ -155,6 +157,17 @@ class WorkspaceCommand(OneLineErrors, DoitCmdBase):
 
     def run(self, workspace: Any, params: Any, args: list[str]) -> int:
         raise NotImplementedError
+
+
+def _invalid_command_line(error: InvalidCommand, command: str) -> str:
+    """doit's message for a name it does not know (three lines, for ``doit NAME``), or any
+    other of its command errors, as one line."""
+    if error.not_found is not None:
+        if command == "run":  # ``doit NAME``: NAME may be a mistyped command too
+            return (f"unknown command, artifact or task {error.not_found!r}; `doit help` lists the commands, "
+                    "`doit list` the artifacts")
+        return f"unknown artifact or task {error.not_found!r}; `doit list` shows them"
+    return " ".join(str(error).split())
 
 
 def fail(message: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from typing import Any, Callable
 
 
@@ -32,7 +33,8 @@ def option_problem(parser: Any, args: list[str], command: str) -> str | None:
     try:
         found, rest = getopt.getopt(args, parser.get_short(), parser.get_long())
     except getopt.GetoptError as error:
-        flag = f"--{error.opt}" if len(error.opt) > 1 else f"-{error.opt}"
+        long_flag = len(error.opt) > 1 or any(arg.split("=", 1)[0] == f"--{error.opt}" for arg in args)
+        flag = f"--{error.opt}" if long_flag else f"-{error.opt}"
         if "not recognized" in error.msg:
             return _unknown_option(parser, flag, command)
         if "requires argument" in error.msg:
@@ -116,7 +118,10 @@ def options_before_the_command(argv: list[str]) -> str | None:
 
 def _needs_value(parser: Any, flag: str) -> str:
     option, _ = parser.get_option(flag)
-    what = f": {option.help.splitlines()[0]}" if option is not None and option.help else ""
+    # doit's help strings end "[default: %(default)s]", for its own help to fill in;
+    # the default that applies may be the project's (DOIT_CONFIG), so none is named here.
+    text = re.sub(r"\s*\[default: %\(default\)s\]", "", option.help.splitlines()[0]) if option is not None and option.help else ""
+    what = f": {text}" if text else ""
     return f"{flag} needs a value{what}"
 
 

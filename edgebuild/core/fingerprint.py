@@ -282,6 +282,12 @@ def _is_type_checking_block(node: ast.AST) -> bool:
     )
 
 
+# The fields of a statement that hold statements: an import is a statement, so nothing
+# inside an expression need be walked (walking every node made the code digests of the
+# built-in kinds 1.5 s of every command's start).
+_STATEMENT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     """Every import statement, lazy ones inside functions included, except those under
     ``if TYPE_CHECKING:`` (annotations only: they never run)."""
@@ -293,7 +299,25 @@ def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        pending.extend(ast.iter_child_nodes(node))
+            continue
+        for field in _STATEMENT_FIELDS:
+            children = getattr(node, field, None)
+            if isinstance(children, list):
+                pending.extend(children)
+
+
+# Per process, per file: its text and the syntax tree parsed from it. A file is read
+# each time (a test, or a long-lived process, may edit it) but parsed once per text:
+# the kinds' code walks share most modules.
+_PARSED: dict[Path, tuple[str, ast.Module]] = {}
+
+
+def _parsed(path: Path) -> ast.Module:
+    text = path.read_text(encoding="utf-8")
+    cached = _PARSED.get(path)
+    if cached is None or cached[0] != text:
+        cached = _PARSED[path] = (text, ast.parse(text))
+    return cached[1]
 
 
 def _facade_sources(facade: str) -> dict[str, str]:
@@ -302,7 +326,7 @@ def _facade_sources(facade: str) -> dict[str, str]:
     if path is None:
         return {}
     sources = {}
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in _parsed(path).body:
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 sources[alias.asname or alias.name] = node.module
@@ -315,7 +339,7 @@ def module_imports(module: str, packages: tuple[str, ...] = (EDGEBUILD,)) -> set
     path = _module_file(module)
     if path is None:
         return set()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parsed(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in _import_nodes(tree):

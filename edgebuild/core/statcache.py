@@ -60,6 +60,24 @@ _INHERITED: list[sqlite3.Connection] = []
 
 Entry = dict[str, Any]
 
+# A file changed within this long before its bytes were read is "racily clean" (git's
+# word): a second write in the same tick of the file system's clock, of the same size,
+# would leave its stat tuple as it was, and the digest of the first bytes would be taken
+# for the second. Its digest is kept by the process that read it but not saved: the
+# next command reads the file again. Linux stamps files from a coarse clock
+# (a tick: up to 10 ms behind the fine one) unless it has multigrain timestamps (6.13+);
+# file systems that keep whole seconds get two of them.
+RACY_NS = 50_000_000
+RACY_NS_WHOLE_SECONDS = 2_000_000_000
+
+
+def racily_clean(stat: list[int], read_at_ns: int) -> bool:
+    """Whether a file of stat tuple ``stat`` (``_stat_key``) read from ``read_at_ns`` on
+    (``time.time_ns()``) could have been written again since with the same tuple."""
+    changed = max(stat[3], stat[4])
+    whole_seconds = stat[3] % 1_000_000_000 == 0 and stat[4] % 1_000_000_000 == 0
+    return read_at_ns - changed < (RACY_NS_WHOLE_SECONDS if whole_seconds else RACY_NS)
+
 
 def _valid_entry(entry: Any) -> bool:
     return (
@@ -132,6 +150,7 @@ class StatCache:
         cached = entry["ranges"]
         missing = [span for span in wanted if f"{span[0]}-{span[1]}" not in cached]
         if missing:
+            read_at = time.time_ns()
             for span, digest in _hash_ranges(path, missing, label or path.name):
                 cached[f"{span[0]}-{span[1]}"] = digest
                 self.bytes_hashed += span[1] - span[0]
@@ -140,6 +159,8 @@ class StatCache:
                 del self.known[key]
                 self.dirty.discard(key)
                 return self.range_digests(path, wanted, label)
+            if racily_clean(entry["stat"], read_at):
+                entry["racy"] = True
             self.dirty.add(key)
         return {span: cached[f"{span[0]}-{span[1]}"] for span in wanted}
 
@@ -153,12 +174,15 @@ class StatCache:
         path, key, entry = self._entry(path)
         named = entry.setdefault("named", {})
         if algorithm not in named:
+            read_at = time.time_ns()
             digest = compute()
             self.bytes_hashed += path.stat().st_size
             if _stat_key(os.stat(path)) != entry["stat"]:
                 del self.known[key]
                 self.dirty.discard(key)
                 return self.named_digest(path, algorithm, compute)
+            if racily_clean(entry["stat"], read_at):
+                entry["racy"] = True
             named[algorithm] = digest
             self.dirty.add(key)
         return named[algorithm]
@@ -235,7 +259,8 @@ class StatCache:
         self.dirty.clear()
 
     def _write(self, connection: sqlite3.Connection) -> None:
-        keys = sorted(key for key in self.dirty if key in self.known)
+        # A racily clean file's digests stay with this process (RACY_NS).
+        keys = sorted(key for key in self.dirty if key in self.known and not self.known[key].get("racy"))
         with _write_transaction(connection):
             for key in keys:
                 entry = self.known[key]

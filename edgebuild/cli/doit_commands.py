@@ -1,0 +1,78 @@
+"""doit's own commands (``run``, ``list``, ...), ending a misused option with one line.
+
+Each is exactly doit's but for that, as every edgebuild command does it.
+
+doit's message for an unknown option lists every option object it knows
+(``CmdOption({'name':'dep_file', ...})``, thirteen of them for ``doit list``), and
+for a value of the wrong type it prints Python's ``int()`` error on two lines. These
+commands replace doit's through the same entry point group as edgebuild's own
+(``doit.COMMAND`` in ``pyproject.toml``); doit takes a plugin command of a built-in's
+name in its place. ``clean`` has its own module (it also says less per action).
+"""
+
+from __future__ import annotations
+
+from doit.cmd_dumpdb import DumpDB as DoitDumpDB
+from doit.cmd_forget import Forget as DoitForget
+from doit.cmd_ignore import Ignore as DoitIgnore
+from doit.cmd_info import Info as DoitInfo
+from doit.cmd_list import List as DoitList
+from doit.cmd_resetdep import ResetDep as DoitResetDep
+from doit.cmd_run import Run as DoitRun
+from doit.cmd_strace import Strace as DoitStrace
+from doit.cmd_completion import TabCompletion as DoitTabCompletion
+
+from doit.exceptions import InvalidCommand
+
+from edgebuild.cli.common import OneLineErrors
+
+
+class Run(OneLineErrors, DoitRun):
+    __doc__ = DoitRun.__doc__
+    name = "run"
+
+
+class List(OneLineErrors, DoitList):
+    __doc__ = DoitList.__doc__
+    name = "list"
+
+
+class Info(OneLineErrors, DoitInfo):
+    __doc__ = DoitInfo.__doc__
+    name = "info"
+
+    def _execute(self, pos_args, hide_status=False):  # noqa: D102 - doit's signature
+        # doit's own looks the name up unchecked: a KeyError traceback for a name it lacks.
+        if len(pos_args) == 1 and pos_args[0] not in {task.name for task in self.task_list}:
+            raise InvalidCommand(not_found=pos_args[0])
+        return super()._execute(pos_args, hide_status=hide_status)
+
+
+class Forget(OneLineErrors, DoitForget):
+    __doc__ = DoitForget.__doc__
+    name = "forget"
+
+
+class Ignore(OneLineErrors, DoitIgnore):
+    __doc__ = DoitIgnore.__doc__
+    name = "ignore"
+
+
+class DumpDB(OneLineErrors, DoitDumpDB):
+    __doc__ = DoitDumpDB.__doc__
+    name = "dumpdb"
+
+
+class Strace(OneLineErrors, DoitStrace):
+    __doc__ = DoitStrace.__doc__
+    name = "strace"
+
+
+class ResetDep(OneLineErrors, DoitResetDep):
+    __doc__ = DoitResetDep.__doc__
+    name = "reset-dep"
+
+
+class TabCompletion(OneLineErrors, DoitTabCompletion):
+    __doc__ = DoitTabCompletion.__doc__
+    name = "tabcompletion"
