@@ -237,7 +237,7 @@ def prepare(root: Path) -> Path:
     from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
     from edgebuild.run.workspace import Workspace
 
-    workspace = Workspace.load(root / "artifacts.yaml", root)
+    workspace = Workspace.open(root / "artifacts.yaml", root)
     tower = root / "build" / "tower_224_fp32"
     geometry = json.loads((tower / "tower.json").read_text())["geometry"]
     samples = tower_inputs(TowerInputs(images=["calibration/*.png"]), root, workspace.checkpoint("qwen3_5"), geometry,

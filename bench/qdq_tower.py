@@ -88,7 +88,7 @@ def side_edgebuild(root: Path) -> dict:
         elif message.startswith("quantized:"):
             sampler.phase = "done"
 
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     project.fingerprint("qdq")
     baseline = common.rss()
     sampler.phase = "inputs"
@@ -150,7 +150,7 @@ def main() -> None:
 
     parameters = sum(entry.nbytes for entry in Checkpoint(checkpoint).select(("model.visual.",)).values()) // 2
     float32_bytes = parameters * 4
-    make_current(Workspace.load(root / "artifacts.yaml", root), "tower", log=lambda message: None)
+    make_current(Workspace.open(root / "artifacts.yaml", root), "tower", log=lambda message: None)
     for side, output in (("plain", root / "plain"), ("edgebuild", root / "build" / "qdq")):
         if side in args.sides:
             common.run(["rm", "-rf", str(output)], common.REPO)

@@ -78,7 +78,7 @@ def run_side(side: str, root: Path, layers: int, images: int) -> dict:
     from edgebuild.run.builder import make_current
     from edgebuild.run.workspace import Workspace
 
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     # What a worker forked from the fork server has imported (the kind's worker_imports),
     # and SigLIP's modeling module: imports are not what either side is measured on.
     for module in (*project.kind("so400m").worker_imports, "transformers.models.siglip.modeling_siglip"):

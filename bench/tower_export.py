@@ -45,7 +45,7 @@ def run_side(root: Path, name: str, step: str) -> dict:
         elif message.startswith("exported"):
             sampler.phase = "done"
 
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     if step == "verify":
         # What a verify worker has imported before it judges anything.
         import onnxruntime  # noqa: F401

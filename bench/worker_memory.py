@@ -41,7 +41,7 @@ SIDE = textwrap.dedent('''
 
     mode, manifest, root = sys.argv[1:4]
     from edgebuild.run.workspace import Workspace
-    project = Workspace.load(manifest, Path(root))
+    project = Workspace.open(manifest, Path(root))
     project.fingerprint("t")
     out = {"loaded": rss(), "torch_imported": "torch" in sys.modules}
     if mode == "in_process":
@@ -91,7 +91,7 @@ def measure(label: str, checkpoint: str) -> dict:
         # The fixture (and the stat cache) beforehand, in another process: generating it
         # imports torch, which a project on a real checkpoint never does in the parent.
         subprocess.run([sys.executable, "-c", f"from edgebuild.core.project import Project; from pathlib import Path; "
-                        f"p = Workspace.load({str(root / 'artifacts.yaml')!r}, Path({str(root)!r})); p.fingerprint('t'); p.save_caches()"],
+                        f"p = Workspace.open({str(root / 'artifacts.yaml')!r}, Path({str(root)!r})); p.fingerprint('t'); p.save_caches()"],
                        check=True, env=NO_REMOTE)
         done = subprocess.run([sys.executable, "-c", SIDE, mode, str(root / "artifacts.yaml"), str(root)],
                               capture_output=True, text=True, check=False, env=NO_REMOTE)

@@ -193,7 +193,8 @@ def _doit_commands() -> list[Any]:
     base = {option["name"] for option in Run.cmd_options}
     commands = []
     for entry in sorted(entry_points(group="doit.COMMAND"), key=lambda entry: entry.name):
-        if not entry.value.startswith("edgebuild."):
+        # doit's own commands, wrapped only for their option errors, are doit's to document.
+        if not entry.value.startswith("edgebuild.") or entry.value.startswith("edgebuild.cli.doit_commands:"):
             continue
         cls = entry.load()
         own = [option for option in cls.cmd_options if option["name"] not in base]
@@ -215,7 +216,9 @@ def commands_page() -> str:
 
     lines = ["# Commands", "",
              "The doit commands edgebuild installs (entry points of `doit.COMMAND`: every project has them), then "
-             "`python -m edgebuild`. Each runs from any subdirectory with `doit -k`.", ""]
+             "`python -m edgebuild`. Each runs from any subdirectory with `doit -k`. doit's own commands "
+             "(`list`, `info`, `forget`, ...) are there as doit documents them (`doit help COMMAND`); edgebuild "
+             "installs them too, only so that a misused option or an unknown name ends any command with one line.", ""]
     for name, cls, options, runs in _doit_commands():
         lines += [f"## `doit {name}`", "", _cell(cls.doc_purpose[0].upper() + cls.doc_purpose[1:]) + ".", "",
                   f"    doit {name} {cls.doc_usage}".rstrip(), ""]

@@ -530,3 +530,14 @@ def waits_released(fifo: Path, seconds: float = 10) -> Iterator[list[str]]:
     finally:
         done.set()
         releaser.join()
+
+
+def settle() -> None:
+    """Let files just written stop being racily clean (``statcache.RACY_NS``): a file
+    read in the tick it was written is read again by the next process, so a check that a
+    no-op reads nothing starts from files written before."""
+    import time
+
+    from edgebuild.core.statcache import RACY_NS
+
+    time.sleep(RACY_NS * 1.5 / 1e9)

@@ -140,7 +140,7 @@ def _siglip_lock(tmp_path: Path, siglip_checkpoint: Path, extra: str = "") -> Pa
     (root / "artifacts.yaml").write_text(
         "checkpoints:\n  siglip:\n    path: ckpt\nartifacts:\n  q:\n    kind: siglip_f143\n    checkpoint: siglip\n"
         "    calibration:\n      images: [\"images/*.png\"]\n" + extra)
-    workspace = Workspace.load(root / "artifacts.yaml", root)
+    workspace = Workspace.open(root / "artifacts.yaml", root)
     for artifact in workspace.order():  # sources first: a source's bytes key what is made from it
         output = artifact.directory / "model.bin"
         output.parent.mkdir(parents=True)
@@ -186,7 +186,7 @@ def test_what_cannot_be_compared_is_one_line(tmp_path: Path, siglip_checkpoint: 
         diff(outside.project())
 
     root = _siglip_lock(tmp_path, siglip_checkpoint)
-    workspace = Workspace.load(root / "artifacts.yaml", root)
+    workspace = Workspace.open(root / "artifacts.yaml", root)
     with pytest.raises(DiffError, match=r"--against nope: not a commit of the git repository"):
         diff(workspace, against="nope")
     with pytest.raises(DiffError, match="--against --output=x: not a commit"):

@@ -95,7 +95,7 @@ def test_store_write_killed_leaves_the_build_and_blobs_that_gc_removes(verified_
                      r"killer sends SIGKILL\); build/t was complete and in place before it ended: t is up to date \(not "
                      r"verified\), as `doit status` says\n", killed.stdout + killed.stderr), killed.stdout + killed.stderr
     assert project.doit("status").stdout == "t  up to date (not verified)\n"
-    state = Workspace.load(project.root / "artifacts.yaml", project.root)
+    state = Workspace.open(project.root / "artifacts.yaml", project.root)
     assert not state.store.has(state.fingerprint("t"))
     assert list(state.store.entries()) == []
     # The blobs were written, the entry naming them was not: no entry reaches them, and

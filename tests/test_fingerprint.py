@@ -110,3 +110,31 @@ def test_tool_versions_are_read_once_a_process_and_afresh_after_a_fork() -> None
     assert status == 0
     assert os.read(read_end, 16) == b"empty"
     os.close(read_end)
+
+
+@pytest.mark.parametrize("record", [
+    # A record's shape: the checkpoint's part shared, the rest not.
+    {"format": 1, "kind": "k", "params": {"b": [1, 2], "a": {"x": None}}, "code": {"z.py": "d1", "a.py": "d2"},
+     "inputs": {"checkpoint": "SHARED", "files:calibration": ["d3"], "source": {"outputs": {"m.onnx": "d4"}}},
+     "versions": {"torch": "2.13"}},
+    # Shared at the top, keys needing escapes, non-ASCII text.
+    {"é": "ü", "tensors": "SHARED", "a\"b": {"\n": 1.5e-7}},
+    # Nothing shared, keys that are not strings.
+    {"params": {1: "one", 2: "two"}, "inputs": {}},
+])
+def test_a_shared_part_encoded_once_digests_as_the_whole(record: dict) -> None:
+    """The fingerprint of a record that holds a checkpoint's part encoded once is the
+    fingerprint json would give the whole: no artifact's fingerprint moves."""
+    from edgebuild.core.hashing import EncodedOnce, digest_json, digest_json_sharing
+
+    shared = EncodedOnce({"config": "c", "tensors": {"w": {"dtype": "F32", "shape": [2, 3], "digest": "d5"}}, "files": {}})
+
+    def with_shared(value):
+        if value == "SHARED":
+            return shared
+        return {key: with_shared(item) for key, item in value.items()} if isinstance(value, dict) else value
+
+    plain = {key: (dict(shared) if value == "SHARED" else value) for key, value in record.items()}
+    plain = {key: ({k: (dict(shared) if v == "SHARED" else v) for k, v in value.items()} if isinstance(value, dict) else value)
+             for key, value in plain.items()}
+    assert digest_json_sharing(with_shared(record)) == digest_json(plain)

@@ -93,7 +93,7 @@ def write_manifest(root: Path, checkpoint: str, artifact: str = "tower") -> Proj
     text += "artifacts:\n" + textwrap.indent(textwrap.dedent(artifacts), "  ")
     root.mkdir(parents=True, exist_ok=True)
     (root / "artifacts.yaml").write_text(text)
-    return Workspace.load(root / "artifacts.yaml", root)
+    return Workspace.open(root / "artifacts.yaml", root)
 
 
 def etags(snapshot: Path, names: list[str]) -> dict[str, str]:
@@ -231,7 +231,7 @@ def test_resolving_a_path_checkpoint_never_imports_huggingface_hub(tmp_path: Pat
     write_manifest(tmp_path, f"path: {qwen_checkpoint}\n")
     code = (
         "import sys; from edgebuild.run.workspace import Workspace; "
-        f"print(Workspace.load({str(tmp_path / 'artifacts.yaml')!r}, {str(tmp_path)!r}).fingerprint('t')[:12]); "
+        f"print(Workspace.open({str(tmp_path / 'artifacts.yaml')!r}, {str(tmp_path)!r}).fingerprint('t')[:12]); "
         "print('huggingface_hub' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

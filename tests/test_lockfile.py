@@ -167,7 +167,7 @@ def test_a_rebuild_that_took_other_seconds_leaves_the_lock_unchanged(tmp_path: P
     from helpers import pretend_built
 
     (tmp_path / "artifacts.yaml").write_text(TOWER_MANIFEST)
-    workspace = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     artifact = workspace.artifact("t")
     output = artifact.directory / "model.onnx"
     output.parent.mkdir(parents=True)

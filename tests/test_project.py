@@ -13,7 +13,7 @@ def test_project_caches_compiled_kernels_under_its_cache(tmp_path: Path, monkeyp
 
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     (tmp_path / "artifacts.yaml").write_text("artifacts: {}\n")
-    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     assert os.environ["NUMBA_CACHE_DIR"] == str(project.layout.cache_dir / "numba")
 
 
@@ -30,7 +30,7 @@ def test_task_generation_pauses_the_collector_then_freezes_what_it_made(tmp_path
         "  tower_{image_size}:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    matrix:\n"
         "      image_size: [32, 64, 96]\n"
     )
-    workspace = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     assert gc.isenabled()
     enabled_while = []
     try:

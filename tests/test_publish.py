@@ -653,10 +653,10 @@ def test_an_untracked_input_file_is_an_uncommitted_change(tmp_path: Path, siglip
         "  q_onnx:\n    kind: siglip_f143_onnx\n    source: q\n")
     (root / ".gitignore").write_text("/ckpt/\n/cache/\n/build/\n")
     commit(root, ".gitignore", "artifacts.yaml", "images", "held_out")
-    assert check_work_tree(Workspace.load(root / "artifacts.yaml", root), names=["q_onnx"])["dirty"] is False
+    assert check_work_tree(Workspace.open(root / "artifacts.yaml", root), names=["q_onnx"])["dirty"] is False
 
     shutil.copy(sorted((root / "held_out").iterdir())[0], root / "images" / "zz [new].png")
-    workspace = Workspace.load(root / "artifacts.yaml", root)
+    workspace = Workspace.open(root / "artifacts.yaml", root)
     # Read by q, which q_onnx is made from: publishing q_onnx alone is refused too.
     with pytest.raises(PublishError, match=r"uncommitted changes \(images/zz \[new\]\.png \(untracked\)\)"):
         check_work_tree(workspace, names=["q_onnx"])

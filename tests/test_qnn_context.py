@@ -45,7 +45,7 @@ needs_qnn = needs("qnn")
 def test_the_qnn_sdk_version_is_in_this_kind_only(tmp_path: Path) -> None:
     shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
     (tmp_path / "artifacts.yaml").write_text(MANIFEST)
-    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     pretend_built(project, "tower")
     pretend_built(project, "qdq")
     assert "onnxruntime-qnn" in project.record("npu").versions
@@ -61,7 +61,7 @@ def test_context_compiles_whole_and_simulates_like_the_cpu(tmp_path_factory: pyt
         root = tmp_path_factory.mktemp(attempt)
         shutil.copytree(REPO / "data" / "calibration", root / "images")
         (root / "artifacts.yaml").write_text(MANIFEST)
-        project = Workspace.load(root / "artifacts.yaml", root)
+        project = Workspace.open(root / "artifacts.yaml", root)
         for name in ("tower", "qdq", "npu"):
             make_current(project, project.artifact(name), **QUIET)
         built = root / "build" / "npu"
@@ -89,7 +89,7 @@ def test_context_compiles_whole_and_simulates_like_the_cpu(tmp_path_factory: pyt
 def test_simulation_is_skipped_above_the_threshold(tmp_path: Path) -> None:
     shutil.copytree(REPO / "data" / "calibration", tmp_path / "images")
     (tmp_path / "artifacts.yaml").write_text(MANIFEST + "    verify:\n      simulate_max_weight_mib: 0.1\n")
-    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     for name in ("tower", "qdq", "npu"):
         make_current(project, project.artifact(name), **QUIET)
     report = verify_along(project, "npu", **QUIET)

@@ -212,7 +212,7 @@ def test_the_fp8_release_has_the_plain_release_s_tower_fingerprint(tmp_path: Pat
     from edgebuild.run.workspace import Workspace
 
     (tmp_path / "artifacts.yaml").write_text(FP8_MANIFEST)
-    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     plain, fp8 = project.record("from_plain"), project.record("from_fp8")
     assert fp8.fingerprint == plain.fingerprint
     assert fp8.inputs == plain.inputs

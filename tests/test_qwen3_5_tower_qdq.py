@@ -17,7 +17,7 @@ from edgebuild.core.project import SourceNotBuilt
 from edgebuild.errors import CheckpointError, ParameterError
 from edgebuild.kinds.qwen3_5_tower_qdq.inputs import image_processor, images_to_patches, tower_inputs
 from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 
 from helpers import REPO, pretend_built, verify_along
@@ -140,7 +140,7 @@ def test_a_preprocessor_that_does_not_fit_the_tower_is_refused(tmp_path: Path, q
     config = json.loads(path.read_text())
     path.write_text(json.dumps(config | {"merge_size": 4}))
     with pytest.raises(CheckpointError) as caught:
-        Workspace.load(root / "artifacts.yaml", root).fingerprint("q64")
+        Workspace.open(root / "artifacts.yaml", root).fingerprint("q64")
     assert str(caught.value) == (
         f"{path}: merge_size: expected 2 (vision_config.spatial_merge_size of config.json), found 4"
     )
@@ -151,7 +151,7 @@ def test_a_preprocessor_that_does_not_fit_the_tower_is_refused(tmp_path: Path, q
 
 def test_sixteen_bit_types_need_a_source_at_opset_21(tmp_path: Path, qwen_checkpoint: Path) -> None:
     root = lay_out(tmp_path, qwen_checkpoint, opset=20)
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     with pytest.raises(ParameterError) as caught:
         project.fingerprint("q64")
     assert str(caught.value) == (
@@ -162,7 +162,7 @@ def test_sixteen_bit_types_need_a_source_at_opset_21(tmp_path: Path, qwen_checkp
     # 8-bit activations and weights are standard Q/DQ at any opset the tower takes.
     (root / "artifacts.yaml").write_text(MANIFEST.format(opset=20).replace(
         "    source: t64\n", "    source: t64\n    activation_type: uint8\n"))
-    Workspace.load(root / "artifacts.yaml", root).check("q64")
+    Workspace.open(root / "artifacts.yaml", root).check("q64")
 
 
 def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoint: Path) -> None:
@@ -171,8 +171,8 @@ def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoi
     root = lay_out(tmp_path, qwen_checkpoint)
     manifest = root / "artifacts.yaml"
 
-    def load() -> Project:
-        return Workspace.load(manifest, root)
+    def load() -> BuildGraph:
+        return Workspace.open(manifest, root)
 
     before = load()
     # Made from the tower, the QDQ artifact is keyed by the tower's bytes: known once it is built.
@@ -244,7 +244,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, qwen_checkpoint: Path) -> Pa
     root = lay_out(tmp_path_factory.mktemp("qdq"), qwen_checkpoint)
     patches = numpy.random.default_rng(1).uniform(-1, 1, (2, 32, 1536)).astype(numpy.float32)
     save_file({"patches": patches}, str(root / "patches.safetensors"))
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     for name in ("t64", "t64x128", "q64", "q64x128"):
         make_current(project, project.artifact(name), **QUIET)
     return root
@@ -253,7 +253,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, qwen_checkpoint: Path) -> Pa
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "patches", "inputs", "calibration"), [("q64", 16, "2 held_out", 4), ("q64x128", 32, "6 calibration", 6)])
 def test_qdq_builds_and_verifies_at_two_sizes(built: Path, name: str, patches: int, inputs: str, calibration: int) -> None:
-    project = Workspace.load(built / "artifacts.yaml", built)
+    project = Workspace.open(built / "artifacts.yaml", built)
     report = verify_along(project, name, **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check for check in report.checks}

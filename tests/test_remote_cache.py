@@ -504,24 +504,24 @@ def test_remote_from_manifest_environment_or_off(tmp_path: Path, monkeypatch: py
     (tmp_path / "sub").mkdir()
     manifest = tmp_path / "sub" / "artifacts.yaml"
     manifest.write_text(TOWER_MANIFEST + "remote_cache: ../shared-cache\n")
-    project = Workspace.load(manifest, tmp_path)
+    project = Workspace.open(manifest, tmp_path)
     # Relative to the manifest, like every path in it.
     assert project.remote.location.root == str(tmp_path / "shared-cache")
 
     monkeypatch.setenv("EDGEBUILD_REMOTE_CACHE", "s3://bucket/prefix")
-    assert Workspace.load(manifest, tmp_path).remote_cache_spec == "s3://bucket/prefix"
+    assert Workspace.open(manifest, tmp_path).remote_cache_spec == "s3://bucket/prefix"
     monkeypatch.setenv("EDGEBUILD_REMOTE_CACHE", "off")
-    assert Workspace.load(manifest, tmp_path).remote is None
+    assert Workspace.open(manifest, tmp_path).remote is None
     monkeypatch.delenv("EDGEBUILD_REMOTE_CACHE")
     manifest.write_text(TOWER_MANIFEST)
-    assert Workspace.load(manifest, tmp_path).remote is None
+    assert Workspace.open(manifest, tmp_path).remote is None
 
 
 def test_misspelt_remote_cache_key_is_an_error(tmp_path: Path) -> None:
     manifest = tmp_path / "artifacts.yaml"
     manifest.write_text(TOWER_MANIFEST + "remote_cahce: s3://bucket\n")
     with pytest.raises(ManifestError) as error:
-        Workspace.load(manifest, tmp_path)
+        Workspace.open(manifest, tmp_path)
     assert str(error.value) == f"{manifest}:9:1: remote_cahce: unknown key 'remote_cahce' (did you mean 'remote_cache'?)"
 
 
@@ -685,7 +685,7 @@ def test_the_manifests_remote_cache_is_named_by_its_key(refused_port: int, tmp_p
     manifest = tmp_path / "artifacts.yaml"
     manifest.write_text(TOWER_MANIFEST + f"remote_cache: ftp://127.0.0.1:{refused_port}/cache\n")
     with pytest.raises(RemoteError) as error:
-        Workspace.load(manifest, tmp_path).remote
+        Workspace.open(manifest, tmp_path).remote
     assert str(error.value) == (
         f"artifacts.yaml: remote_cache=ftp://127.0.0.1:{refused_port}/cache: cannot reach it: [Errno 111] Connection refused")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import output_manifest
 from edgebuild.core.report import Check, Report
@@ -56,16 +56,16 @@ LINEAR_SHAPES = {"self_attn.k_proj": [96, 96], "self_attn.v_proj": [96, 96], "se
 FP8_CODE_BYTES, FP8_SCALE_BYTES = 135168, 11008
 
 
-def _siglip_project(root: Path, siglip_checkpoint: Path, tower: bool) -> Project:
+def _siglip_project(root: Path, siglip_checkpoint: Path, tower: bool) -> BuildGraph:
     """A manifest with the two SigLIP artifacts and, with ``tower``, the tower ``t``."""
     lay_out_siglip_inputs(root, siglip_checkpoint)
     tower_part = TOWER_MANIFEST.split("artifacts:\n")
     manifest = (tower_part[0] + SIGLIP_ARTIFACTS + tower_part[1]) if tower else "checkpoints:\n" + SIGLIP_ARTIFACTS
     (root / "artifacts.yaml").write_text(manifest)
-    return Workspace.load(root / "artifacts.yaml", root)
+    return Workspace.open(root / "artifacts.yaml", root)
 
 
-def _write_built(project: Project, name: str, files: dict[str, Any], checks: list[Check], metrics: dict[str, Any]) -> None:
+def _write_built(project: BuildGraph, name: str, files: dict[str, Any], checks: list[Check], metrics: dict[str, Any]) -> None:
     """Lay out ``build/<name>`` as a build and its verification would: the files, a record at
     the current fingerprint, a report at the current verification fingerprint."""
     directory = project.layout.artifact_dir(name)
@@ -82,7 +82,7 @@ def _write_built(project: Project, name: str, files: dict[str, Any], checks: lis
     ).write(directory)
 
 
-def _write_siglip_builds(project: Project, held_out_cosines: tuple[float, float] = (0.99917, 0.99960)) -> None:
+def _write_siglip_builds(project: BuildGraph, held_out_cosines: tuple[float, float] = (0.99917, 0.99960)) -> None:
     objectives = {f"encoder.layers.{layer}.{linear}": {"nearest": nearest, "reconstructed": reconstructed,
                                                        "ratio": reconstructed / nearest, "bias_correction_rms": 0.005}
                   for layer in range(2) for linear, (nearest, reconstructed) in OBJECTIVES.items()}
@@ -106,7 +106,7 @@ def _write_siglip_builds(project: Project, held_out_cosines: tuple[float, float]
     )
 
 
-def _write_tower_build(project: Project, max_abs: float) -> None:
+def _write_tower_build(project: BuildGraph, max_abs: float) -> None:
     """``t`` as the tower's verification writes it, with a max_abs check at 1e-4."""
     edges = [10.0 ** (exponent / 2) for exponent in range(-16, 5)]
     counts = [0] * (len(edges) + 1)
@@ -128,7 +128,7 @@ def _sections(page: str) -> dict[str, str]:
 # --- the page, read as text -------------------------------------------------------------
 
 @pytest.fixture
-def handmade(tmp_path: Path, siglip_checkpoint: Path) -> Project:
+def handmade(tmp_path: Path, siglip_checkpoint: Path) -> BuildGraph:
     """Tower, SigLIP and FP8 graph artifacts laid out by hand (a failing tower among them)."""
     project = _siglip_project(tmp_path, siglip_checkpoint, tower=True)
     _write_siglip_builds(project)
@@ -136,7 +136,7 @@ def handmade(tmp_path: Path, siglip_checkpoint: Path) -> Project:
     return project
 
 
-def test_every_artifact_with_its_state_checks_and_plots(handmade: Project) -> None:
+def test_every_artifact_with_its_state_checks_and_plots(handmade: BuildGraph) -> None:
     path = write_report_page(handmade, GENERATED_AT)
     assert path == handmade.layout.build_dir / PAGE_FILE
     page = path.read_text()
@@ -163,15 +163,15 @@ def test_every_artifact_with_its_state_checks_and_plots(handmade: Project) -> No
     assert "<script" not in page.lower()
 
 
-def test_the_page_is_the_same_for_the_same_inputs_but_its_time(handmade: Project) -> None:
+def test_the_page_is_the_same_for_the_same_inputs_but_its_time(handmade: BuildGraph) -> None:
     first = render_report_page(handmade, GENERATED_AT)
-    assert render_report_page(Workspace.load(handmade.manifest.path, handmade.layout.root), GENERATED_AT) == first
+    assert render_report_page(Workspace.open(handmade.manifest.path, handmade.layout.root), GENERATED_AT) == first
     later = render_report_page(handmade, GENERATED_AT + datetime.timedelta(hours=1))
     assert [line for line in first.splitlines() if "generated at" not in line] == \
         [line for line in later.splitlines() if "generated at" not in line]
 
 
-def test_text_from_the_manifest_and_reports_is_escaped(handmade: Project) -> None:
+def test_text_from_the_manifest_and_reports_is_escaped(handmade: BuildGraph) -> None:
     page = render_report_page(handmade, GENERATED_AT)
     assert "tiny SigLIP &lt;b&gt;F143&lt;/b&gt;" in page and "<b>" not in page
     assert "onnxruntime vs &lt;forward&gt;" in page
@@ -180,7 +180,7 @@ def test_text_from_the_manifest_and_reports_is_escaped(handmade: Project) -> Non
 SCRIPT = "<script>alert(1)</script>"
 
 
-def test_markup_in_any_text_is_escaped_everywhere_on_the_page(handmade: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_markup_in_any_text_is_escaped_everywhere_on_the_page(handmade: BuildGraph, monkeypatch: pytest.MonkeyPatch) -> None:
     """The templates escape every value: markup in the manifest, in a plugin's report (a
     check's detail, latency, coverage), in its figures and notes, and in ``doit diff``'s
     words shows as text. Only the SVG a kind draws goes in as markup."""
@@ -207,7 +207,7 @@ def test_markup_in_any_text_is_escaped_everywhere_on_the_page(handmade: Project,
     monkeypatch.setattr(report_page, "_compared_with_head",
                         lambda workspace: (Diff(SCRIPT, None, (changed,)), f"compared with {SCRIPT}"))
 
-    page = render_report_page(Workspace.load(manifest, handmade.layout.root), GENERATED_AT)
+    page = render_report_page(Workspace.open(manifest, handmade.layout.root), GENERATED_AT)
     assert "<script" not in page.lower()
     escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
     # The note at the top and the revision in the summary table.
@@ -258,11 +258,11 @@ def test_artifacts_not_built_or_with_unreadable_files_still_have_their_section(
     assert "no verification report yet: <code>doit verify q_onnx</code>" in sections["q_onnx"]
 
 
-def test_a_stale_artifact_shows_its_builds_checks_as_that_builds(handmade: Project) -> None:
+def test_a_stale_artifact_shows_its_builds_checks_as_that_builds(handmade: BuildGraph) -> None:
     built = handmade.fingerprint("q")
     images = handmade.layout.root / "images"
     shutil.copy(sorted(images.iterdir())[0], images / "zz_more.png")  # one more calibration image
-    project = Workspace.load(handmade.manifest.path, handmade.layout.root)
+    project = Workspace.open(handmade.manifest.path, handmade.layout.root)
     assert project.fingerprint("q") != built
     page = render_report_page(project, GENERATED_AT)
     section = _sections(page)["q"]
@@ -307,9 +307,9 @@ def test_plots_are_well_formed_svg() -> None:
         histogram_svg(edges, [1, 2])
 
 
-def test_writing_the_page_imports_no_model_library(handmade: Project) -> None:
+def test_writing_the_page_imports_no_model_library(handmade: BuildGraph) -> None:
     code = ("import sys; from edgebuild.run.workspace import Workspace; from edgebuild.cli.report_page import write_report_page; "
-            f"write_report_page(Workspace.load({str(handmade.manifest.path)!r}, {str(handmade.layout.root)!r})); "
+            f"write_report_page(Workspace.open({str(handmade.manifest.path)!r}, {str(handmade.layout.root)!r})); "
             "print(sorted(name for name in ('torch', 'onnx', 'onnxruntime', 'numpy', 'transformers') if name in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -124,7 +124,7 @@ def test_every_layout_is_fingerprinted_over_exactly_what_is_read(layouts: dict, 
             calibration:
               images: ["{REPO / 'data' / 'calibration'}/*.png"]
         """))
-    project = Workspace.load(tmp_path / "artifacts.yaml", tmp_path)
+    project = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     fingerprint = project.record("q").inputs["checkpoint"]
     checkpoint = project.checkpoint("s")
     load_vision_model(checkpoint)
@@ -219,7 +219,7 @@ def test_a_built_encoder_is_a_checkpoint_another_artifact_quantizes_and_exports(
               images: ["{images}/*.png"]
             algorithm: nearest
         """))
-    project = Workspace.load(first / "artifacts.yaml", first)
+    project = Workspace.open(first / "artifacts.yaml", first)
     make_current(project, project.artifact("q"), log=lambda message: None)
     built = first / "build" / "q"
     assert siglip_layout(Checkpoint(built)) == BUILT_ARTIFACT
@@ -241,7 +241,7 @@ def test_a_built_encoder_is_a_checkpoint_another_artifact_quantizes_and_exports(
             kind: siglip_f143_onnx
             source: again
         """))
-    project = Workspace.load(second / "artifacts.yaml", second)
+    project = Workspace.open(second / "artifacts.yaml", second)
     assert set(project.record("again").inputs["checkpoint"]["tensors"]) == set(load_file(str(built / "model.safetensors")))
     for name in project.manifest.order():
         make_current(project, project.artifact(name), log=lambda message: None)

@@ -53,7 +53,7 @@ def manifest(root: Path, options: str = "", verify: str = "") -> Project:
     if verify:
         text += "    verify:\n" + "".join(f"      {line}\n" for line in verify.splitlines() if line.strip())
     (root / "artifacts.yaml").write_text(text)
-    return Workspace.load(root / "artifacts.yaml", root)
+    return Workspace.open(root / "artifacts.yaml", root)
 
 
 MODES = {
@@ -227,7 +227,7 @@ def test_checkpoint_without_vision_model(root: Path) -> None:
 def test_calibration_glob_matching_nothing(root: Path) -> None:
     project = manifest(root)
     (root / "artifacts.yaml").write_text((root / "artifacts.yaml").read_text().replace("images/*.png", "imgs/*.png"))
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     with pytest.raises(CheckpointError) as caught:
         project.record("q")
     assert str(caught.value) == (

@@ -99,7 +99,7 @@ def root(tmp_path: Path, siglip_checkpoint: Path) -> Path:
 
 @pytest.mark.slow
 def test_onnx_artifact_builds_and_verifies(root: Path) -> None:
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     make_current(project, project.artifact("q"), log=lambda message: None)
     make_current(project, project.artifact("q_onnx"), log=lambda message: None)
     # Judged only once its source passed (the chain rule).
@@ -123,17 +123,17 @@ def test_onnx_artifact_builds_and_verifies(root: Path) -> None:
 
 
 def test_changing_the_source_or_only_the_opset(root: Path) -> None:
-    before = Workspace.load(root / "artifacts.yaml", root)
+    before = Workspace.open(root / "artifacts.yaml", root)
     pretend_built(before, "q")
     first = before.fingerprint("q_onnx")
     (root / "artifacts.yaml").write_text(MANIFEST.format(damp=0.02, opset=21))
-    damp = Workspace.load(root / "artifacts.yaml", root)
+    damp = Workspace.open(root / "artifacts.yaml", root)
     assert damp.fingerprint("q") != before.fingerprint("q")
     # Keyed by its source's bytes: the source's new build writes other bytes.
     pretend_built(damp, "q")
     assert damp.fingerprint("q_onnx") != first
     (root / "artifacts.yaml").write_text(MANIFEST.format(damp=0.01, opset=22))
-    opset = Workspace.load(root / "artifacts.yaml", root)
+    opset = Workspace.open(root / "artifacts.yaml", root)
     assert opset.fingerprint("q") == before.fingerprint("q")
     pretend_built(opset, "q")
     assert opset.fingerprint("q_onnx") != first

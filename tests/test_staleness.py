@@ -16,13 +16,13 @@ from edgebuild.run.builder import make_current
 from edgebuild.run.state import is_built
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.kinds.qwen3_5_tower import build as tower_build
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.staleness import explain
 from edgebuild.cli.gc import parse_age, parse_size
 from edgebuild.run.state import status
 
-from helpers import flip_bits, flipped
+from helpers import flip_bits, flipped, settle
 
 
 MANIFEST = """\
@@ -47,9 +47,9 @@ def write_manifest(root: Path, description: str = "first", opset: int = 21) -> N
     (root / "artifacts.yaml").write_text(MANIFEST.format(description=description, opset=opset))
 
 
-def fresh(root: Path) -> Project:
-    """A new Project, as a new doit process would see it (nothing memoised)."""
-    return Workspace.load(root / "artifacts.yaml", root)
+def fresh(root: Path) -> BuildGraph:
+    """A new BuildGraph, as a new doit process would see it (nothing memoised)."""
+    return Workspace.open(root / "artifacts.yaml", root)
 
 
 def build_all(root: Path) -> dict[str, list[str]]:
@@ -78,6 +78,7 @@ def patch_tensor_bytes(checkpoint: Path, tensor: str) -> None:
 def root(tmp_path: Path, qwen_checkpoint: Path) -> Path:
     shutil.copytree(qwen_checkpoint, tmp_path / "ckpt")
     write_manifest(tmp_path)
+    settle()
     return tmp_path
 
 
@@ -96,6 +97,7 @@ def test_only_what_changed_is_rebuilt(root: Path) -> None:
 
     # Touch: nothing built; the tower's bytes (not the whole shard) hashed once.
     os.utime(shard, ns=(time.time_ns(), time.time_ns()))
+    settle()
     project = fresh(root)
     assert all(is_built(project, project.artifact(name)) for name in ("tower_a", "tower_b"))
     assert project.stat_cache.bytes_hashed == visual_bytes

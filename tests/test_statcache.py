@@ -9,7 +9,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import blake3
@@ -17,7 +16,7 @@ import pytest
 
 from edgebuild.core.statcache import RACY_NS, StatCache, racily_clean
 
-from helpers import REPO, seeded_bytes
+from helpers import REPO, seeded_bytes, settle
 
 # Each of two processes saves this many entries, one save per entry (a task's save each).
 ENTRIES_PER_PROCESS = 150
@@ -50,11 +49,6 @@ def write_files(directory: Path, names: list[str]) -> list[Path]:
         paths.append(path)
     settle()
     return paths
-
-
-def settle() -> None:
-    """Let files just written stop being racily clean, so that their digests are saved."""
-    time.sleep(RACY_NS * 1.5 / 1e9)
 
 
 def rows(cache_path: Path) -> dict[str, dict]:

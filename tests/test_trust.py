@@ -57,7 +57,7 @@ def lay_out(root: Path, siglip_checkpoint: Path, manifest: str = EVERY_KIND) -> 
 
 
 def build_and_verify(root: Path) -> Project:
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     for name in project.manifest.order():
         make_current(project, project.artifact(name), log=lambda message: None)
         verify_artifact(project, project.artifact(name), log=lambda message: None)
@@ -107,7 +107,7 @@ def test_every_file_read_by_build_and_verify_is_in_the_fingerprint(tmp_path: Pat
     where no audit hook sees them)."""
     global _OPENED
     root = lay_out(tmp_path / "project", siglip_checkpoint)
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     for name in project.manifest.order():
         # Fingerprinted first (its sources are built by now): what hashing opens is covered.
         project.record(name)
@@ -141,20 +141,20 @@ def test_every_file_read_by_build_and_verify_is_in_the_fingerprint(tmp_path: Pat
 @pytest.mark.slow
 def test_a_changed_image_processor_makes_the_siglip_artifact_stale(tmp_path: Path, siglip_checkpoint: Path) -> None:
     root = lay_out(tmp_path, siglip_checkpoint)
-    project = Workspace.load(root / "artifacts.yaml", root)
+    project = Workspace.open(root / "artifacts.yaml", root)
     quantized_bytes = pretend_built(project, "quantized")
     before = {name: project.fingerprint(name) for name in ("tower", "quantized", "graph")}
     preprocessor = root / "ckpt" / "preprocessor_config.json"
     settings = json.loads(preprocessor.read_text())
     settings["image_mean"] = [0.4, 0.4, 0.4]
     preprocessor.write_text(json.dumps(settings))
-    after = Workspace.load(root / "artifacts.yaml", root)
+    after = Workspace.open(root / "artifacts.yaml", root)
     assert before["quantized"] != after.fingerprint("quantized")
     assert before["tower"] == after.fingerprint("tower")
     # Even if the quantized encoder came out byte for byte the same, the graph is stale: its
     # verification runs held-out images through the processor itself.
     pretend_built(after, "quantized", quantized_bytes)
-    assert Workspace.load(root / "artifacts.yaml", root).fingerprint("graph") != before["graph"]
+    assert Workspace.open(root / "artifacts.yaml", root).fingerprint("graph") != before["graph"]
 
 
 def test_siglip_checkpoint_without_image_processor_fails_before_building(tmp_path: Path, siglip_checkpoint: Path) -> None:
@@ -200,7 +200,7 @@ def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_pa
     os.environ.update(shared)
     try:
         built = build_and_verify(first)
-        other = Workspace.load(second / "artifacts.yaml", second)
+        other = Workspace.open(second / "artifacts.yaml", second)
         pairs = {"tower": "tower", "quantized": "renamed_quantized", "graph": "graph"}
         assert {name: built.fingerprint(name) for name in pairs} == {
             name: other.fingerprint(renamed) for name, renamed in pairs.items()
@@ -253,8 +253,8 @@ def test_symlinked_checkpoint_and_input_directories_are_the_same_artifact(
     for name in ("qwen", "ckpt", "images"):
         (linked.root / name).symlink_to(real / name, target_is_directory=True)
     linked.manifest(SYMLINKED)
-    first = Workspace.load(real / "artifacts.yaml", real)
-    second = Workspace.load(linked.root / "artifacts.yaml", linked.root)
+    first = Workspace.open(real / "artifacts.yaml", real)
+    second = Workspace.open(linked.root / "artifacts.yaml", linked.root)
     for name in ("tower", "quantized"):
         assert second.fingerprint(name) == first.fingerprint(name), name
         assert second.record(name).inputs == first.record(name).inputs, name

@@ -27,14 +27,20 @@ from doit.exceptions import InvalidCommand
 from edgebuild.cli.common import OneLineErrors
 
 
-class Run(OneLineErrors, DoitRun):
-    __doc__ = DoitRun.__doc__
-    name = "run"
+def _one_line_errors(command: type) -> type:
+    """doit's ``command`` with :class:`OneLineErrors`, under doit's own name for it."""
+    return type(command.__name__, (OneLineErrors, command), {"__doc__": command.__doc__, "name": command.get_name(),
+                                                            "__module__": __name__})
 
 
-class List(OneLineErrors, DoitList):
-    __doc__ = DoitList.__doc__
-    name = "list"
+Run = _one_line_errors(DoitRun)
+List = _one_line_errors(DoitList)
+Forget = _one_line_errors(DoitForget)
+Ignore = _one_line_errors(DoitIgnore)
+DumpDB = _one_line_errors(DoitDumpDB)
+Strace = _one_line_errors(DoitStrace)
+ResetDep = _one_line_errors(DoitResetDep)
+TabCompletion = _one_line_errors(DoitTabCompletion)
 
 
 class Info(OneLineErrors, DoitInfo):
@@ -46,33 +52,3 @@ class Info(OneLineErrors, DoitInfo):
         if len(pos_args) == 1 and pos_args[0] not in {task.name for task in self.task_list}:
             raise InvalidCommand(not_found=pos_args[0])
         return super()._execute(pos_args, hide_status=hide_status)
-
-
-class Forget(OneLineErrors, DoitForget):
-    __doc__ = DoitForget.__doc__
-    name = "forget"
-
-
-class Ignore(OneLineErrors, DoitIgnore):
-    __doc__ = DoitIgnore.__doc__
-    name = "ignore"
-
-
-class DumpDB(OneLineErrors, DoitDumpDB):
-    __doc__ = DoitDumpDB.__doc__
-    name = "dumpdb"
-
-
-class Strace(OneLineErrors, DoitStrace):
-    __doc__ = DoitStrace.__doc__
-    name = "strace"
-
-
-class ResetDep(OneLineErrors, DoitResetDep):
-    __doc__ = DoitResetDep.__doc__
-    name = "reset-dep"
-
-
-class TabCompletion(OneLineErrors, DoitTabCompletion):
-    __doc__ = DoitTabCompletion.__doc__
-    name = "tabcompletion"

@@ -194,9 +194,9 @@ def _check(manifest_path: str | None, deep: bool, ci: bool = False) -> int:
     (its artifacts are not checked further)."""
     from edgebuild.core.config import Settings
     from edgebuild.core.manifest import load_manifest
-    from edgebuild.core.project import Project
+    from edgebuild.core.project import BuildGraph
 
-    project = Project(load_manifest(manifest_path or Settings.from_environ().manifest))
+    project = BuildGraph(load_manifest(manifest_path or Settings.from_environ().manifest))
     problems = []
     absent = _absent_on_runner(project) if ci else {}
     problems += absent.values()

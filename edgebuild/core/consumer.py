@@ -44,7 +44,7 @@ PREPROCESSOR_BYTES = 1 << 20
 
 def fingerprinted_selections(kind: "ArtifactKind", params: "ArtifactParams",
                              checkpoints: dict[str, "Checkpoint"]) -> dict[str, tuple["Checkpoint", "TensorSelection | None"]]:
-    """What the artifact's fingerprint covers of each checkpoint, as ``Project`` takes it:
+    """What the artifact's fingerprint covers of each checkpoint, as ``BuildGraph`` takes it:
     its own checkpoints, or (with none) those behind its sources."""
     own = [name for name in params.checkpoint_names() if name in checkpoints]
     return {name: (checkpoints[name], kind.tensor_selection(params, checkpoints[name])) for name in own or sorted(checkpoints)}

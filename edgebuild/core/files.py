@@ -13,11 +13,13 @@ manifest error, a lock file error, ...), with its own context.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import stat
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 from edgebuild.core.console import format_size
 
@@ -203,6 +205,20 @@ def open_lock(path: Path) -> BinaryIO:
     :class:`IrregularFile` when something else is there (a FIFO opened for writing
     would wait for a reader forever)."""
     return _open_checked(path, os.O_RDWR | os.O_CREAT, "r+b")
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (:func:`open_lock`) for the duration of the
+    block: the one mutex between edgebuild's processes (the store, the lock file, a
+    publish destination)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open_lock(path) as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def read_text(path: Path, limit: int) -> str:

@@ -12,19 +12,17 @@ the same shard does not touch the tower's fingerprint.
 from __future__ import annotations
 
 import ast
-import fcntl
 import mmap
 import os
 import sys
 import time
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
 import blake3
 
-from edgebuild.core.files import open_lock, open_regular
+from edgebuild.core.files import open_regular
 from edgebuild.core.hashing import digest_bytes
 
 # How far ahead of the hashing position the kernel is asked to read.
@@ -50,18 +48,6 @@ TOOL_PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "
 
 def _stat_key(stat: os.stat_result) -> list[int]:
     return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
-
-
-@contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` for the duration of the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open_lock(path) as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _hash_ranges(path: Path, spans: list[tuple[int, int]], label: str) -> Iterator[tuple[tuple[int, int], str]]:

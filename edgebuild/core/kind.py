@@ -192,11 +192,30 @@ class ArtifactContext:
 
     What a build reads of a source is its directory's files: the artifact's fingerprint
     holds their digests (an artifact made from a source is keyed by the source's bytes,
-    not by how they were made)."""
+    not by how they were made).
 
-    # The artifact's name in the manifest, for messages only: it is in no fingerprint (two
-    # artifacts of the same parameters and inputs share one build in the store), so a
-    # build must not write it into its outputs.
+    :ivar name: The artifact's name in the manifest, for messages only. It is in no
+        fingerprint (two artifacts of the same parameters and inputs share one build
+        in the store), so a build must not write it into its outputs.
+    :ivar params: The artifact's parameters: an instance of the kind's ``Params``, as the
+        manifest gave them (matrix entries expanded, defaults filled in).
+    :ivar out_dir: Where the outputs are: for ``build``, a fresh scratch directory to write
+        them into (renamed into place after ``build`` returned); for ``verify``, the
+        built directory, to read only.
+    :ivar checkpoints: Each checkpoint the artifact may read, by its manifest alias: its
+        own, and transitively those of its sources. Read a checkpoint's tensors
+        through ``Checkpoint`` (``select``, ``file``, ``config_section``): what it
+        reads of them must be what ``tensor_selection`` declared.
+    :ivar sources: Each source artifact's built directory, by the source's name in the
+        manifest (the value of ``source:``, or of the parameter that names it): read-only;
+        its files' digests are in this artifact's fingerprint.
+    :ivar input_root: The manifest's directory: relative input paths in ``params`` are
+        relative to it (``expand_inputs`` resolves them).
+    :ivar log: Say one line of progress (prefixed with the artifact's name; shown by
+        ``doit build`` and ``doit verify``).
+    :ivar checkpoint: The one checkpoint of an artifact that names exactly one.
+    """
+
     name: str
     params: ArtifactParams
     out_dir: Path
@@ -214,17 +233,25 @@ class ArtifactContext:
 @dataclass
 class BuildContext(ArtifactContext):
     """For ``build``: ``out_dir`` is a fresh temporary directory, renamed into place only
-    after ``build`` returned. ``fingerprint`` is the artifact's (for output metadata)."""
+    after ``build`` returned.
+
+    :ivar fingerprint: The artifact's fingerprint (hex), for output metadata: a build that
+        writes it into an output makes that output a function of the fingerprint.
+    """
 
     fingerprint: str = ""
 
 
 @dataclass
 class VerifyContext(ArtifactContext):
-    """For ``verify``: ``out_dir`` is the built directory; ``build_info`` is what ``build``
-    returned. ``source_params`` are the manifest parameters of each source artifact, for
-    a verification that measures on the source's own input files (they are in this
-    artifact's verification fingerprint)."""
+    """For ``verify``: ``out_dir`` is the built directory, read-only.
+
+    :ivar build_info: What ``build`` returned (kept in the build record): timings and any
+        facts the build wants the verification to see.
+    :ivar source_params: The manifest parameters of each source artifact, by role: for a
+        verification that measures on a source's own input files (they are in this
+        artifact's verification fingerprint).
+    """
 
     build_info: dict[str, Any] = field(default_factory=dict)
     source_params: dict[str, ArtifactParams] = field(default_factory=dict)

@@ -1,5 +1,7 @@
-"""A project: the manifest, its artifacts, its resolved checkpoints, and the
-fingerprint of every artifact.
+"""A manifest's build graph (:class:`BuildGraph`): its artifacts, the sources each is
+made from, its resolved checkpoints, and the fingerprint of every artifact. (What a
+user opens from Python is ``edgebuild.api.Project``; what the commands work on is
+``edgebuild.run.workspace.Workspace``, this with settings, store and remote cache.)
 
 The fingerprint of an artifact is the digest of its *record*: kind, canonical
 parameters (cosmetic fields left out), the fingerprints of exactly the inputs
@@ -34,10 +36,10 @@ from edgebuild.core.fingerprint import (
     _stat_key, code_digests, kind_code_packages, known_code_and_versions, tool_versions,
 )
 from edgebuild.core.fixtures import ensure_fixture
-from edgebuild.core.hashing import canonical_json, digest_json
+from edgebuild.core.hashing import EncodedOnce, canonical_json, digest_json
 from edgebuild.core.inputs import expand_inputs
 from edgebuild.core.kind import ArtifactKind, ArtifactParams
-from edgebuild.core.manifest import Manifest, load_manifest
+from edgebuild.core.manifest import Manifest
 from edgebuild.core.record import BuildRecord, CheckpointOrigin, config_leaves, read_record_or_none
 from edgebuild.core.registry import get_kind
 from edgebuild.core.statcache import StatCache
@@ -109,7 +111,7 @@ class Artifact:
 
     __slots__ = ("project", "name")
 
-    def __init__(self, project: "Project", name: str) -> None:
+    def __init__(self, project: "BuildGraph", name: str) -> None:
         self.project = project
         self.name = name
 
@@ -155,8 +157,8 @@ class Artifact:
         return self.project.manifest.where(self.name, *keys)
 
 
-class Project:
-    """A manifest and where its outputs go: ``build/``, ``cache/`` and the lock file sit
+class BuildGraph:
+    """A manifest's artifacts, their sources and fingerprints, and where their outputs go: ``build/``, ``cache/`` and the lock file sit
     beside the manifest (``root`` overrides the directory), never in the cwd, so that
     a command run from anywhere finds the same builds.
 
@@ -171,13 +173,10 @@ class Project:
         self._checkpoints: dict[str, Checkpoint] = {}
         self._records: dict[tuple[str, str], BuildRecord] = {}
         self._checkpoint_fingerprints: dict[tuple[Path, Any], tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._config_leaves_memo: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._checked: set[str] = set()
         self._built_outputs: dict[str, tuple[tuple[int, ...], str, dict[str, str]]] = {}
         self._frozen: tuple[dict[str, Any], str] | None = None
-
-    @classmethod
-    def load(cls, manifest_path: str | os.PathLike[str] | None = None, root: Path | None = None) -> "Project":
-        return cls(load_manifest(manifest_path), root)
 
     # --- artifacts ----------------------------------------------------------------
 
@@ -336,7 +335,7 @@ class Project:
                 inputs[role] = self._checkpoint_fingerprint(checkpoint, selection)
                 named[role] = checkpoint.label
                 section = selection.config_key if selection is not None else None
-                config_values[role] = config_leaves(checkpoint.config_section(section) if section else checkpoint.config)
+                config_values[role] = self._config_leaves(checkpoint.config_section(section) if section else checkpoint.config)
             files, files_named = self._input_files(artifact, verify_only=False)
             inputs |= files
             named |= files_named
@@ -617,6 +616,15 @@ class Project:
             named[f"files:{role}"] = [self._display_path(path) for path in paths]
         return digests, named
 
+    def _config_leaves(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config_leaves`` of a checkpoint's config (section), once per config object: the
+        artifacts of a matrix hold the same one. The object is kept with its leaves, so its
+        ``id`` is not reused while it is."""
+        memo = self._config_leaves_memo.get(id(config))
+        if memo is None or memo[0] is not config:
+            memo = self._config_leaves_memo[id(config)] = (config, config_leaves(config))
+        return memo[1]
+
     def _checkpoint_fingerprint(self, checkpoint: Checkpoint, selection: Any) -> dict[str, Any]:
         """What a build reads of ``checkpoint`` (``selection``), by content. Memoised per
         checkpoint and selection while the stat of every file it covers is unchanged: the
@@ -644,9 +652,11 @@ class Project:
                     "digest": digests[(entry.start, entry.end)],
                 }
         config = checkpoint.config_section(selection.config_key) if selection.config_key else checkpoint.config
-        fingerprint = {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
+        parts = {"config": digest_json(config), "config_key": selection.config_key, "tensors": dict(sorted(tensors.items()))}
         if selection.files:
-            fingerprint["files"] = {name: self.stat_cache.file_digest(path) for name, path in named_files.items()}
+            parts["files"] = {name: self.stat_cache.file_digest(path) for name, path in named_files.items()}
+        # Held by every artifact that reads this part of the checkpoint: encoded once.
+        fingerprint = EncodedOnce(parts)
         # Only what no write touched while it was read is remembered.
         if _stat_keys(paths) == before:
             self._checkpoint_fingerprints[key] = (before, fingerprint)

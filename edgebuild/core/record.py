@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from edgebuild.core.atomic import write_text
 from edgebuild.core.files import RECORD_BYTES, UnreadableFile, parse_json, read_bytes, regular_file_below, regular_tree
 from edgebuild.errors import RecordError
-from edgebuild.core.hashing import digest_json, file_digest, is_digest, written_file_digest
+from edgebuild.core.hashing import digest_json, digest_json_sharing, file_digest, is_digest, written_file_digest
 
 # 2: build and verify code digests apart; timings out of the payload files.
 # 3: a source artifact is an input by its output digests, not its fingerprint (early cutoff).
@@ -98,7 +98,7 @@ class BuildRecord(BaseModel):
         """The record of a build about to happen, with its fingerprint."""
         fingerprinted = {"format": RECORD_FORMAT, "kind": kind, "params": params, "inputs": inputs,
                          "code": code, "versions": versions}
-        return cls(**fingerprinted, fingerprint=digest_json(fingerprinted))
+        return cls(**fingerprinted, fingerprint=digest_json_sharing(fingerprinted))
 
     def hashes_to(self) -> str:
         """The fingerprint the record's inputs hash to; a record fetched from elsewhere

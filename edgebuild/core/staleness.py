@@ -196,7 +196,7 @@ def mapping_changes(before: dict[str, Any], after: dict[str, Any], changed: str,
     return reasons
 
 
-# Each part of a verification fingerprint (``Project.verify_identity``) beside the thresholds, in words.
+# Each part of a verification fingerprint (``BuildGraph.verify_identity``) beside the thresholds, in words.
 VERIFY_PART_CHANGES = {
     "code": "the judging code changed",
     "files": "the files only verification reads changed (held-out inputs, or its sources' input files)",
@@ -216,7 +216,7 @@ PARTS_SINCE = ("coverage_tools",)
 def coverage_tool_changes(certificates: Any, tools: dict[str, str]) -> list[str]:
     """Each certificate a report holds whose tool is at another version now, in words
     (``coverage nnapi: onnxruntime 1.31.0 -> 1.32.0 ...``); ``tools``: target -> "package
-    version" now (``Project.coverage_tools``)."""
+    version" now (``BuildGraph.coverage_tools``)."""
     reasons = []
     for target, now in tools.items():
         package, _, version = now.partition(" ")

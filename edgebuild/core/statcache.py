@@ -31,8 +31,8 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Callable, Iterable, Iterator
 
-from edgebuild.core.files import CACHE_BYTES, IrregularFile, UnreadableFile, describe_entry, parse_json, read_json
-from edgebuild.core.fingerprint import _hash_ranges, _stat_key, locked
+from edgebuild.core.files import CACHE_BYTES, IrregularFile, UnreadableFile, describe_entry, locked, parse_json, read_json
+from edgebuild.core.fingerprint import _hash_ranges, _stat_key
 from edgebuild.core.hashing import HASH_NAME, is_digest
 from edgebuild.errors import FilesystemError
 

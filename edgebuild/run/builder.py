@@ -23,7 +23,7 @@ from edgebuild.core.atomic import new_directory, remove_leftovers
 from edgebuild.core.consumer import write_consumer_contract
 from edgebuild.core.faults import fault_point
 from edgebuild.core.files import NotRegular, regular_tree
-from edgebuild.core.fingerprint import locked
+from edgebuild.core.files import locked
 from edgebuild.core.kind import BuildContext
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import BuildRecord, output_manifest, read_record_or_none

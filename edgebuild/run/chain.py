@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import numpy
 
     from edgebuild.core.kind import ArtifactKind
-    from edgebuild.core.project import Artifact, Project
+    from edgebuild.core.project import Artifact, BuildGraph
     from edgebuild.core.runner import Feed, Outputs
     from edgebuild.core.thresholds import DatasetGate, LatencySettings
 
@@ -94,7 +94,7 @@ def artifact_runner(kind: "ArtifactKind", context: VerifyContext) -> Runner:
                       f"{kind.verify_module}, and no {ONNX_MODEL} among its outputs)")
 
 
-def judge_along_chain(project: "Project", artifact: "Artifact", context: VerifyContext, log: Log) -> ChainVerdict:
+def judge_along_chain(project: "BuildGraph", artifact: "Artifact", context: VerifyContext, log: Log) -> ChainVerdict:
     """The ``vs_float.*`` checks of an artifact made from a source and the ``dataset.*``
     checks of one with a dataset gate, and what ``report.json`` records of its chain."""
     verdict = ChainVerdict()
@@ -143,7 +143,7 @@ def _ancestor_verdict(ancestor: "Artifact") -> dict[str, Any]:
 class _Judge:
     """The float model of a chain and the artifact's runner, on inputs."""
 
-    def __init__(self, project: "Project", chain: list["Artifact"], contexts: dict[str, VerifyContext],
+    def __init__(self, project: "BuildGraph", chain: list["Artifact"], contexts: dict[str, VerifyContext],
                  runner: Runner, log: Log) -> None:
         self.project = project
         self.chain = chain

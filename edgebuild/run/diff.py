@@ -618,9 +618,8 @@ def _shown(value: Any) -> str:
 
 
 def format_size(size: int | None) -> str:
-    if size is None:
-        return "–"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.3g} {unit}"
-    return f"{size} B"
+    """An output's size in decimal units (``format_bytes``, as the report page's charts
+    show sizes); ``–`` for none."""
+    from edgebuild.core.figures import format_bytes
+
+    return "–" if size is None else format_bytes(size)

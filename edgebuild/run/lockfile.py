@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.core.atomic import write_text
 from edgebuild.core.files import LOCK_BYTES, UnreadableFile, read_text
-from edgebuild.core.fingerprint import locked
+from edgebuild.core.files import locked
 from edgebuild.core.lockfile import read_lock, render_lock
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import BuildRecord, read_record_or_none

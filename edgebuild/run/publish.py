@@ -78,7 +78,7 @@ from edgebuild.core.files import (
     regular_tree,
 )
 from edgebuild.core.faults import fault_point
-from edgebuild.core.fingerprint import locked
+from edgebuild.core.files import locked
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import read_record
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report

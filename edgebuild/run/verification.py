@@ -22,10 +22,10 @@ from edgebuild.run.coverage import judge_coverage
 
 if TYPE_CHECKING:
     # Annotations only: the judging code's digest must not hold the manifest's.
-    from edgebuild.core.project import Artifact, Project
+    from edgebuild.core.project import Artifact, BuildGraph
 
 
-def judge(project: Project, artifact: Artifact, log: Callable[[str], None]) -> Report:
+def judge(project: BuildGraph, artifact: Artifact, log: Callable[[str], None]) -> Report:
     """Run every check on ``build/<name>/``; write and return the report."""
     name = artifact.name
     record = artifact.record

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from edgebuild.cache.store import Store
 from edgebuild.core.config import Settings, prefer_numba_cache
 from edgebuild.core.manifest import Manifest, load_manifest
-from edgebuild.core.project import Artifact, Project
+from edgebuild.core.project import Artifact, BuildGraph
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES
 from edgebuild.errors import EdgebuildError
 
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 _UNSET: Any = object()
 
 
-class Workspace(Project):
-    """A :class:`~edgebuild.core.project.Project` with its settings, store and remote cache."""
+class Workspace(BuildGraph):
+    """A :class:`~edgebuild.core.project.BuildGraph` with its settings, store and remote cache."""
 
     def __init__(self, manifest: Manifest, root: Path | None = None, settings: Settings | None = None) -> None:
         super().__init__(manifest, root, outputs_of=self._outputs_elsewhere)
@@ -53,10 +53,6 @@ class Workspace(Project):
         ``artifacts.yaml`` in the cwd); outputs beside it unless ``root`` says otherwise."""
         settings = settings if settings is not None else Settings.from_environ()
         return cls(load_manifest(manifest or settings.manifest), root, settings)
-
-    @classmethod
-    def load(cls, manifest_path: str | os.PathLike[str] | None = None, root: Path | None = None) -> "Workspace":
-        return cls.open(manifest_path, root)
 
     # --- settings -----------------------------------------------------------------------
 
