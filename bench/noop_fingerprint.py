@@ -34,9 +34,9 @@ import common  # noqa: E402
 FINGERPRINT_SNIPPET = """
 import json, sys, time
 from pathlib import Path
-from edgebuild.core.project import Project
+from edgebuild.run.workspace import Workspace
 root = Path(sys.argv[1])
-project = Project.load(root / "artifacts.yaml", root)
+project = Workspace.open(root / "artifacts.yaml", root)
 started = time.perf_counter()
 fingerprint = project.fingerprint("tower_448_fp32")
 elapsed = time.perf_counter() - started

@@ -56,8 +56,8 @@ def main() -> None:
     args = parser.parse_args()
     root = common.project_dir(common.work_dir() / "project_matrix", MANIFEST)
     common.run([common.DOIT, "list"], root)
-    common.run([sys.executable, "-c", "from edgebuild.core.project import Project; from pathlib import Path; "
-                f"p = Project.load(Path({str(root)!r}) / 'artifacts.yaml', Path({str(root)!r})); p.checkpoint('qwen')"], common.REPO)
+    common.run([sys.executable, "-c", "from edgebuild.run.workspace import Workspace; from pathlib import Path; "
+                f"p = Workspace.open(Path({str(root)!r}) / 'artifacts.yaml', Path({str(root)!r})); p.checkpoint('qwen')"], common.REPO)
     serial = [build(root, 1) for _ in range(args.repeats)]
     parallel = [build(root, 2) for _ in range(args.repeats)]
     one, two = statistics.median(serial), statistics.median(parallel)

@@ -158,8 +158,8 @@ def main() -> None:
     roots = {name: common.project_dir(work / name, manifest(full_size)) for name in ("local", "shard1", "shard2", "gather", "dask")}
     for root in roots.values():
         common.run([common.DOIT, "list"], root)
-        common.run([sys.executable, "-c", "from edgebuild.core.project import Project; from pathlib import Path; "
-                    f"p = Project.load(Path({str(root)!r}) / 'artifacts.yaml', Path({str(root)!r})); p.checkpoint('qwen')"],
+        common.run([sys.executable, "-c", "from edgebuild.run.workspace import Workspace; from pathlib import Path; "
+                    f"p = Workspace.open(Path({str(root)!r}) / 'artifacts.yaml', Path({str(root)!r})); p.checkpoint('qwen')"],
                    common.REPO)
     rows = []
 

@@ -90,7 +90,7 @@ def measure(label: str, checkpoint: str) -> dict:
         (root / "artifacts.yaml").write_text(manifest(checkpoint))
         # The fixture (and the stat cache) beforehand, in another process: generating it
         # imports torch, which a project on a real checkpoint never does in the parent.
-        subprocess.run([sys.executable, "-c", f"from edgebuild.core.project import Project; from pathlib import Path; "
+        subprocess.run([sys.executable, "-c", f"from edgebuild.run.workspace import Workspace; from pathlib import Path; "
                         f"p = Workspace.open({str(root / 'artifacts.yaml')!r}, Path({str(root)!r})); p.fingerprint('t'); p.save_caches()"],
                        check=True, env=NO_REMOTE)
         done = subprocess.run([sys.executable, "-c", SIDE, mode, str(root / "artifacts.yaml"), str(root)],

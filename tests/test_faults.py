@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.core.hashing import file_digest
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import read_record
 

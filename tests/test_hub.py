@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import CheckpointError
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 
 from helpers import REPO, TOWER_MANIFEST, clone_project, flip_bits
@@ -72,7 +72,7 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", refuse)
 
 
-def write_manifest(root: Path, checkpoint: str, artifact: str = "tower") -> Project:
+def write_manifest(root: Path, checkpoint: str, artifact: str = "tower") -> BuildGraph:
     artifacts = {
         "tower": """\
             t:

@@ -197,12 +197,12 @@ def test_work_tree_check(tmp_path: Path) -> None:
     """What counts as uncommitted: tracked files changed, the manifest untracked;
     not the lock file, not other untracked files."""
     from edgebuild.core.manifest import load_manifest
-    from edgebuild.core.project import Project
+    from edgebuild.core.project import BuildGraph
     from edgebuild.run.publish import check_work_tree
 
     (tmp_path / "artifacts.yaml").write_text(TOWER_MANIFEST)
     (tmp_path / "artifacts.lock").write_text("{}")
-    project = Project(load_manifest(tmp_path / "artifacts.yaml"))
+    project = BuildGraph(load_manifest(tmp_path / "artifacts.yaml"))
     git(tmp_path, "init", "-q")
     (tmp_path / "other.txt").write_text("x")
     git(tmp_path, "add", "other.txt", "artifacts.lock")

@@ -12,7 +12,7 @@ import pytest
 
 from edgebuild.run.builder import make_current
 from edgebuild.core.hashing import file_digest
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 
 from helpers import REPO, needs, pretend_built, verify_along

@@ -16,7 +16,7 @@ import pytest
 from edgebuild.run.builder import make_current
 from edgebuild.errors import ManifestError, RemoteError, StoreError
 from edgebuild.core.hashing import file_digest
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import RECORD_FILE, BuildRecord, output_manifest
 from edgebuild.cache.location import Location, quoted

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 from edgebuild.ml.siglip import (
     PREPROCESSOR_FILE,

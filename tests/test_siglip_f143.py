@@ -17,7 +17,7 @@ from edgebuild.errors import CheckpointError, ParameterError, VerificationFailed
 from edgebuild.kinds.siglip_f143 import load_packed
 from edgebuild.ml.siglip import load_pixel_batches, load_vision_model
 from edgebuild.core.manifest import load_manifest
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 
 import seed_pipeline
@@ -32,7 +32,7 @@ def root(tmp_path: Path, siglip_checkpoint: Path) -> Path:
     return tmp_path
 
 
-def manifest(root: Path, options: str = "", verify: str = "") -> Project:
+def manifest(root: Path, options: str = "", verify: str = "") -> BuildGraph:
     text = textwrap.dedent(
         """\
         checkpoints:

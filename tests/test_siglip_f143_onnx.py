@@ -17,7 +17,7 @@ from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.ml.quant.f143 import quantize_nearest
 from edgebuild.kinds.siglip_f143_onnx.build import rewrite_fp8
 from edgebuild.ml.onnx_tools import blocked_fp8_weights, export_onnx, run_session
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 
 from helpers import pretend_built, lay_out_siglip_inputs

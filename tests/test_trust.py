@@ -15,7 +15,7 @@ import pytest
 
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.errors import ExportError
-from edgebuild.core.project import Project
+from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import read_record
 
@@ -56,7 +56,7 @@ def lay_out(root: Path, siglip_checkpoint: Path, manifest: str = EVERY_KIND) -> 
     return root
 
 
-def build_and_verify(root: Path) -> Project:
+def build_and_verify(root: Path) -> BuildGraph:
     project = Workspace.open(root / "artifacts.yaml", root)
     for name in project.manifest.order():
         make_current(project, project.artifact(name), log=lambda message: None)
@@ -77,7 +77,7 @@ def _audit(event: str, args: tuple) -> None:
 sys.addaudithook(_audit)
 
 
-def _covered_checkpoints(project: Project, name: str) -> list[tuple[object, dict]]:
+def _covered_checkpoints(project: BuildGraph, name: str) -> list[tuple[object, dict]]:
     """(checkpoint, what ``name``'s own fingerprint holds of it) for every checkpoint its
     build and verification may read: its own, and those behind its sources. An artifact
     made from a source is keyed by the source's bytes, so what it reads of the checkpoint
@@ -88,7 +88,7 @@ def _covered_checkpoints(project: Project, name: str) -> list[tuple[object, dict
             for checkpoint in project.checkpoints_for(project.manifest.artifacts[name]).values()]
 
 
-def _covered_files(project: Project, name: str) -> set[Path]:
+def _covered_files(project: BuildGraph, name: str) -> set[Path]:
     """Input files in ``name``'s fingerprints: its own (build and verification) and its
     sources' (in its verification fingerprint)."""
     artifacts = [project.artifact(name), *project.artifact(name).sources]
