@@ -196,3 +196,20 @@ def test_every_parameter_of_every_built_in_kind_is_described() -> None:
             blank += [f"{where}.{key}" for key, value in part.get("properties", {}).items()
                       if key != "kind" and not value.get("description")]
     assert blank == []
+
+
+def test_what_a_kind_is_handed_is_documented_field_by_field() -> None:
+    """Every field of ``BuildContext`` and ``VerifyContext`` (a kind's author reads them on
+    the API page, which renders ``edgebuild.plugin``) is described in its class's
+    docstring: a field added without a word fails here."""
+    import dataclasses
+
+    from edgebuild.plugin import BuildContext, VerifyContext
+
+    api_page = (REPO / "docs" / "api.md").read_text()
+    assert "::: edgebuild.plugin" in api_page
+    for context in (BuildContext, VerifyContext):
+        described = {name for cls in context.__mro__ for name in re.findall(r":ivar (\w+):", cls.__doc__ or "")}
+        fields = {field.name for field in dataclasses.fields(context)}
+        assert fields <= described, (context.__name__, sorted(fields - described))
+        assert f"- {context.__name__}" in api_page
