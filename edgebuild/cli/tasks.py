@@ -160,7 +160,7 @@ def _task_dicts(workspace: Any) -> Iterator[dict[str, Any]]:
             "doc": f"[{kind.name}] {description}",
             "actions": [(_build_action, [manifest_path, artifact.name])],
             "uptodate": [(_build_uptodate, [manifest_path, artifact.name])],
-            "task_dep": [source.name for source in artifact.sources],
+            "task_dep": artifact.params.source_artifacts(),
             "clean": [(_clean_action, [str(artifact.directory)])],
             "verbosity": 2,
         }

@@ -25,6 +25,7 @@ as a bare string passed around with the project.
 
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -77,8 +78,10 @@ class Layout:
 
     root: Path
 
-    @property
+    @functools.cached_property
     def build_dir(self) -> Path:
+        # Cached: every artifact's directory is made from it (10,000 for a large manifest's
+        # `doit list`, each once).
         return self.root / "build"
 
     @property
