@@ -74,7 +74,7 @@ def plain_module(checkpoint_dir: Path, image_size: int, for_program: bool) -> tu
     from edgebuild.kinds.torch_export.families import _linear_patch_embedding
 
     checkpoint = Checkpoint(checkpoint_dir)
-    geometry = tower_geometry(checkpoint.config_section("vision_config"), image_size)
+    geometry = tower_geometry(checkpoint.config_section("vision_config"), (image_size, image_size))
     tower = load_tower(checkpoint, torch.float32)
     if for_program:
         # What ExecuTorch and LiteRT need (no 5-D convolution); edgebuild does the same.
@@ -189,6 +189,14 @@ def outputs_of(target: str, path: Path, example: Any) -> Any:
 
         compiled = openvino.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         return numpy.asarray(compiled([patches])[compiled.outputs[0]])
+    if target == "litert":
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=str(path))
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], patches)
+        interpreter.invoke()
+        return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     raise ValueError(target)
 
 
@@ -203,6 +211,8 @@ def main() -> None:
     parser.add_argument("--plain", choices=TARGETS, help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the report from the last run's measurements (its files are still in the work directory)")
     args = parser.parse_args()
     sys.path.insert(0, str(common.REPO))
     if args.plain:
@@ -212,9 +222,10 @@ def main() -> None:
     import torch
 
     work = common.work_dir()
-    checkpoint = common.write_qwen3_5_checkpoint(work / "qwen3_5_synthetic")
-    rounds = []
-    for round_index in range(args.rounds):
+    measurements = work / "targets_rounds.json"
+    rounds = json.loads(measurements.read_text()) if args.report_only else []
+    checkpoint = None if args.report_only else common.write_qwen3_5_checkpoint(work / "qwen3_5_synthetic")
+    for round_index in range(0 if args.report_only else args.rounds):
         plain_root = work / "targets_plain"
         common.run(["rm", "-rf", str(plain_root)], common.REPO)
         plain_results = {}
@@ -234,6 +245,7 @@ def main() -> None:
         rounds.append({"plain": plain_results, "edgebuild": {"wall": edge_seconds, "peak": edge_peak,
                                                              "returncode": built.returncode,
                                                              "log": (built.stdout + built.stderr)[-4000:]}})
+        measurements.write_text(json.dumps(rounds))
 
     last = rounds[-1]
     plain_results = last["plain"]
