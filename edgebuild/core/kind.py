@@ -248,7 +248,7 @@ class VerifyContext(ArtifactContext):
 
     :ivar build_info: What ``build`` returned (kept in the build record): timings and any
         facts the build wants the verification to see.
-    :ivar source_params: The manifest parameters of each source artifact, by role: for a
+    :ivar source_params: The manifest parameters of each source artifact, by its name: for a
         verification that measures on a source's own input files (they are in this
         artifact's verification fingerprint).
     """

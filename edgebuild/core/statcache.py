@@ -154,14 +154,8 @@ class StatCache:
             for span, digest in _hash_ranges(path, missing, label or path.name):
                 cached[f"{span[0]}-{span[1]}"] = digest
                 self.bytes_hashed += span[1] - span[0]
-            # A file rewritten while we read it must not be cached under the new stat.
-            if _stat_key(os.stat(path)) != entry["stat"]:
-                del self.known[key]
-                self.dirty.discard(key)
+            if not self._kept(path, key, entry, read_at):
                 return self.range_digests(path, wanted, label)
-            if racily_clean(entry["stat"], read_at):
-                entry["racy"] = True
-            self.dirty.add(key)
         return {span: cached[f"{span[0]}-{span[1]}"] for span in wanted}
 
     def file_digest(self, path: Path) -> str:
@@ -177,15 +171,23 @@ class StatCache:
             read_at = time.time_ns()
             digest = compute()
             self.bytes_hashed += path.stat().st_size
-            if _stat_key(os.stat(path)) != entry["stat"]:
-                del self.known[key]
-                self.dirty.discard(key)
-                return self.named_digest(path, algorithm, compute)
-            if racily_clean(entry["stat"], read_at):
-                entry["racy"] = True
             named[algorithm] = digest
-            self.dirty.add(key)
+            if not self._kept(path, key, entry, read_at):
+                return self.named_digest(path, algorithm, compute)
         return named[algorithm]
+
+    def _kept(self, path: Path, key: str, entry: Entry, read_at: int) -> bool:
+        """After ``entry`` took digests of bytes read from ``read_at`` on: ``False``, and the
+        entry forgotten, when the file changed meanwhile (nothing is cached under its new
+        stat); else the entry is to be saved, unless the file is racily clean (RACY_NS)."""
+        if _stat_key(os.stat(path)) != entry["stat"]:
+            del self.known[key]
+            self.dirty.discard(key)
+            return False
+        if racily_clean(entry["stat"], read_at):
+            entry["racy"] = True
+        self.dirty.add(key)
+        return True
 
     def remember(self, path: Path, digest: str) -> None:
         """Take ``digest`` as the digest of the whole of ``path`` as it is now: for a
