@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory):
         )
     try:
         _wait_until_serving(endpoint, process, log_path)
+        _S3_LOGS[endpoint] = log_path
         yield endpoint
     finally:
         process.terminate()
@@ -116,6 +118,25 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+# Each loopback S3 server's log (its request lines), by endpoint.
+_S3_LOGS: dict[str, Path] = {}
+
+
+@pytest.fixture
+def s3_requests(s3_endpoint: str) -> Callable[[str], list[str]]:
+    """``requests(text)``: the requests the loopback S3 server has logged so far whose line
+    holds ``text`` (a key, a fingerprint), as ``"METHOD /path"``."""
+    import re
+
+    log_path = _S3_LOGS[s3_endpoint]
+
+    def requests(text: str) -> list[str]:
+        found = re.findall(r'"([A-Z]+ \S+) HTTP/[0-9.]+"', log_path.read_text(errors="replace"))
+        return [request for request in found if text in request]
+
+    return requests
 
 
 @pytest.fixture

@@ -411,6 +411,27 @@ def verify(context: VerifyContext) -> Verification:
     return files
 
 
+def lay_out_plugin(root: Path, package: str = "vc_plugin", version: str = "1.0", files: dict[str, str] | None = None,
+                   entry: str = "vision_config_plugin = vc_plugin:VisionConfig") -> Path:
+    """A distribution ``vc-plugin`` at ``version`` as pip would install it: the package and
+    its ``.dist-info`` (metadata and entry points) in ``root``; ``files``: the package's
+    (default: the vision_config kind of :func:`vision_config_kind`, with a module of its own)."""
+    files = vision_config_kind("vc_plugin", "vision_config_plugin", extra_build_module=True) if files is None else files
+    (root / package).mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / package / name).write_text(text.lstrip())
+    info = root / f"vc_plugin-{version}.dist-info"
+    for stale in root.glob("vc_plugin-*.dist-info"):
+        for path in stale.iterdir():
+            path.unlink()
+        stale.rmdir()
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vc-plugin\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[edgebuild.kinds]\n{entry}\n")
+    (info / "RECORD").write_text("")
+    return root
+
+
 def assert_quiet(result) -> None:
     """Edgebuild's own lines only -- doit's task lines, each artifact's "  [name] ..." lines
     and edgebuild's summary; no library's warning, log line or native note."""

@@ -20,32 +20,13 @@ import pytest
 
 from edgebuild.testing import TinyProject
 
-from helpers import vision_config_kind
+from helpers import lay_out_plugin, vision_config_kind
 
 # A kind whose build imports a module of its own package (render.py): editing it must
 # make the artifact stale.
 PLUGIN = vision_config_kind("vc_plugin", "vision_config_plugin", extra_build_module=True)
 MANIFEST = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  vc:\n    kind: vision_config_plugin\n    checkpoint: qwen\n"
 TOWER_ONLY = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  t:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n"
-
-
-def lay_out_plugin(root: Path, package: str = "vc_plugin", version: str = "1.0", files: dict[str, str] = PLUGIN,
-                   entry: str = "vision_config_plugin = vc_plugin:VisionConfig") -> Path:
-    """A distribution ``vc-plugin`` at ``version`` as pip would install it: the package and
-    its ``.dist-info`` (metadata and entry points) in ``root``."""
-    (root / package).mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (root / package / name).write_text(text.lstrip())
-    info = root / f"vc_plugin-{version}.dist-info"
-    for stale in root.glob("vc_plugin-*.dist-info"):
-        for path in stale.iterdir():
-            path.unlink()
-        stale.rmdir()
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vc-plugin\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[edgebuild.kinds]\n{entry}\n")
-    (info / "RECORD").write_text("")
-    return root
 
 
 @pytest.fixture
@@ -292,3 +273,57 @@ def test_a_build_its_target_refused_is_not_tried_again_until_its_fingerprint_cha
     fixed = project.doit("build", env=env)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert project.doit("status", env=env).stdout.startswith("vc  up to date")
+
+
+# --- kinds that run in the command's own process --------------------------------------
+
+# An in_process kind, with a parameter (in the fingerprint) so that two artifacts are two builds.
+IN_PROCESS_KIND = PLUGIN["__init__.py"].replace(
+    '    verify_module = "vc_plugin.verify"\n', '    verify_module = "vc_plugin.verify"\n    in_process = True\n').replace(
+    "    checkpoint: str\n", "    checkpoint: str\n    tag: int = 0\n")
+PID_BUILD = PLUGIN["build.py"].replace("    return {}\n", "    import os\n\n    return {\"pid\": os.getpid()}\n")
+PID_VERIFY = '''
+import json
+import os
+
+from edgebuild.plugin import Check, Verification, VerifyContext
+
+
+def verify(context: VerifyContext) -> Verification:
+    if os.environ.get("RAISE_IN_VERIFY"):
+        raise RuntimeError("a bug in the kind")
+    written = json.loads((context.out_dir / "vision_config.json").read_text())
+    same = written == context.checkpoint.config_section("vision_config")
+    return Verification(checks=[Check.measure("matches_the_checkpoint", int(same), "==", 1)],
+                        metrics={"pid": os.getpid()})
+'''
+TWO_ARTIFACTS = MANIFEST + "  vc2:\n    kind: vision_config_plugin\n    checkpoint: qwen\n    tag: 2\n"
+
+
+def test_an_in_process_kind_builds_and_verifies_in_the_command_s_own_process(tmp_path: Path) -> None:
+    """No worker: both builds and both verifications of one command ran in one process,
+    which a worker per step would not (each worker is a process of its own)."""
+    files = dict(PLUGIN, **{"__init__.py": IN_PROCESS_KIND, "build.py": PID_BUILD, "verify.py": PID_VERIFY})
+    root = lay_out_plugin(tmp_path / "site", files=files)
+    env = {"PYTHONPATH": str(root), "EDGEBUILD_REMOTE_CACHE": "off"}
+    project = TinyProject(tmp_path / "project")
+    project.manifest(TWO_ARTIFACTS)
+    verified = project.doit("verify", env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "verify: 2 passed, 0 failed, 0 not run" in verified.stdout
+    pids = set()
+    for name in ("vc", "vc2"):
+        directory = project.root / "build" / name
+        pids.add(json.loads((directory / ".edgebuild.json").read_text())["build_info"]["pid"])
+        pids.add(json.loads((directory / "report.json").read_text())["metrics"]["pid"])
+    assert len(pids) == 1, pids
+    assert project.doit("status", env=env).stdout == "vc   up to date (verified)\nvc2  up to date (verified)\n"
+
+    # A bug in its code: the traceback, then one line naming the artifact; nothing kept as verified.
+    (project.root / "build" / "vc" / "report.json").unlink()
+    failed = project.doit("verify", "vc", env=dict(env, RAISE_IN_VERIFY="1"))
+    assert failed.returncode != 0
+    assert "RuntimeError: a bug in the kind" in failed.stderr
+    assert ("vc: the vision_config_plugin verify raised RuntimeError in this process (the kind runs in_process; its "
+            "traceback is above)") in failed.stdout
+    assert project.doit("status", "vc", env=env).stdout.startswith("vc  up to date (not verified)")

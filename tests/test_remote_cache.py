@@ -25,7 +25,7 @@ from edgebuild.cache.remote import RemoteCache
 from edgebuild.cache.store import Store
 
 from helpers import (
-    TOWER_MANIFEST, clone_project, fresh_clone, signing_env, flip_bits, flipped, pretend_built, waits_released,
+    TOWER_MANIFEST, clone_project, fresh_clone, signing_env, flip_bits, flipped, lay_out_plugin, pretend_built, waits_released,
 )
 
 
@@ -702,3 +702,35 @@ def test_commands_say_an_unusable_remote_in_one_line(project_dir, refused_port: 
     assert (f"t: EDGEBUILD_REMOTE_CACHE=ftp://127.0.0.1:{refused_port}/cache: cannot reach it: [Errno 111] Connection "
             "refused (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)\n") in built.stdout + built.stderr
     assert not (project_dir.root / "build" / "t").exists()
+
+
+def test_an_export_looks_the_entry_up_once(s3_bucket: str, s3_requests, tmp_path: Path) -> None:
+    """The doit process asks the remote cache for the artifact, finds nothing, and hands
+    the export to a worker process, which does not ask again (counted on the loopback S3
+    server). Its verification then pushes it: the next project pulls it in one lookup."""
+    from edgebuild.testing import TinyProject
+
+    site = lay_out_plugin(tmp_path / "site")
+    manifest = "checkpoints:\n  qwen:\n    fixture: qwen3_5_vl_tiny\nartifacts:\n  vc:\n    kind: vision_config_plugin\n    checkpoint: qwen\n"
+    env = {"PYTHONPATH": str(site), "EDGEBUILD_REMOTE_CACHE": f"{s3_bucket}/team",
+           "EDGEBUILD_S3_ENDPOINT_URL": os.environ["EDGEBUILD_S3_ENDPOINT_URL"]}
+    project = TinyProject(tmp_path / "project")
+    project.manifest(manifest)
+    built = project.doit("build", env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "[vc] built in" in built.stderr
+    fingerprint = json.loads((project.root / "build" / "vc" / RECORD_FILE).read_text())["fingerprint"]
+    # One lookup of the entry: a HEAD of its key (and s3fs's listing of it as a prefix, when absent).
+    lookups = [request for request in s3_requests(fingerprint) if request.startswith("HEAD ")]
+    assert len(lookups) == 1, s3_requests(fingerprint)
+
+    verified = project.doit("verify", env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    before = len(s3_requests(fingerprint))
+    other = TinyProject(tmp_path / "other")
+    other.manifest(manifest)
+    pulled = other.doit("build", env=env)
+    assert pulled.returncode == 0 and "pulled from the remote cache" in pulled.stderr, pulled.stderr
+    assert "built in" not in pulled.stderr
+    pull_lookups = [request for request in s3_requests(fingerprint)[before:] if request.startswith("HEAD ") and "/entries/" in request]
+    assert len(pull_lookups) == 1, s3_requests(fingerprint)[before:]

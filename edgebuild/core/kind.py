@@ -293,6 +293,13 @@ class ArtifactKind:
     # so every later worker of a run starts with them. Nothing else changes: a module
     # that fails to import there is imported (and fails) in the worker, as without it.
     worker_imports: ClassVar[tuple[str, ...]] = ()
+    # Build and verify in the command's own process instead of a worker process of their
+    # own: for a kind whose steps load no model (they read and write small files), where
+    # a worker's start (0.2 to 1 s) would be most of the step. Its modules are then
+    # imported into the command's process and what they allocate stays until it ends,
+    # and a crash in native code ends the command: leave it False for anything that
+    # loads a model or runs a converter.
+    in_process: ClassVar[bool] = False
     # Environments of their own that its tools run in (``edgebuild/ml/toolenv.py``), by
     # name: ``python -m edgebuild toolenv --needed`` makes those a manifest's kinds need.
     tool_environments: ClassVar[tuple[str, ...]] = ()

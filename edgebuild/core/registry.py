@@ -125,6 +125,8 @@ def check_kind(cls: type[ArtifactKind], name: str) -> None:
     imports = cls.worker_imports
     if not isinstance(imports, tuple) or not all(isinstance(module, str) and module for module in imports):
         raise TypeError(f"artifact kind {cls.name!r}: worker_imports must be a tuple of module names, found {imports!r}")
+    if not isinstance(cls.in_process, bool):
+        raise TypeError(f"artifact kind {cls.name!r}: in_process must be True or False, found {cls.in_process!r}")
     for attribute in ("build_module", "verify_module"):
         module = getattr(cls, attribute)
         try:

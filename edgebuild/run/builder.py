@@ -41,13 +41,6 @@ if TYPE_CHECKING:
 Log = Callable[[str], None]
 
 
-class ExportRequired(Exception):
-    """Raised by ``make_current(..., export=False)`` when neither the build directory,
-    the store nor the remote cache has the artifact, so only an export would make it
-    current. Not an :class:`EdgebuildError`: the caller decides (export in a worker
-    process of its own, or refuse: ``--pull-only``)."""
-
-
 def stderr_log(name: str) -> Log:
     def log(message: str) -> None:
         print(f"  [{name}] {message}", file=sys.stderr, flush=True)
@@ -65,15 +58,42 @@ def refused_export(workspace: "Workspace", artifact: Artifact) -> EdgebuildError
     )
 
 
-def make_current(workspace: "Workspace", artifact: "Artifact | str", log: Log | None = None, export: bool = True) -> BuildRecord:
+def make_current(workspace: "Workspace", artifact: "Artifact | str", log: Log | None = None) -> BuildRecord:
     """Make ``build/<name>/`` current: nothing if it is, a restore if the store has
-    the fingerprint, a pull if the remote cache has it, a build otherwise (with
-    ``export=False``: :class:`ExportRequired` instead). Returns the record.
-    A file that cannot be written (a full disk, a read-only directory) is a
-    :class:`FilesystemError` naming it; what was there before is untouched."""
+    the fingerprint, a pull if the remote cache has it, an export otherwise
+    (:func:`materialise`, then :func:`export`). Returns the record. A file that cannot
+    be written (a full disk, a read-only directory) is a :class:`FilesystemError`
+    naming it; what was there before is untouched."""
     artifact = workspace.artifact(artifact)
+    log = log or stderr_log(artifact.name)
+    return materialise(workspace, artifact, log) or export(workspace, artifact, log)
+
+
+def materialise(workspace: "Workspace", artifact: Artifact, log: Log | None = None) -> BuildRecord | None:
+    """Make ``build/<name>/`` current without exporting: nothing if it is, a restore
+    from the store, a pull from the remote cache. ``None`` when only an export would
+    do (the caller decides: export, in a worker process or here, or refuse)."""
+    log = log or stderr_log(artifact.name)
     try:
-        return _make_current(workspace, artifact, log or stderr_log(artifact.name), export)
+        with locked(workspace.layout.mutex(artifact.name)):
+            return _materialise(workspace, artifact, log)
+    except OSError as error:
+        raise FilesystemError.of(error, artifact.directory, f"{artifact.name}: cannot build") from None
+
+
+def export(workspace: "Workspace", artifact: Artifact, log: Log | None = None) -> BuildRecord:
+    """Export ``artifact`` into ``build/<name>/`` and keep it in the store, after
+    :func:`materialise` found it nowhere. The remote cache is not asked again; the local
+    state is, under the artifact's mutex: another command (sharing this project, or its
+    store) may have built it while this one planned or waited for the mutex, and then
+    it is up to date or restored, not exported twice."""
+    log = log or stderr_log(artifact.name)
+    try:
+        with locked(workspace.layout.mutex(artifact.name)):
+            found = _materialise(workspace, artifact, log, remote=False)
+            if found is not None:
+                return found
+            return _export(workspace, artifact, log)
     except OSError as error:
         raise FilesystemError.of(error, artifact.directory, f"{artifact.name}: cannot build") from None
 
@@ -87,60 +107,67 @@ def _remember_outputs(workspace: "Workspace", artifact: Artifact, record: BuildR
     return record
 
 
-def _make_current(workspace: "Workspace", artifact: Artifact, log: Log, export: bool) -> BuildRecord:
+def _materialise(workspace: "Workspace", artifact: Artifact, log: Log, remote: bool = True) -> BuildRecord | None:
+    """Under the artifact's mutex: up to date, restored, or (with ``remote``) pulled; ``None``."""
     record = artifact.record
     layout = workspace.layout
-    with locked(layout.mutex(artifact.name)):
-        if current_record(workspace, artifact) is not None:
-            log("up to date")
-            return record
-        remove_leftovers(artifact.name, layout.scratch_dir)
-        fingerprint = record.fingerprint
-        target = artifact.directory
-        existing = read_record_or_none(target)
-        if existing is not None and existing.fingerprint == fingerprint:
-            # The current build, damaged since (a file deleted, truncated or edited): say so, then replace it.
-            damaged = ", ".join(changed_outputs(workspace, artifact, existing))
-            log(f"build/{artifact.name}: {damaged} changed or missing since the build; replacing it")
-        started = time.perf_counter()
-        restored = workspace.store.restore(fingerprint, target, layout.scratch_dir, log)
-        if restored is not None:
-            log(f"restored from the store in {time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})")
-            return _remember_outputs(workspace, artifact, restored)
-        try:
-            # Opening it is reaching it: an unreachable remote fails here, as a pull would.
-            remote = workspace.remote
-            pulled = None
-            if remote is not None:
-                # A gather step that trusts keys takes only what they signed: it judges nothing.
-                vouched_only = workspace.settings.pull_only and remote.trust.configured
-                pulled = remote.pull(artifact.name, fingerprint, workspace.store, target, layout.scratch_dir, log,
-                                     vouched_only=vouched_only)
-        except UnvouchedEntry:
-            raise
-        except RemoteError as error:
-            raise RemoteError(
-                f"{artifact.name}: {error} (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
-            ) from None
-        if pulled is not None:
-            log(f"pulled from the remote cache {remote.label} in {time.perf_counter() - started:.2f} s "
-                f"(fingerprint {fingerprint[:12]})")
-            return _remember_outputs(workspace, artifact, pulled)
-        if not export:
-            raise ExportRequired(artifact.name)
-        rejected = workspace.store.rejection(fingerprint)
-        if rejected is not None and not workspace.settings.retry_rejected:
-            raise BuildRejected(f"{rejected['message']} [refused at this fingerprint on {rejected.get('at', '?')}: not "
-                                "tried again until something in its fingerprint changes (EDGEBUILD_RETRY_REJECTED=1 "
-                                "tries now)]")
-        try:
-            complete = _build_into_place(workspace, artifact, record, log)
-        except BuildRejected as error:
-            workspace.store.remember_rejection(fingerprint, str(error))
-            raise
-        workspace.store.forget_rejection(fingerprint)
-        workspace.store.put(fingerprint, target)
-        return _remember_outputs(workspace, artifact, complete)
+    if current_record(workspace, artifact) is not None:
+        log("up to date")
+        return record
+    remove_leftovers(artifact.name, layout.scratch_dir)
+    fingerprint = record.fingerprint
+    target = artifact.directory
+    existing = read_record_or_none(target)
+    if existing is not None and existing.fingerprint == fingerprint:
+        # The current build, damaged since (a file deleted, truncated or edited): say so, then replace it.
+        damaged = ", ".join(changed_outputs(workspace, artifact, existing))
+        log(f"build/{artifact.name}: {damaged} changed or missing since the build; replacing it")
+    started = time.perf_counter()
+    restored = workspace.store.restore(fingerprint, target, layout.scratch_dir, log)
+    if restored is not None:
+        log(f"restored from the store in {time.perf_counter() - started:.2f} s (fingerprint {fingerprint[:12]})")
+        return _remember_outputs(workspace, artifact, restored)
+    if not remote:
+        return None
+    try:
+        # Opening it is reaching it: an unreachable remote fails here, as a pull would.
+        cache = workspace.remote
+        pulled = None
+        if cache is not None:
+            # A gather step that trusts keys takes only what they signed: it judges nothing.
+            vouched_only = workspace.settings.pull_only and cache.trust.configured
+            pulled = cache.pull(artifact.name, fingerprint, workspace.store, target, layout.scratch_dir, log,
+                                vouched_only=vouched_only)
+    except UnvouchedEntry:
+        raise
+    except RemoteError as error:
+        raise RemoteError(
+            f"{artifact.name}: {error} (EDGEBUILD_REMOTE_CACHE=off builds without the remote cache)"
+        ) from None
+    if pulled is None:
+        return None
+    log(f"pulled from the remote cache {cache.label} in {time.perf_counter() - started:.2f} s "
+        f"(fingerprint {fingerprint[:12]})")
+    return _remember_outputs(workspace, artifact, pulled)
+
+
+def _export(workspace: "Workspace", artifact: Artifact, log: Log) -> BuildRecord:
+    """Under the artifact's mutex, found nowhere: build it into place and store it."""
+    record = artifact.record
+    fingerprint = record.fingerprint
+    rejected = workspace.store.rejection(fingerprint)
+    if rejected is not None and not workspace.settings.retry_rejected:
+        raise BuildRejected(f"{rejected['message']} [refused at this fingerprint on {rejected.get('at', '?')}: not "
+                            "tried again until something in its fingerprint changes (EDGEBUILD_RETRY_REJECTED=1 "
+                            "tries now)]")
+    try:
+        complete = _build_into_place(workspace, artifact, record, log)
+    except BuildRejected as error:
+        workspace.store.remember_rejection(fingerprint, str(error))
+        raise
+    workspace.store.forget_rejection(fingerprint)
+    workspace.store.put(fingerprint, artifact.directory)
+    return _remember_outputs(workspace, artifact, complete)
 
 
 def _build_into_place(workspace: "Workspace", artifact: Artifact, record: BuildRecord, log: Log) -> BuildRecord:

@@ -20,7 +20,8 @@ disagree:
 A step decides where its work runs: a restore, a pull and keeping a verified build
 cost no export's memory and run in the calling process; an export and a judgement
 run in a worker process of their own (``workers.py``), which hands all of its
-memory back when it exits.
+memory back when it exits -- or here too, for a kind that declares ``in_process``
+(its steps load no model). The worker exports only: the caches were asked here.
 """
 
 from __future__ import annotations
@@ -30,13 +31,10 @@ from typing import TYPE_CHECKING, Callable
 
 from edgebuild.core.project import Artifact
 from edgebuild.core.atomic import remove_directory
-from edgebuild.core.config import REMOTE_CACHE_OFF
 from edgebuild.errors import EdgebuildError, SourceNotVerified, VerificationFailed
-from edgebuild.run.builder import (
-    ExportRequired, keep_verified, make_current, refuse_unverified_sources, refused_export, stderr_log,
-)
+from edgebuild.run.builder import keep_verified, materialise, refuse_unverified_sources, refused_export, stderr_log
 from edgebuild.run.state import VerificationState, is_built, verification_state
-from edgebuild.run.workers import Relay, run_worker, run_worker_at
+from edgebuild.run.workers import Relay, run_step
 
 if TYPE_CHECKING:
     from edgebuild.run.workspace import Workspace
@@ -68,18 +66,18 @@ def needs_verify(workspace: "Workspace", artifact: Artifact) -> bool:
 
 def build(workspace: "Workspace", artifact: Artifact, log: Log | None = None, relay: Relay | None = None) -> str:
     """Make ``build/<name>/`` current and return its fingerprint: up to date, restored or
-    pulled here; exported in a worker process (refused under the ``pull_only`` setting)."""
+    pulled here; exported where its kind's steps run (a worker process, or here for an
+    ``in_process`` kind), which does not ask the caches again (refused under the
+    ``pull_only`` setting)."""
     log = log or stderr_log(artifact.name)
-    try:
-        return make_current(workspace, artifact, log, export=False).fingerprint
-    except ExportRequired:
-        pass
+    record = materialise(workspace, artifact, log)
+    if record is not None:
+        return record.fingerprint
     if workspace.settings.pull_only:
         raise refused_export(workspace, artifact)
-    # The worker saved its outputs' digests in the stat cache: the next check here reads
+    # A worker saved its outputs' digests in the stat cache: the next check here reads
     # their rows (their stats are new to this process), never their bytes.
-    values = run_worker("build", workspace, artifact, relay)
-    return str(values["fingerprint"])
+    return str(run_step("export", workspace, artifact, log, relay)["fingerprint"])
 
 
 def verify(workspace: "Workspace", artifact: Artifact, log: Log | None = None, relay: Relay | None = None) -> str:
@@ -102,7 +100,7 @@ def verify(workspace: "Workspace", artifact: Artifact, log: Log | None = None, r
             "held-out files changed since), and --frozen judges nothing here: run doit verify without --frozen"
         )
     try:
-        return str(run_worker("verify", workspace, artifact, relay)["verify_fingerprint"])
+        return str(run_step("verify", workspace, artifact, log, relay)["verify_fingerprint"])
     except VerificationFailed as failed:
         pulled = workspace.store.unvouched(artifact.fingerprint)
         if pulled is None:
@@ -123,13 +121,10 @@ def _export_instead_of(workspace: "Workspace", artifact: Artifact, pulled: str, 
     if workspace.settings.pull_only:
         raise VerificationFailed(f"{failed} (the build was pulled: {pulled}; --pull-only exports nothing)") from None
     # Moved aside first, like every removal here: build/<name>/ is the pulled build or nothing.
-    layout = workspace.layout
-    remove_directory(artifact.directory, layout.scratch_dir)
-    # The build must not pull the same entry again from a read-only remote.
-    without_remote = workspace.settings.replace(manifest=str(workspace.manifest.path), remote_cache=REMOTE_CACHE_OFF)
-    run_worker_at("build", str(workspace.manifest.path), str(layout.root), artifact.name, without_remote.environ(),
-                  relay, expect=artifact.fingerprint, imports=artifact.kind.worker_imports)
-    return str(run_worker("verify", workspace, artifact, relay)["verify_fingerprint"])
+    remove_directory(artifact.directory, workspace.layout.scratch_dir)
+    # An export asks no remote cache (the read-only one would hand the same entry back).
+    run_step("export", workspace, artifact, log, relay)
+    return str(run_step("verify", workspace, artifact, log, relay)["verify_fingerprint"])
 
 
 # --- the bookkeeping ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ which may go on to run many more tasks) only decides and relays, in every mode
 (``-n 1`` too); a worker process loads the project, builds or verifies one
 artifact, and exits, handing all of its memory back::
 
-    python -m edgebuild.run.workers build|verify MANIFEST ROOT NAME --result-fd FD [--expect FP]
+    python -m edgebuild.run.workers build|export|verify MANIFEST ROOT NAME --result-fd FD [--expect FP]
 
 What stays in the parent is what costs no export's memory (the scheduler decides,
 ``scheduler.py``): an artifact that is up to date, restored from the store or pulled
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from edgebuild.core.project import Artifact
     from edgebuild.run.workspace import Workspace
 
-MODES = ("build", "verify")
+MODES = ("build", "export", "verify")
 # How long a worker that was asked to stop (Ctrl-C) gets to clean up its scratch
 # directory before it is killed.
 INTERRUPT_GRACE_SECONDS = 10.0
@@ -68,7 +68,33 @@ INTERRUPTED_STATUS = 128 + signal.SIGINT
 Relay = Callable[[str, str], None]
 
 
+def step_word(mode: str) -> str:
+    """What a user reads for ``mode``: an export is a build ("the build process was killed")."""
+    return "build" if mode == "export" else mode
+
+
 # --- the parent ---------------------------------------------------------------------------
+
+
+def run_step(mode: str, workspace: "Workspace", artifact: "Artifact", log: Callable[[str], None],
+             relay: Relay | None = None) -> dict[str, Any]:
+    """Do ``mode`` for ``artifact`` where its kind's steps run: in a worker process of its
+    own (:func:`run_worker`), or, for a kind that declares ``in_process`` (its steps load
+    no model: a worker's start would cost more than the step), in this process. Same
+    values, same edgebuild errors either way; an unexpected exception in the kind's code
+    is its traceback on stderr and one :class:`WorkerError` line, as a worker's is."""
+    if not artifact.kind.in_process:
+        return run_worker(mode, workspace, artifact, relay)
+    try:
+        return step(mode, workspace, artifact, log)
+    except EdgebuildError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a bug in the kind's code: its traceback is the report
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        raise WorkerError(f"{artifact.name}: the {artifact.kind.name} {step_word(mode)} raised {type(error).__name__} in this "
+                          "process (the kind runs in_process; its traceback is above)") from None
 
 
 def run_worker(mode: str, workspace: "Workspace", artifact: "Artifact", relay: Relay | None = None,
@@ -121,7 +147,7 @@ def run_worker_at(
     except OSError as error:
         os.close(reader)
         os.close(writer)
-        raise WorkerError(f"{name}: cannot start a {mode} process ({error.strerror or error})") from None
+        raise WorkerError(f"{name}: cannot start a {step_word(mode)} process ({error.strerror or error})") from None
     os.close(writer)
     seen: set[str] = set()
     relays = [
@@ -141,7 +167,7 @@ def run_worker_at(
     for thread in relays:
         thread.join(timeout=5)
     try:
-        return _outcome(mode, name, process.pid, status, raw, traceback=TRACEBACK in seen,
+        return _outcome(step_word(mode), name, process.pid, status, raw, traceback=TRACEBACK in seen,
                         server_lost=getattr(process, "server_lost", False))
     except WorkerCrash as crash:
         # Said only now, from what is on disk: a worker that ended after putting its build
@@ -244,7 +270,7 @@ def _left_behind(mode: str, manifest_path: str, root: str, name: str, env: dict[
 
     try:
         workspace = Workspace.open(manifest_path, Path(root), Settings.from_environ(env))
-        if mode == "build":
+        if mode != "verify":
             if is_built(workspace, name):
                 return (f"build/{name} was complete and in place before it ended: {name} is up to date (not "
                         "verified), as `doit status` says")
@@ -313,15 +339,16 @@ def main(argv: list[str] | None = None) -> int:
         status = INTERRUPTED_STATUS
     except SystemExit as ended:
         # A kind's code called sys.exit: not a result, whatever the code. The cleanup ran.
-        result = {"error": f"{args.name}: the {args.mode} code called sys.exit({ended.code!r}) instead of returning; "
-                           f"nothing of this {args.mode} was kept", "type": "WorkerError"}
+        said = step_word(args.mode)
+        result = {"error": f"{args.name}: the {said} code called sys.exit({ended.code!r}) instead of returning; "
+                           f"nothing of this {said} was kept", "type": "WorkerError"}
         status = 1
     except Exception as error:
         # Out of memory is the environment, not a bug: one line, however deep in torch or
         # an import it struck. Anything else is a bug, and its traceback is the report.
         if not _out_of_memory(error):
             raise
-        result = {"error": _out_of_memory_message(args.mode, args.name), "type": "WorkerError"}
+        result = {"error": _out_of_memory_message(step_word(args.mode), args.name), "type": "WorkerError"}
         status = 1
     from edgebuild.core.timing import peak_rss_bytes
 
@@ -333,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
 def _work(mode: str, manifest_path: str, root: Path, name: str, expect: str | None) -> dict[str, Any]:
     from edgebuild.core.config import Settings
     from edgebuild.core.console import quiet_libraries
-    from edgebuild.run.builder import ExportRequired, make_current, refused_export, verify_artifact
+    from edgebuild.run.builder import materialise, stderr_log
     from edgebuild.run.workspace import Workspace
 
     settings = Settings.from_environ()
@@ -343,25 +370,17 @@ def _work(mode: str, manifest_path: str, root: Path, name: str, expect: str | No
     artifact = workspace.artifact(name)
     try:
         if mode == "build":
-            # Sources first, from what is there (a cluster worker pulls them; under doit
-            # they are built already): a build reads its sources' directories.
+            # A cluster job's whole route: sources first, from what is there (pulled: they
+            # pushed theirs before this task was handed out), then the artifact itself from
+            # the caches, or exported.
             for source in workspace.order(artifact.sources):
-                try:
-                    make_current(workspace, source, export=False)
-                except ExportRequired:
+                if materialise(workspace, source, stderr_log(source.name)) is None:
                     raise WorkerError(
                         f"{name}: its source {source.name} is neither built in {root}, in the store nor in the remote "
                         "cache; build it first (a cluster task runs only after its sources pushed theirs)"
-                    ) from None
+                    )
         _refuse_another_plan(artifact, expect)
-        if mode == "build":
-            try:
-                values = {"fingerprint": make_current(workspace, artifact, export=not settings.pull_only).fingerprint}
-            except ExportRequired:
-                raise refused_export(workspace, artifact) from None
-        else:
-            verify_artifact(workspace, artifact)
-            values = {"verify_fingerprint": artifact.verify_fingerprint}
+        values = step(mode, workspace, artifact, stderr_log(name))
     except BaseException:
         # What was hashed stays hashed; the error that stopped the work is the story.
         try:
@@ -371,6 +390,26 @@ def _work(mode: str, manifest_path: str, root: Path, name: str, expect: str | No
         raise
     workspace.save_caches()
     return values
+
+
+def step(mode: str, workspace: "Workspace", artifact: "Artifact", log: Callable[[str], None]) -> dict[str, Any]:
+    """Do ``mode`` for ``artifact`` in this process and return the values the caller
+    keeps: ``export`` (the caller found it nowhere: the caches are not asked again, see
+    :func:`~edgebuild.run.builder.export`), ``build`` (a cluster job's: from the caches
+    or exported), ``verify`` (judged, kept, pushed)."""
+    from edgebuild.run.builder import export, make_current, materialise, refused_export, verify_artifact
+
+    if mode == "verify":
+        verify_artifact(workspace, artifact, log)
+        return {"verify_fingerprint": artifact.verify_fingerprint}
+    if mode == "export":
+        return {"fingerprint": export(workspace, artifact, log).fingerprint}
+    if workspace.settings.pull_only:
+        record = materialise(workspace, artifact, log)
+        if record is None:
+            raise refused_export(workspace, artifact)
+        return {"fingerprint": record.fingerprint}
+    return {"fingerprint": make_current(workspace, artifact, log).fingerprint}
 
 
 def _refuse_another_plan(artifact: "Artifact", expect: str | None) -> None:
