@@ -145,6 +145,26 @@ def test_a_name_doit_does_not_know_is_one_line(project_dir, args: tuple[str, ...
     assert (result.returncode, result.stdout, result.stderr) == (3, "", f"ERROR: {line}\n")
 
 
+@pytest.mark.parametrize("args", [("list",), ("status",), ("-m", "edgebuild", "schema")])
+def test_a_reader_that_goes_away_ends_the_command_quietly(project_dir, args: tuple[str, ...]) -> None:
+    """``doit list | head -1``: the reader closes the pipe; the command stops without a
+    traceback (Python's own, on the failed write and again at exit), as other tools do."""
+    import os
+    import subprocess
+    import sys
+
+    project_dir.manifest(TOWER_MANIFEST)
+    program = [sys.executable] if args[0] == "-m" else [str(Path(sys.executable).parent / "doit")]
+    reader, writer = os.pipe()
+    os.close(reader)  # gone before the first line is written
+    try:
+        ended = subprocess.run([*program, *args], cwd=project_dir.root, stdout=writer, stderr=subprocess.PIPE, text=True,
+                               timeout=300, env={key: value for key, value in os.environ.items() if key != "EDGEBUILD_MANIFEST"})
+    finally:
+        os.close(writer)
+    assert (ended.returncode, ended.stderr) == (1, "")
+
+
 # --- status -------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from edgebuild.core.files import MAX_JSON_DEPTH, UnreadableFile, parse_json, rea
 from edgebuild.core.report import read_report
 from edgebuild.core.statcache import StatCache
 from edgebuild.errors import FilesystemError, LockfileError, RecordError
-from edgebuild.core.lockfile import read_lock
+from edgebuild.core.lock_format import read_lock
 from edgebuild.core.record import read_record
 
 from helpers import TOWER_MANIFEST, ProjectDir, pretend_built
@@ -224,6 +224,7 @@ RAW_READS_ALLOWED = {
     "edgebuild/run/release.py:sign_entry": "the signature model-signing just wrote into a scratch directory",
     "edgebuild/run/forkserver.py:_shared_key": "/proc/self/cgroup, the kernel's",
     "edgebuild/run/forkserver.py:_umask": "/proc/self/status, the kernel's",
+    "edgebuild/core/console.py:reader_gone": "opens /dev/null for writing: stdout once its reader went away",
     # A checkpoint file a kind reads: Checkpoint.file (or the kind) found a regular file,
     # and the fingerprint hashed it (through open_regular) before the build runs.
     "edgebuild/ml/hf.py:image_processor": "a checkpoint file, a regular file hashed by the fingerprint first",

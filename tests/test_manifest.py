@@ -194,6 +194,26 @@ def test_matrix_error_names_the_expanded_artifact(tmp_path: Path) -> None:
     )
 
 
+def test_a_fault_every_member_of_a_matrix_shares_is_said_once(tmp_path: Path) -> None:
+    """Not one line per artifact of a sweep: the first member's, then how many more."""
+    path = write(
+        tmp_path,
+        HEAD
+        + "  t_{image_size}:\n    kind: qwen3_5_vision_towr\n    checkpoint: qwen\n"
+        + "    matrix:\n      image_size: [224, 256, 288, 320]\n"
+        + "  u_{dtype}:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 448\n"
+        + "    matrix:\n      dtype: [int4, int8]\n",
+    )
+    lines = error_of(path).splitlines()
+    assert len(lines) == 4, lines
+    assert lines[0].startswith(f"{path}:7:5: artifacts -> t_{{image_size}} (t_224) -> kind: unknown artifact kind "
+                               "'qwen3_5_vision_towr'")
+    assert lines[1] == f"{path}:6:3: artifacts -> t_{{image_size}}: the same for 3 more of its matrix"
+    # Faults that differ (each member's own value) are each said.
+    assert lines[2].startswith(f"{path}:11:3: artifacts -> u_{{dtype}} (u_int4) -> dtype:")
+    assert lines[3].startswith(f"{path}:11:3: artifacts -> u_{{dtype}} (u_int8) -> dtype:")
+
+
 def test_environment_interpolation(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ckpt"
     path = write(

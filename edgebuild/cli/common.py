@@ -139,6 +139,10 @@ class OneLineErrors:
         except EdgebuildError as error:
             fail(str(error))
             return 2
+        except BrokenPipeError:
+            from edgebuild.core.console import reader_gone
+
+            return reader_gone()
 
 
 class NamesAnywhere(OneLineErrors):
@@ -271,7 +275,7 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
     what they depend on (the artifacts that are built at their current fingerprint).
     ``verifying``: go on after a failure (unless ``--fail-fast``), then print one
     summary line, counting ``failed_elsewhere`` (on a cluster) as failed."""
-    from edgebuild.core.lockfile import read_lock
+    from edgebuild.core.lock_format import read_lock
     from edgebuild.run.lockfile import update_lock
 
     changes: dict[str, Any] = {}

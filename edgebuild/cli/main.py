@@ -158,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        from edgebuild.core.console import reader_gone
+
+        return reader_gone()
     return 0
 
 
@@ -239,7 +243,7 @@ def _merge_locks(locks: list[Path]) -> int:
     differs from the one committed at ``HEAD`` (costs aside): frozen runs pull by that one."""
     from edgebuild.core.config import Settings
     from edgebuild.core.files import LOCK_BYTES
-    from edgebuild.core.lockfile import parse_lock, read_lock, render_lock
+    from edgebuild.core.lock_format import parse_lock, read_lock, render_lock
     from edgebuild.core.manifest import manifest_path
     from edgebuild.run.lockfile import lock_changes, merge_shard_locks
     from edgebuild.run.vcs import committed_bytes

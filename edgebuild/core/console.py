@@ -99,6 +99,21 @@ def quieted(verbose: bool = False) -> Iterator[None]:
                 logging.getLogger(name).setLevel(level)
 
 
+def reader_gone() -> int:
+    """The reader of stdout went away (``doit status | head``): stop without a word, as
+    other command-line tools do, and return the status to exit with. stdout points at
+    ``/dev/null`` from here on: Python's own flush at exit would otherwise fail again and
+    print a traceback of its own."""
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
 def shown_path(path: str | os.PathLike[str]) -> str:
     """``path`` as a message shows it: relative to the cwd when it is below it."""
     try:

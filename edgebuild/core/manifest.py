@@ -223,6 +223,8 @@ def load_manifest(
                           f"a terminal shows as written, found {problem}")
     folded: dict[str, str] = {}
     for template, entry in document.artifacts.items():
+        first_failure: tuple[str, str] | None = None
+        repeats = 0
         try:
             expanded = expand_matrix(template, entry, source)
         except ManifestError as error:
@@ -254,7 +256,16 @@ def load_manifest(
                 artifacts[name] = _validate_artifact(name, template, values, source)
                 origin[name] = template
             except ManifestError as error:
-                errors.append(str(error))
+                message = str(error)
+                if first_failure is not None and message.replace(f"({name})", f"({first_failure[0]})") == first_failure[1]:
+                    repeats += 1  # the same fault in every member of a matrix: said once
+                    continue
+                if first_failure is None:
+                    first_failure = (name, message)
+                errors.append(message)
+        if repeats:
+            errors.append(f"{source.where(('artifacts', template))}: artifacts -> {template}: the same for "
+                          f"{repeats} more of its matrix")
     if not errors:
         _add_implied_sources(artifacts, origin, source, errors)
     if errors:
