@@ -297,7 +297,7 @@ def formats_page() -> str:
     formats = (
         ("The build record", "build/<name>/.edgebuild.json, and in every store and remote entry", "edgebuild.core.record", "RECORD_FORMAT"),
         ("The report", "build/<name>/report.json, report.md", "edgebuild.core.report", "REPORT_FORMAT"),
-        ("The lock file", "<manifest stem>.lock beside the manifest", "edgebuild.core.lockfile", "LOCK_FORMAT"),
+        ("The lock file", "<manifest stem>.lock beside the manifest", "edgebuild.core.lock_format", "LOCK_FORMAT"),
         ("The consumer contract", "build/<name>/consumer.json, with the outputs everywhere they go", "edgebuild.core.consumer", "CONSUMER_FORMAT"),
         ("The cache layout", "cache/store/ and under the remote's root", "edgebuild.cache.entries", "CACHE_FORMAT"),
         ("The local store", "cache/store/ beside the manifest", "edgebuild.cache.store", "CACHE_FORMAT"),

@@ -21,7 +21,7 @@ import pytest
 
 from edgebuild.run.costs import LOCK_SOURCE, Cost
 from edgebuild.run.executors.resources import PROCESS_FOOTPRINT_BYTES, task_resources
-from edgebuild.core.lockfile import render_lock
+from edgebuild.core.lock_format import render_lock
 from edgebuild.cache.remote import RemoteCache
 
 from helpers import REPO, TOWER_MANIFEST, ProjectDir, clone_project, needs

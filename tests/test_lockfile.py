@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.core.lockfile import LOCK_FORMAT, read_lock, render_lock
+from edgebuild.core.lock_format import LOCK_FORMAT, read_lock, render_lock
 from edgebuild.run.lockfile import significant
 from edgebuild.errors import LockfileError
 

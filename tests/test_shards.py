@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.run.costs import LOCK_SOURCE, Cost
-from edgebuild.core.lockfile import render_lock
+from edgebuild.core.lock_format import render_lock
 from edgebuild.core.manifest import load_manifest
 from edgebuild.cache.remote import RemoteCache
 from edgebuild.run.shards import groups, parse_shard, partition, select_shard

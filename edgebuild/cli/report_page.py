@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from edgebuild.core.atomic import write_text
-from edgebuild.core.figures import Plots
+from edgebuild.core.figures import Plots, format_bytes
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import read_record_or_none
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, format_number, read_report
@@ -340,12 +340,6 @@ def _anchor(index: int) -> str:
     return f"artifact-{index}"
 
 
-def _format_size(size: int | None) -> str:
-    from edgebuild.run.diff import format_size
-
-    return format_size(size)
-
-
 @functools.cache
 def _environment() -> jinja2.Environment:
     """The templates, autoescaped: a value is escaped unless a template marks it safe."""
@@ -354,7 +348,7 @@ def _environment() -> jinja2.Environment:
         # Block tags leave no blank lines; the page ends with a newline.
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
-    environment.filters.update(number=format_number, size=_format_size, signed=lambda value: f"{value:+.3g}",
+    environment.filters.update(number=format_number, size=format_bytes, signed=lambda value: f"{value:+.3g}",
                                change_summary=_change_summary)
     environment.globals.update(report_json=REPORT_JSON, report_md=REPORT_MD, fingerprint_chars=FINGERPRINT_CHARS)
     return environment

@@ -39,16 +39,6 @@ def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
-def copy_file(source: Path, target: Path) -> None:
-    """Copy ``source`` over ``target`` atomically (metadata included)."""
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        shutil.copy2(source, temporary)
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
 @contextmanager
 def new_directory(target: Path, scratch_root: Path, replace: bool = True) -> Iterator[Path]:
     """Yield an empty scratch directory; when the block completes, it becomes ``target``.

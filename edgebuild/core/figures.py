@@ -61,8 +61,11 @@ def read_json_file(path: Path, notes: list[str]) -> Any:
     return None
 
 
-def format_bytes(size: float) -> str:
-    """``1.5e6`` -> ``1.5 MB`` (decimal units, as a chart's legend shows them)."""
+def format_bytes(size: float | None) -> str:
+    """``1.5e6`` -> ``1.5 MB`` (decimal units, as a chart's legend shows them); ``–`` for
+    none (a file one side of a comparison does not have)."""
+    if size is None:
+        return "–"
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(size) >= scale:
             return f"{size / scale:.3g} {unit}"

@@ -48,7 +48,7 @@ def recorded_costs(workspace: "Workspace", names: list[str]) -> dict[str, Cost |
     """The recorded cost of each of ``names``: the lock file's, else the local build's; ``None``
     when neither has one. An unreadable lock file counts as none (a cost is a hint)."""
     from edgebuild.errors import LockfileError
-    from edgebuild.core.lockfile import read_lock
+    from edgebuild.core.lock_format import read_lock
 
     try:
         locked = read_lock(workspace.lock_path)
@@ -66,7 +66,7 @@ def committed_costs(workspace: "Workspace", names: list[str]) -> tuple[dict[str,
     when there is none to read, why (outside a git work tree, the lock file not committed,
     or unreadable as committed: then no artifact has a cost)."""
     from edgebuild.core.files import LOCK_BYTES
-    from edgebuild.core.lockfile import parse_lock
+    from edgebuild.core.lock_format import parse_lock
     from edgebuild.errors import LockfileError
     from edgebuild.run.vcs import committed_bytes
 

@@ -19,9 +19,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from edgebuild.core.figures import format_bytes
 from edgebuild.core.files import LOCK_BYTES
 from edgebuild.core.hashing import is_digest
-from edgebuild.core.lockfile import parse_lock
+from edgebuild.core.lock_format import parse_lock
 from edgebuild.core.project import Artifact, SourceNotBuilt
 from edgebuild.core.record import read_record_or_none
 from edgebuild.core.report import read_report
@@ -580,7 +581,7 @@ def render(result: Diff, verbose: bool = False) -> list[str]:
         lines += [f"    - {reason}" for reason in (*artifact.reasons, *artifact.verify_reasons)]
         for output in artifact.outputs:
             if output.changed:
-                lines.append(f"    output {output.file}: {format_size(output.size_before)} → {format_size(output.size_after)}")
+                lines.append(f"    output {output.file}: {format_bytes(output.size_before)} → {format_bytes(output.size_after)}")
         same = 0
         for check in artifact.checks:
             if not verbose and check.before == check.after and not check.flipped:
@@ -615,11 +616,3 @@ def _shown(value: Any) -> str:
     from edgebuild.core.report import format_number
 
     return "–" if value is None else format_number(value)
-
-
-def format_size(size: int | None) -> str:
-    """An output's size in decimal units (``format_bytes``, as the report page's charts
-    show sizes); ``–`` for none."""
-    from edgebuild.core.figures import format_bytes
-
-    return "–" if size is None else format_bytes(size)

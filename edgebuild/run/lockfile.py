@@ -1,5 +1,5 @@
 """The lock file: what each built artifact is, meant to be committed (its format and
-reading: ``edgebuild/core/lockfile.py``; refreshing it: here).
+reading: ``edgebuild/core/lock_format.py``; refreshing it: here).
 
 It sits beside the manifest and is named after it (``artifacts.yaml`` ->
 ``artifacts.lock``). For every artifact built at its current fingerprint it
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from edgebuild.core.atomic import write_text
 from edgebuild.core.files import LOCK_BYTES, UnreadableFile, read_text
 from edgebuild.core.files import locked
-from edgebuild.core.lockfile import read_lock, render_lock
+from edgebuild.core.lock_format import read_lock, render_lock
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import BuildRecord, read_record_or_none
 from edgebuild.core.report import read_report

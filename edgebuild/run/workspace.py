@@ -106,7 +106,7 @@ class Workspace(BuildGraph):
         """Take every fingerprint from the lock file as committed at ``HEAD`` (the
         ``frozen`` setting): what the commit says was built, whatever this checkout wrote since."""
         from edgebuild.core.files import LOCK_BYTES
-        from edgebuild.core.lockfile import parse_lock
+        from edgebuild.core.lock_format import parse_lock
         from edgebuild.errors import LockfileError
         from edgebuild.run.vcs import committed_bytes
 
@@ -143,7 +143,7 @@ class Workspace(BuildGraph):
     def _locked_entries(self) -> dict[str, Any]:
         """The committed lock file's entries (re-read when the file changes; an unreadable
         one counts as empty here: the commands report it)."""
-        from edgebuild.core.lockfile import read_lock
+        from edgebuild.core.lock_format import read_lock
 
         try:
             stat = os.stat(self.lock_path)
