@@ -56,8 +56,13 @@ def _spliced_json(value: Any, depth: int) -> str:
     if _holds_encoded(value, depth) and all(isinstance(key, str) for key in value):
         # As json.dumps(sort_keys=True) writes a dict: keys in order, each as a JSON string.
         items = sorted(value.items())
-        return "{" + ",".join(f"{canonical_json(key)}:{_spliced_json(item, depth + 1)}" for key, item in items) + "}"
+        return "{" + ",".join(f"{_json_string(key)}:{_spliced_json(item, depth + 1)}" for key, item in items) + "}"
     return canonical_json(value)
+
+
+# A str as json.dumps(ensure_ascii=True) writes it, without the encoder's set-up per call
+# (json's own C function: the same bytes).
+_json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def _holds_encoded(value: Any, depth: int) -> bool:

@@ -177,6 +177,9 @@ class BuildGraph:
         self._records: dict[tuple[str, str], BuildRecord] = {}
         self._checkpoint_fingerprints: dict[tuple[Path, Any], tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self._config_leaves_memo: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._checkpoint_parts: dict[tuple[int, Any], tuple[Checkpoint, dict[Path, list[Any]], dict[str, Path]]] = {}
+        self._code_encoded: dict[int, tuple[dict[str, str], EncodedOnce]] = {}
+        self._versions_encoded: dict[tuple[Any, ...], EncodedOnce] = {}
         self._checked: set[str] = set()
         self._built_outputs: dict[str, tuple[tuple[int, ...], str, dict[str, str]]] = {}
         self._frozen: tuple[dict[str, Any], str] | None = None
@@ -350,8 +353,8 @@ class BuildGraph:
             kind=params.kind,
             params=params.build_parameters(),
             inputs=inputs,
-            code=code.result(),
-            versions=versions.result() | kind.extra_versions(),
+            code=self._encoded_code(code.result()),
+            versions=self._encoded_versions(version_packages, versions, kind.extra_versions()),
         ).model_copy(update={"inputs_named": named, "checkpoint_origins": checkpoint_origins,
                       "config_values": config_values})
         self._records[memo] = record
@@ -628,17 +631,40 @@ class BuildGraph:
             memo = self._config_leaves_memo[id(config)] = (config, config_leaves(config))
         return memo[1]
 
+    def _encoded_code(self, code: dict[str, str]) -> EncodedOnce:
+        """The code digests, encoded once per dict: ``code_digests`` hands every artifact
+        of a kind the same one (kept here with its encoding, so its ``id`` is not reused)."""
+        memo = self._code_encoded.get(id(code))
+        if memo is None or memo[0] is not code:
+            memo = self._code_encoded[id(code)] = (code, EncodedOnce(code))
+        return memo[1]
+
+    def _encoded_versions(self, packages: tuple[str, ...], versions: Any, extra: dict[str, str]) -> EncodedOnce:
+        """The tool versions, encoded once per packages and kind's extra versions: read once
+        per process (``tool_versions``), so the same for every artifact that names them."""
+        key = (packages, tuple(sorted(extra.items())))
+        encoded = self._versions_encoded.get(key)
+        if encoded is None:
+            encoded = self._versions_encoded[key] = EncodedOnce(versions.result() | extra)
+        return encoded
+
     def _checkpoint_fingerprint(self, checkpoint: Checkpoint, selection: Any) -> dict[str, Any]:
         """What a build reads of ``checkpoint`` (``selection``), by content. Memoised per
         checkpoint and selection while the stat of every file it covers is unchanged: the
         artifacts of a matrix read the same part of one checkpoint."""
         if selection is None:
             return {"config": digest_json(checkpoint.config)}
-        entries = checkpoint.select(selection.prefixes) if selection.prefixes else {}
-        by_file: dict[Path, list[Any]] = {}
-        for entry in entries.values():
-            by_file.setdefault(entry.file, []).append(entry)
-        named_files = {name: checkpoint.file(name) for name in sorted(selection.files)}
+        parts = self._checkpoint_parts.get((id(checkpoint), selection))
+        if parts is None or parts[0] is not checkpoint:
+            # Which tensors of which files, and which named files: from the checkpoint's
+            # index, read once per process; the same for every artifact of a matrix.
+            entries = checkpoint.select(selection.prefixes) if selection.prefixes else {}
+            grouped: dict[Path, list[Any]] = {}
+            for entry in entries.values():
+                grouped.setdefault(entry.file, []).append(entry)
+            named = {name: checkpoint.file(name) for name in sorted(selection.files)}
+            parts = self._checkpoint_parts[(id(checkpoint), selection)] = (checkpoint, grouped, named)
+        _, by_file, named_files = parts
         paths = (*by_file, *named_files.values())
         key = (checkpoint.directory, selection)
         before = _stat_keys(paths)
