@@ -40,5 +40,109 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
     common = ["edgebuild/core/model_inputs.py", "edgebuild/kinds/torch_export/params.py", "edgebuild/kinds/torch_export/targets.py"]
-    assert_code_digests("executorch", build=[*common, "edgebuild/core/runner.py", "edgebuild/ml/programs.py", "edgebuild/kinds/executorch/build.py", "edgebuild/kinds/executorch/params.py"],
+    assert_code_digests("executorch", build=[*common, "edgebuild/core/runner.py", "edgebuild/ml/programs.py", "edgebuild/kinds/executorch/build.py", "edgebuild/kinds/executorch/lowering.py", "edgebuild/kinds/executorch/params.py",
+                                                "edgebuild/kinds/litert/convert.py"],
                         verify=[*common, "edgebuild/ml/programs.py", "edgebuild/kinds/torch_export/judging.py", "edgebuild/kinds/executorch/params.py", "edgebuild/kinds/executorch/verify.py"])
+
+
+def _tiny_tower_program(depth: int) -> tuple[object, object]:
+    """The tiny Qwen3.5 tower (``depth`` blocks) at 64x64 through edgebuild's fixed-shape
+    wrapper, exported as the torch_export kind exports it."""
+    import torch
+    from transformers.models.qwen3_5 import Qwen3_5VisionConfig, Qwen3_5VisionModel
+
+    from edgebuild.kinds.qwen3_5_tower.model import fixed_shape_tower_class, sample_patches
+    from edgebuild.kinds.qwen3_5_tower.params import tower_geometry
+    from edgebuild.kinds.torch_export.families import _linear_patch_embedding
+    from edgebuild.ml.qwen3_5_fixtures import QWEN3_5_VL_TINY
+
+    vision = dict(QWEN3_5_VL_TINY["vision_config"], depth=depth)
+    torch.manual_seed(0)
+    config = Qwen3_5VisionConfig(**vision)
+    config._attn_implementation = "sdpa"
+    tower = Qwen3_5VisionModel(config).float().eval()
+    geometry = tower_geometry(vision, (64, 64))
+    tower.patch_embed = _linear_patch_embedding(tower.patch_embed)
+    wrapper = fixed_shape_tower_class()(tower, geometry).eval()
+    (example,) = sample_patches(geometry, 1, 0)
+    return torch.export.export(wrapper, (example,)), example
+
+
+@pytest.mark.slow
+def test_the_faster_lowering_writes_the_same_bytes() -> None:
+    """``lowering.faster_lowering`` changes how ExecuTorch's private functions do their work,
+    not what they make: the tiny tower (several blocks, so that several XNNPACK subgraphs are
+    cut from one graph) lowers to the same .pte bytes with and without it, and the functions
+    it replaces are ExecuTorch's own again afterwards. An ExecuTorch or torch upgrade that
+    changes them fails here (or turns the patches off: then say which versions were checked)."""
+    import torch.fx.traceback as fx_traceback
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    import executorch.exir.lowered_backend_module as lowered_backend_module
+    from edgebuild.kinds.executorch.lowering import faster_lowering, patches_apply
+
+    assert patches_apply(), "the installed executorch/torch are not in lowering.CHECKED: check the patches against them"
+    originals = (lowered_backend_module.legalize_graph, fx_traceback.NodeSource.__init__)
+
+    def lowered(faster: bool) -> tuple[bytes, int]:
+        program, _ = _tiny_tower_program(depth=3)
+        config = EdgeCompileConfig(_check_ir_validity=False)
+        if faster:
+            with faster_lowering() as on:
+                assert on
+                edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], compile_config=config)
+                pte = edge.to_executorch().buffer
+        else:
+            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], compile_config=config)
+            pte = edge.to_executorch().buffer
+        subgraphs = sum(1 for node in edge.exported_program().graph_module.graph.nodes
+                        if node.op == "get_attr" and node.name.startswith("lowered_module"))
+        return pte, subgraphs
+
+    plain, subgraphs = lowered(faster=False)
+    assert subgraphs >= 3, subgraphs
+    assert lowered(faster=True)[0] == plain
+    assert (lowered_backend_module.legalize_graph, fx_traceback.NodeSource.__init__) == originals
+
+
+@pytest.mark.slow
+def test_numbers_read_from_constants_are_folded_before_lowering() -> None:
+    """The tower's ``cu_seqlens`` reads (``aten.item``) are gone from the program ExecuTorch
+    lowers, fewer nodes are left outside XNNPACK, and the .pte computes the same numbers; a
+    program with a dynamic axis is left as it is."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.devtools.backend_debug import get_delegation_info
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from edgebuild.kinds.executorch.build import with_constant_scalars_folded
+
+    program, example = _tiny_tower_program(depth=2)
+    folded = with_constant_scalars_folded(program, (example.numpy(),))
+    reads = [node for node in folded.graph.nodes if "aten.item" in str(node.target)]
+    assert reads == [] and any("aten.item" in str(node.target) for node in program.graph.nodes)
+
+    def run(exported: object, directory: Path) -> tuple[object, int]:
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+        outside = get_delegation_info(edge.exported_program().graph_module).num_non_delegated_nodes
+        path = directory / "model.pte"
+        path.write_bytes(edge.to_executorch().buffer)
+        return Runtime.get().load_program(str(path)).load_method("forward").execute([example])[0], outside
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as plain_dir, tempfile.TemporaryDirectory() as folded_dir:
+        plain_out, plain_outside = run(program, Path(plain_dir))
+        folded_out, folded_outside = run(folded, Path(folded_dir))
+    assert folded_outside < plain_outside
+    assert torch.equal(plain_out, folded_out)
+
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    batch = torch.export.Dim("batch", min=1, max=4)
+    dynamic = torch.export.export(Twice(), (torch.ones(2, 3),), dynamic_shapes=({0: batch},))
+    assert with_constant_scalars_folded(dynamic, (torch.ones(2, 3).numpy(),)) is dynamic
