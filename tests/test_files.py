@@ -225,6 +225,7 @@ RAW_READS_ALLOWED = {
     "edgebuild/run/forkserver.py:_shared_key": "/proc/self/cgroup, the kernel's",
     "edgebuild/run/forkserver.py:_umask": "/proc/self/status, the kernel's",
     "edgebuild/core/console.py:reader_gone": "opens /dev/null for writing: stdout once its reader went away",
+    "edgebuild/kinds/executorch/build.py:build": "creates the .pte it writes, in its scratch directory",
     # A checkpoint file a kind reads: Checkpoint.file (or the kind) found a regular file,
     # and the fingerprint hashed it (through open_regular) before the build runs.
     "edgebuild/ml/hf.py:image_processor": "a checkpoint file, a regular file hashed by the fingerprint first",
