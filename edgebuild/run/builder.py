@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from edgebuild.core.atomic import new_directory, remove_leftovers
 from edgebuild.core.consumer import write_consumer_contract
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from edgebuild.run.workspace import Workspace
 
 Log = Callable[[str], None]
+_Result = TypeVar("_Result")
 
 
 def stderr_log(name: str) -> Log:
@@ -61,12 +62,17 @@ def refused_export(workspace: "Workspace", artifact: Artifact) -> EdgebuildError
 def make_current(workspace: "Workspace", artifact: "Artifact | str", log: Log | None = None) -> BuildRecord:
     """Make ``build/<name>/`` current: nothing if it is, a restore if the store has
     the fingerprint, a pull if the remote cache has it, an export otherwise
-    (:func:`materialise`, then :func:`export`). Returns the record. A file that cannot
-    be written (a full disk, a read-only directory) is a :class:`FilesystemError`
-    naming it; what was there before is untouched."""
+    (:func:`materialise`, then :func:`export`, under one hold of the mutex). Returns the
+    record. A file that cannot be written (a full disk, a read-only directory) is a
+    :class:`FilesystemError` naming it; what was there before is untouched."""
     artifact = workspace.artifact(artifact)
     log = log or stderr_log(artifact.name)
-    return materialise(workspace, artifact, log) or export(workspace, artifact, log)
+
+    def current() -> BuildRecord:
+        found = _materialise(workspace, artifact, log)
+        return found if found is not None else _export(workspace, artifact, log)
+
+    return _holding_mutex(workspace, artifact, current)
 
 
 def materialise(workspace: "Workspace", artifact: Artifact, log: Log | None = None) -> BuildRecord | None:
@@ -74,11 +80,7 @@ def materialise(workspace: "Workspace", artifact: Artifact, log: Log | None = No
     from the store, a pull from the remote cache. ``None`` when only an export would
     do (the caller decides: export, in a worker process or here, or refuse)."""
     log = log or stderr_log(artifact.name)
-    try:
-        with locked(workspace.layout.mutex(artifact.name)):
-            return _materialise(workspace, artifact, log)
-    except OSError as error:
-        raise FilesystemError.of(error, artifact.directory, f"{artifact.name}: cannot build") from None
+    return _holding_mutex(workspace, artifact, lambda: _materialise(workspace, artifact, log))
 
 
 def export(workspace: "Workspace", artifact: Artifact, log: Log | None = None) -> BuildRecord:
@@ -88,12 +90,20 @@ def export(workspace: "Workspace", artifact: Artifact, log: Log | None = None) -
     store) may have built it while this one planned or waited for the mutex, and then
     it is up to date or restored, not exported twice."""
     log = log or stderr_log(artifact.name)
+
+    def exported() -> BuildRecord:
+        found = _materialise(workspace, artifact, log, remote=False)
+        return found if found is not None else _export(workspace, artifact, log)
+
+    return _holding_mutex(workspace, artifact, exported)
+
+
+def _holding_mutex(workspace: "Workspace", artifact: Artifact, work: Callable[[], _Result]) -> _Result:
+    """``work()`` under the artifact's mutex (one doit process builds it at a time); an
+    ``OSError`` is a :class:`FilesystemError` naming the artifact's directory."""
     try:
         with locked(workspace.layout.mutex(artifact.name)):
-            found = _materialise(workspace, artifact, log, remote=False)
-            if found is not None:
-                return found
-            return _export(workspace, artifact, log)
+            return work()
     except OSError as error:
         raise FilesystemError.of(error, artifact.directory, f"{artifact.name}: cannot build") from None
 
