@@ -8,7 +8,10 @@ tower's float graph (built once by edgebuild, not timed) statically quantized wi
 onnxruntime's QNN recipe (uint16 activations, uint8 weights, minmax) on the four
 shipped calibration images.
 
-- edgebuild: ``doit build tower_224_qdq``.
+- edgebuild: ``doit build tower_224_qdq``, with a fork server per command
+  (``EDGEBUILD_FORK_SERVER=process``, the default on CI); then again in a copy of the
+  project with the shared fork server (the default elsewhere: the cold run starts it,
+  the later ones fork their worker from it).
 - DVC: a ``dvc.yaml`` stage running ``get_qnn_qdq_config`` + ``quantize`` (the plain
   script, in this project's interpreter: DVC only decides whether to run it), with the
   float graph, the calibration inputs and the script as its dependencies.
@@ -34,11 +37,16 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+
+SHARED = "edgebuild, shared fork server (the default)"
+
+PER_COMMAND = "edgebuild, a fork server per command (the default on CI)"
 
 PEERS = {
     "dvc": ["dvc"],
@@ -178,13 +186,15 @@ class Job:
 class Edgebuild(Job):
     name = "edgebuild"
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None, name: str = "") -> None:
         self.root = root
         self.record = root / "build" / "tower_224_qdq" / ".edgebuild.json"
+        self.env = {"EDGEBUILD_REMOTE_CACHE": "off", **(env or {})}
+        self.name = name or self.name
 
     def run(self) -> tuple[float, bool]:
         before = self.record.stat().st_mtime_ns if self.record.exists() else None
-        seconds, _ = timed([common.DOIT, "build", "tower_224_qdq"], self.root, {"EDGEBUILD_REMOTE_CACHE": "off"})
+        seconds, _ = timed([common.DOIT, "build", "tower_224_qdq"], self.root, self.env)
         return seconds, self.record.stat().st_mtime_ns != before
 
 
@@ -302,17 +312,32 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    # A server per command unless a row names the shared one (which gets a directory of its own).
+    os.environ["EDGEBUILD_FORK_SERVER"] = "process"
     work = common.work_dir() / "peers"
     venvs = work / "venvs"
     venvs.mkdir(parents=True, exist_ok=True)
     root = work / "project"
     shutil.rmtree(root, ignore_errors=True)
     model = prepare(root)
+    # The same project again, for edgebuild with a shared fork server: its cold run starts one.
+    shared_root = work / "project-shared"
+    shutil.rmtree(shared_root, ignore_errors=True)
+    shutil.copytree(root, shared_root, symlinks=True)
     image, npy = sorted((root / "calibration").glob("*.png"))[1], sorted((root / "npy").glob("*.npy"))[1]
 
     results, notes, versions = {}, [], {}
-    edgebuild = Edgebuild(root)
+    edgebuild = Edgebuild(root, name=PER_COMMAND)
     results[edgebuild.name] = measure(edgebuild, args.repeats, image, image, change_image)
+    servers = Path(tempfile.mkdtemp(prefix="eb-fs-"))  # short: a Unix socket's path is
+    try:
+        shared = Edgebuild(shared_root, {"EDGEBUILD_FORK_SERVER": "shared", "EDGEBUILD_FORK_SERVER_DIR": str(servers),
+                                         "EDGEBUILD_FORK_SERVER_IDLE": "120"}, SHARED)
+        shared_image = shared_root / image.relative_to(root)
+        results[shared.name] = measure(shared, args.repeats, shared_image, shared_image, change_image)
+    finally:
+        shutil.rmtree(servers, ignore_errors=True)  # the server retires when its socket is gone
+    print(SHARED, json.dumps(results[SHARED]), flush=True)
     for peer, make in (("dvc", Dvc), ("olive", Olive)):
         venv, detail = install(venvs, peer)
         if venv is None:
@@ -348,8 +373,18 @@ def main() -> None:
     if "DVC" in results:
         explained.append("- DVC hashes what the stage declares, and only that: an undeclared input (a module the "
                          "script imports, the onnxruntime version) is not checked.")
-    edge_noop = results["edgebuild"]["no-op"][0]
-    ratios = [f"{name} {result['no-op'][0] / edge_noop:.1f}x" for name, result in results.items() if name != "edgebuild"]
+    edge_noop = results[SHARED]["no-op"][0]
+    ratios = [f"{name} {result['no-op'][0] / edge_noop:.1f}x" for name, result in results.items()
+              if name not in (PER_COMMAND, SHARED)]
+    if "DVC" in results:
+        dvc = results["DVC"]
+        against_dvc = [
+            f"{name}: cold {result['cold'][0] / dvc['cold'][0]:.2f}x, input changed "
+            f"{result['changed'][0] / dvc['changed'][0]:.2f}x, no-op {result['no-op'][0] / dvc['no-op'][0]:.2f}x"
+            for name, result in results.items() if name in (PER_COMMAND, SHARED)
+        ]
+    else:
+        against_dvc = ["no DVC run"]
     markdown = f"""## Peers: the same job in edgebuild, DVC and Olive (issue: performance)
 
 `.venv/bin/python bench/peers.py --repeats {args.repeats}` on {common.machine()}.
@@ -366,6 +401,11 @@ what had not changed or kept what had.
 {common.table(["tool", "cold", "no-op", "input touched (same bytes)", "input changed (one value)"], rows)}
 
 - No-op vs edgebuild's: {", ".join(ratios) or "no peer measured"}.
+- edgebuild's time as a multiple of DVC's: {"; ".join(against_dvc)}.
+- edgebuild twice: with `EDGEBUILD_FORK_SERVER=process` (the default where `CI` is set), each command starts a fork
+  server of its own, which imports torch, transformers and onnxruntime before the worker forks; with the shared
+  server (the default elsewhere), in a copy of the project, the cold run starts it and every later command forks
+  its worker from it instead of importing them again.
 {chr(10).join(explained + notes)}
 """
     common.write_section("peers", markdown)

@@ -27,7 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # servers (one per environment), not each from a server of its own: ~5-9 s less per
     # process. Their sockets live in a directory of the run's; removing it at the end
     # stops them (a server retires when its socket goes), as their idle timeout would.
-    # test_forkserver.py tests the per-process servers, which are the default.
+    # test_forkserver.py tests the per-process servers too (the default on CI).
     if "EDGEBUILD_FORK_SERVER_DIR" not in os.environ and "EDGEBUILD_FORK_SERVER" not in os.environ:
         import tempfile
 

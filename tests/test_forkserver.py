@@ -28,8 +28,8 @@ from helpers import clone_project
 
 @pytest.fixture(autouse=True)
 def _servers_of_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The per-process servers (the default) unless a test asks for the shared one."""
-    monkeypatch.setenv("EDGEBUILD_FORK_SERVER", "1")
+    """The per-process servers (the default on CI) unless a test asks for the shared one."""
+    monkeypatch.setenv("EDGEBUILD_FORK_SERVER", "process")
 
 
 def lines() -> tuple[list[str], object]:
@@ -90,6 +90,38 @@ def test_a_fork_server_killed_under_its_worker_is_said_so_with_what_was_left(ver
     again = Workspace.open(project.root / "artifacts.yaml", project.root,
                            Settings.from_environ().replace(remote_cache="off"))
     assert verification_state(again, "t") is VerificationState.VERIFIED
+
+
+def test_workers_fork_from_a_shared_server_by_default_and_from_the_command_s_own_on_ci() -> None:
+    from edgebuild.core.config import fork_server_mode
+
+    assert fork_server_mode({}) == "shared"
+    assert fork_server_mode({"CI": "true"}) == "process"
+    assert fork_server_mode({"CI": "1"}) == "process"
+    assert fork_server_mode({"CI": "false"}) == "shared"
+    assert fork_server_mode({"CI": ""}) == "shared"
+    assert fork_server_mode({"CI": "true", "EDGEBUILD_FORK_SERVER": "shared"}) == "shared"
+    assert fork_server_mode({"EDGEBUILD_FORK_SERVER": "process"}) == "process"
+    assert fork_server_mode({"EDGEBUILD_FORK_SERVER": "1"}) == "process"
+    assert fork_server_mode({"EDGEBUILD_FORK_SERVER": "off"}) == "off"
+    assert fork_server_mode({"CI": "true", "EDGEBUILD_FORK_SERVER": "0"}) == "off"
+
+
+@pytest.mark.slow
+def test_with_no_switch_set_a_worker_forks_from_the_shared_server_and_on_ci_from_one_of_its_own(tmp_path: Path) -> None:
+    environment = _shared(tmp_path)
+    sockets = Path(environment["EDGEBUILD_FORK_SERVER_DIR"])
+    del environment["EDGEBUILD_FORK_SERVER"]
+    environment.pop("CI", None)
+    try:
+        shared = forkserver.server_for(environment)
+        assert isinstance(shared, forkserver.SharedForkServer)
+        assert [path.suffix for path in sockets.glob("*.sock")] == [".sock"]
+        own = forkserver.server_for(environment | {"CI": "true"})
+        assert isinstance(own, forkserver.ForkServer)
+        assert len(list(sockets.glob("*.sock"))) == 1  # it listens on no shared socket
+    finally:
+        _stop_servers(sockets)
 
 
 @pytest.mark.slow

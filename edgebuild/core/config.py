@@ -211,14 +211,30 @@ DEFAULT_FORK_SERVER_IDLE_SECONDS = 300.0
 
 
 def fork_server_mode(environ: Mapping[str, str]) -> str:
-    """How workers start (``edgebuild/run/forkserver.py``): ``"process"``, forked from a
-    server of this process (the default); ``"shared"``, from a server this user's
-    processes share and that outlives them (``EDGEBUILD_FORK_SERVER=shared``); ``"off"``,
-    each a fresh interpreter (``EDGEBUILD_FORK_SERVER=0``)."""
+    """How workers start (``edgebuild/run/forkserver.py``): ``"shared"``, from a server
+    this user's commands share and that outlives them (the default, but on CI:
+    ``EDGEBUILD_FORK_SERVER=shared``); ``"process"``, from a server of this command's
+    own (the default on CI: ``EDGEBUILD_FORK_SERVER=process``); ``"off"``, each a fresh
+    interpreter (``EDGEBUILD_FORK_SERVER=0``).
+
+    Shared is the default because the everyday edit pays the imports otherwise: one
+    changed calibration image of the tiny QDQ job takes 6.0 s with a server per command
+    and 1.7 s with a shared one (``bench/peers.py``). A CI runner (``CI`` set, as GitHub
+    Actions, GitLab and most services set it) runs each command once on a machine that
+    is thrown away: a server left behind there would only hold memory."""
     value = environ.get(FORK_SERVER_VARIABLE, "").strip().lower()
     if value in ("0", "false", "no", "off"):
         return "off"
-    return "shared" if value == "shared" else "process"
+    if value == "shared":
+        return "shared"
+    if value:
+        return "process"
+    return "process" if on_ci(environ) else "shared"
+
+
+def on_ci(environ: Mapping[str, str]) -> bool:
+    """Whether this is a CI runner: ``CI`` set to anything but empty, 0 or false."""
+    return environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def fork_server_idle_seconds(environ: Mapping[str, str]) -> float:
@@ -246,9 +262,10 @@ class Switch:
 
 PROCESS_SWITCHES = (
     Switch(FORK_SERVER_VARIABLE, "text",
-           "How worker processes start: unset, forked from a fork server the command starts (it has imported torch, "
-           "transformers and onnxruntime); 'shared', from a server this user's commands share, which outlives them "
-           "(see Processes in the concepts); '0' (or off), a fresh interpreter each."),
+           "How worker processes start: 'shared' (the default, but where CI is set), forked from a fork server this "
+           "user's commands share, which has imported torch, transformers and onnxruntime and outlives them (see "
+           "Processes in the concepts); 'process' (the default where CI is set), from a fork server of the command's "
+           "own; '0' (or off), a fresh interpreter each."),
     Switch(FORK_SERVER_IDLE_VARIABLE, "seconds",
            f"How long a shared fork server waits for its next command before it exits (default "
            f"{DEFAULT_FORK_SERVER_IDLE_SECONDS:.0f})."),

@@ -26,9 +26,10 @@ import that fails under a memory limit, say) is not retried, and one that died i
 restarted: workers then start as fresh interpreters, as before; so does every worker
 when ``EDGEBUILD_FORK_SERVER=0``.
 
-``EDGEBUILD_FORK_SERVER=shared`` keeps the server between runs, as Gradle's daemon and
-Bazel's server do: the next ``doit`` of this user, in the same comparable environment,
-forks from it instead of paying the imports again. It listens on a Unix socket in a
+By default (``EDGEBUILD_FORK_SERVER=shared``; ``process`` is the default where ``CI`` is
+set: see :func:`edgebuild.core.config.fork_server_mode`) the server outlives the
+command, as Gradle's daemon and Bazel's server do: the next ``doit`` of this user, in
+the same comparable environment, forks from it instead of paying the imports again. It listens on a Unix socket in a
 directory of the user's own (mode 0700, refused otherwise), named by a digest of the
 interpreter, the comparable environment, the resource limits, cgroup and niceness
 (:func:`_shared_key`); it runs in a
