@@ -279,10 +279,28 @@ class Checkpoint:
         self._config: dict[str, Any] | None = None
         self._weight_map: dict[str, str] | None = None
         self._selections: dict[tuple[str, ...], dict[str, TensorEntry]] = {}
+        self._once: dict[Any, Any] = {}
+        self._has_file: dict[str, bool] = {}
         # What kinds read, by name (tensors through ``load``, other files through
         # ``file``): the fingerprint-coverage tests compare these with the fingerprints.
         self.tensors_read: set[str] = set()
         self.files_read: set[str] = set()
+
+    def once(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per ``key`` for this checkpoint: a check or a value derived
+        from what this object reads once anyway (its config, its tensor index). A matrix of
+        thousands of artifacts checks one checkpoint. An error is not kept: it is raised
+        again at the next call."""
+        if key not in self._once:
+            self._once[key] = compute()
+        return self._once[key]
+
+    def has_file(self, relative: str) -> bool:
+        """Whether the checkpoint has the regular file ``relative`` (asked once per name, as
+        the config is read once)."""
+        if relative not in self._has_file:
+            self._has_file[relative] = (self.directory / relative).is_file()
+        return self._has_file[relative]
 
     @property
     def config_path(self) -> Path:

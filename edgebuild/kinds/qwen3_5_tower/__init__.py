@@ -55,7 +55,7 @@ class Qwen3_5VisionTower(ArtifactKind):
         # And the image processor's file, when the checkpoint ships one: not read by the
         # export, but carried in the build's consumer.json (how an image becomes the
         # tower's patches), so it must be in the fingerprint.
-        files = (PREPROCESSOR_FILE,) if (checkpoint.directory / PREPROCESSOR_FILE).is_file() else ()
+        files = (PREPROCESSOR_FILE,) if checkpoint.has_file(PREPROCESSOR_FILE) else ()
         return TensorSelection(prefixes=(VISUAL_PREFIX,), config_key="vision_config", files=files)
 
     def consumer_preprocessing(self, params: ArtifactParams) -> dict[str, Any]:
@@ -70,7 +70,8 @@ class Qwen3_5VisionTower(ArtifactKind):
         assert isinstance(params, TowerParams)
         checkpoint = checkpoints[params.checkpoint]
         vision_config = check_vision_config(checkpoint)
-        checkpoint.check_float_tensors(checkpoint.select((VISUAL_PREFIX,)))
+        checkpoint.once(("float tensors", VISUAL_PREFIX),
+                        lambda: checkpoint.check_float_tensors(checkpoint.select((VISUAL_PREFIX,))))
         try:
             tower_geometry(vision_config, params.image_size)
         except ParameterError as error:

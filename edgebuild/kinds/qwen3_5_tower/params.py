@@ -131,9 +131,13 @@ class TowerGeometry:
 def check_vision_config(checkpoint: "Checkpoint") -> dict[str, Any]:
     """The checkpoint's ``vision_config``, once every integer the tower's shapes come
     from is a positive integer (a :class:`CheckpointError` naming the key otherwise)."""
-    for key, default in VISION_INTEGERS.items():
-        checkpoint.config_int("vision_config", key, default=default, minimum=1)
-    return checkpoint.config_section("vision_config")
+
+    def check() -> dict[str, Any]:
+        for key, default in VISION_INTEGERS.items():
+            checkpoint.config_int("vision_config", key, default=default, minimum=1)
+        return checkpoint.config_section("vision_config")
+
+    return checkpoint.once(check_vision_config, check)
 
 
 def tower_geometry(vision_config: dict[str, Any], image_size: tuple[int, int]) -> TowerGeometry:

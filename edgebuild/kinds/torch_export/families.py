@@ -174,7 +174,7 @@ class TowerFamily(Family):
     def selection(self, params: "ModelFields", checkpoint: "Checkpoint") -> TensorSelection:
         from ..qwen3_5_tower.params import VISUAL_PREFIX
 
-        files = (PREPROCESSOR_FILE,) if (checkpoint.directory / PREPROCESSOR_FILE).is_file() else ()
+        files = (PREPROCESSOR_FILE,) if checkpoint.has_file(PREPROCESSOR_FILE) else ()
         return TensorSelection(prefixes=(VISUAL_PREFIX,), config_key="vision_config", files=files)
 
     def inputs(self, params: "ModelFields", checkpoint: "Checkpoint") -> list[TensorSpec]:
