@@ -19,8 +19,10 @@ import pytest
 from pydantic import Field
 
 from edgebuild.core import registry
+from edgebuild.core.config import Settings
 from edgebuild.plugin import ArtifactKind, ArtifactParams
 from edgebuild.run.builder import make_current, verify_artifact
+from edgebuild.run.executors.base import Executor, Job, Outcome, WorkerOffer
 from edgebuild.run.scheduler import Outcomes, needs_build, needs_verify, run
 from edgebuild.run.state import VerificationState, verification_state
 from edgebuild.run.workspace import Workspace
@@ -282,3 +284,63 @@ def test_fail_fast_stops_at_the_first_failure(tmp_path: Path) -> None:
     assert calls == [("build", "a")]
     assert outcomes.failed == {"a": "a: its parameters say the build fails", "x": None, "verify:a": None, "verify:x": None}
     assert outcomes.verification(["a", "x"]) == {"passed": [], "failed": ["a"], "not run": ["x"]}
+
+
+# --- the cluster driver's bookkeeping -------------------------------------------------------
+
+
+class EngineHere(Executor):
+    """A cluster engine with one worker, this process, that runs nothing: a job fails
+    when its artifact's parameters say it does, and one whose source failed ends as not
+    run, as Dask's engine reports them (``edgebuild/run/executors/dask.py``). What the
+    driver makes of that is under test, not a cluster."""
+
+    label = "here"
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        self.ran: list[str] = []
+
+    def offers(self) -> list[WorkerOffer]:
+        return [WorkerOffer("here", "here", {"MEMORY": 1e15}, 1)]
+
+    def run(self, jobs: list[Job], say) -> dict[str, Outcome]:
+        ended: dict[str, Outcome] = {}
+        for job in jobs:
+            failed = [source for source in job.sources if not ended[source].ok]
+            if failed:
+                ended[job.name] = Outcome(job.name, False, f"{job.name}: not run: its source {failed[0]} failed", ran=False)
+                continue
+            self.ran.append(job.name)
+            fails = self.workspace.artifact(job.name).params.fails
+            ended[job.name] = Outcome(job.name, fails is None, f"{job.name}: {fails or 'built and verified'}", "here")
+        return ended
+
+
+def test_the_cluster_driver_keeps_what_failed_and_what_was_not_run_as_the_scheduler_does(tmp_path: Path) -> None:
+    from edgebuild.run.executors import run_on_cluster
+
+    (tmp_path / "artifacts.yaml").write_text("artifacts:\n" + textwrap.indent(failing(CHAIN, "b", "build") + (
+        "d: {kind: scheduler_rules_step, writes: d}\n"), "  "))
+    (tmp_path / "remote").mkdir()
+    workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path,
+                               Settings.from_environ().replace(remote_cache=str(tmp_path / "remote")))
+    said: list[str] = []
+    engines: list[EngineHere] = []
+
+    def open_here(address: str, settings: Settings) -> EngineHere:
+        engines.append(EngineHere(workspace))
+        return engines[0]
+
+    outcomes = run_on_cluster(workspace, ["c", "d"], "here", said.append, open_engine=open_here)
+    assert engines[0].ran == ["a", "b", "d"]
+    assert outcomes.succeeded == {"a", "verify:a", "d", "verify:d"}
+    assert outcomes.errors() == {"b": "b: build"}
+    assert outcomes.not_run_because == {"c": "c: not run: its source b failed", "verify:c": "c: not run: its source b failed"}
+    assert outcomes.verification(["a", "b", "c", "d"]) == {"passed": ["a", "d"], "failed": ["b"], "not run": ["c"]}
+    assert "edgebuild: error: b: build" in said
+    assert "  [c] not run: its source b failed" in said
+    assert said[-1] == "cluster: 2 of 4 built and verified; failed or not run: b, c"
+    # What the local run is left to pull: a and d (b's failure is counted, c's not-run too).
+    merged = Outcomes().merged(outcomes)
+    assert merged.verification(["c", "d"]) == {"passed": ["d"], "failed": [], "not run": ["c"]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from doit.cmd_run import Run
 
 from edgebuild.cli.common import NamesAnywhere, open_workspace, run_and_lock, selected
-from edgebuild.cli.options import RUN_OPTIONS, prepare
+from edgebuild.cli.options import RUN_OPTIONS, on_cluster, prepare
 
 
 class Build(NamesAnywhere, Run):
@@ -22,7 +22,7 @@ class Build(NamesAnywhere, Run):
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         workspace = open_workspace(self, params)
-        prepared = prepare(workspace, params, selected(args, workspace), verify=False)
+        prepared = on_cluster(workspace, params, prepare(workspace, params, selected(args, workspace), verify=False))
         if not prepared.selected:
             return prepared.status
         return run_and_lock(self, params, workspace, prepared.selected, prepared.selected) or prepared.status

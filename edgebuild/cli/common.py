@@ -270,11 +270,11 @@ class RecordingReporter:
 
 
 def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], tasks: list[str],
-                 verifying: bool = False, failed_elsewhere: list[str] = ()) -> int:
+                 verifying: bool = False, elsewhere: Outcomes | None = None) -> int:
     """doit's ``run`` of ``tasks``, then the lock file refreshed for ``chosen`` and
     what they depend on (the artifacts that are built at their current fingerprint).
     ``verifying``: go on after a failure (unless ``--fail-fast``), then print one
-    summary line, counting ``failed_elsewhere`` (on a cluster) as failed."""
+    summary line, counting what failed or was not run ``elsewhere`` (on a cluster)."""
     from edgebuild.core.lock_format import read_lock
     from edgebuild.run.lockfile import update_lock
 
@@ -316,13 +316,16 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
         names = list(dict.fromkeys([*chosen, *(artifact.name for artifact in workspace.order(chosen)
                                                 if outcomes.failed.get(artifact.name)
                                                 or outcomes.failed.get(f"verify:{artifact.name}"))]))
-        outcome = outcomes.verification(names)
-        outcome["failed"] += list(failed_elsewhere)
-        for name in outcome["not run"]:
+        for name in outcomes.verification(names)["not run"]:
             reason = outcomes.not_run_because.get(f"verify:{name}")
             if reason:
                 print(f"  [{name}] {reason.removeprefix(f'{name}: ')}", file=stream, flush=True)
-        print(verification_summary(outcome), file=stream, flush=True)
+        if elsewhere is not None:
+            # The cluster driver said its own reasons as they came; they count here.
+            wanted = set(names) | {task for task in elsewhere.failed if not task.startswith("verify:")}
+            names = [artifact.name for artifact in workspace.order(sorted(wanted)) if artifact.name in wanted]
+            outcomes = outcomes.merged(elsewhere)
+        print(verification_summary(outcomes.verification(names)), file=stream, flush=True)
     return result
 
 

@@ -3,7 +3,7 @@
 
 - ``--shard I/N``: only the I-th of N shards of the selection (``edgebuild/run/shards.py``);
 - ``--dask ADDRESS``: build and verify on a Dask cluster (``edgebuild/run/executors``), then
-  pull everything here (``--pull-only``, implied);
+  pull everything here (``--pull-only``, implied): :func:`on_cluster`, after :func:`prepare`;
 - ``--remote-readonly``: pull from the remote cache, never push (pull requests);
 - ``--pull-only``: export nothing here; every artifact must come from the store or the
   remote cache (the gather step after the shards);
@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from doit.exceptions import InvalidCommand
 
 from edgebuild.errors import EdgebuildError
+
+if TYPE_CHECKING:
+    from edgebuild.run.scheduler import Outcomes
 
 _REMOTE_READONLY = {
     "name": "remote_readonly", "short": "", "long": "remote-readonly", "type": bool, "default": False,
@@ -59,16 +62,19 @@ PUBLISH_OPTIONS = (_REMOTE_READONLY, _PULL_ONLY, _FROZEN)
 
 @dataclass
 class Prepared:
-    """What doit is to run (dependencies first; empty: nothing), what failed on a
-    cluster, and the exit status the command ends with at least."""
+    """What doit is to run (dependencies first; empty: nothing), what happened to the rest
+    on a cluster (``elsewhere``: the scheduler's bookkeeping), and the exit status the
+    command ends with at least."""
 
     selected: list[str]
     status: int = 0
-    failed: list[str] = field(default_factory=list)
+    elsewhere: "Outcomes | None" = None
 
 
 def prepare(workspace: Any, params: Any, selected: list[str], verify: bool) -> Prepared:
-    """Apply the scaling options to ``selected`` of ``workspace`` before doit runs it."""
+    """Apply the scaling options to ``selected`` of ``workspace`` before doit runs it: the
+    settings they stand for, and the shard. The cluster run is :func:`on_cluster`, a step
+    of its own."""
     if params.get("remote_readonly"):
         workspace.configure(remote_readonly=True)
     if params.get("pull_only"):
@@ -85,17 +91,29 @@ def prepare(workspace: Any, params: Any, selected: list[str], verify: bool) -> P
             check_address(params["dask"])
         if params.get("shard"):
             selected = _shard(workspace, params["shard"], selected, verify)
-        if params.get("dask") and selected:
-            from edgebuild.run.executors import run_on_cluster
-
-            run = run_on_cluster(workspace, selected, params["dask"], verify, _say)
-            # The driver only pulls what the workers pushed.
-            workspace.configure(pull_only=True)
-            return Prepared(run.ready, 1 if run.failed else 0, run.failed)
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
         return Prepared([], 2)
     return Prepared(selected)
+
+
+def on_cluster(workspace: Any, params: Any, prepared: Prepared) -> Prepared:
+    """``--dask ADDRESS``: build and verify what ``prepared`` selects on the cluster
+    (``edgebuild/run/executors``); the local run then pulls, exporting nothing, what
+    succeeded there. Nothing to do without the option or with nothing selected."""
+    if not params.get("dask") or not prepared.selected:
+        return prepared
+    from edgebuild.run.executors import run_on_cluster
+
+    try:
+        outcomes = run_on_cluster(workspace, prepared.selected, params["dask"], _say)
+    except EdgebuildError as error:
+        print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
+        return Prepared([], 2)
+    # The driver only pulls what the workers pushed.
+    workspace.configure(pull_only=True)
+    ready = [name for name in prepared.selected if name not in outcomes.failed]
+    return Prepared(ready, max(prepared.status, 1 if outcomes.failed else 0), outcomes)
 
 
 def _freeze(workspace: Any) -> None:

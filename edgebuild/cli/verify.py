@@ -6,7 +6,7 @@ from __future__ import annotations
 from doit.cmd_run import Run
 
 from edgebuild.cli.common import FAIL_FAST_OPTION, NamesAnywhere, open_workspace, run_and_lock, selected
-from edgebuild.cli.options import VERIFY_OPTIONS, prepare
+from edgebuild.cli.options import VERIFY_OPTIONS, on_cluster, prepare
 from edgebuild.run.scheduler import verification_summary
 
 
@@ -23,13 +23,16 @@ class Verify(NamesAnywhere, Run):
 
     def execute(self, params, args):  # noqa: D102 - doit's signature
         workspace = open_workspace(self, params)
-        prepared = prepare(workspace, params, selected(args, workspace), verify=True)
+        asked = selected(args, workspace)
+        prepared = on_cluster(workspace, params, prepare(workspace, params, asked, verify=True))
         if not prepared.selected:
-            # An empty shard, or everything failed on the cluster (doit would run the default tasks).
-            if prepared.failed:
-                print(verification_summary({"passed": [], "failed": prepared.failed, "not run": []}), flush=True)
+            # An empty shard, or nothing the cluster made can be pulled (doit would run the default tasks).
+            if prepared.elsewhere is not None:
+                names = [artifact.name for artifact in workspace.order(asked)
+                         if artifact.name in asked or artifact.name in prepared.elsewhere.failed]
+                print(verification_summary(prepared.elsewhere.verification(names)), flush=True)
             return prepared.status
         tasks = [f"verify:{name}" for name in prepared.selected]
         result = run_and_lock(self, params, workspace, prepared.selected, tasks, verifying=True,
-                              failed_elsewhere=prepared.failed)
+                              elsewhere=prepared.elsewhere)
         return result or prepared.status

@@ -159,6 +159,14 @@ class Outcomes:
         self.failed[task] = None
         self.not_run_because[task] = reason
 
+    def merged(self, other: "Outcomes") -> "Outcomes":
+        """These outcomes and ``other``'s (a cluster's, say), ``other`` taking precedence
+        for a task both ran."""
+        merged = Outcomes(self.succeeded | other.succeeded, {**self.failed, **other.failed},
+                          {**self.exceptions, **other.exceptions}, {**self.not_run_because, **other.not_run_because})
+        merged.succeeded -= set(other.failed)
+        return merged
+
     def verification(self, names: list[str]) -> dict[str, list[str]]:
         """``names`` sorted into passed (verified now or already), failed (its build or its
         verification failed) and not run (something it depends on failed -- its build, a

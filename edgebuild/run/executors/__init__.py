@@ -28,24 +28,15 @@ versions) pushes nothing and fails its job: the driver could never pull it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from edgebuild.errors import ClusterError
 from edgebuild.run.executors.base import Executor, Job, Say, WorkerOffer
 
 if TYPE_CHECKING:
     from edgebuild.core.config import Settings
+    from edgebuild.run.scheduler import Outcomes
     from edgebuild.run.workspace import Workspace
-
-
-@dataclass
-class ClusterRun:
-    """What the cluster did: the artifacts the local run may now pull (dependencies
-    first) and those that failed or never ran."""
-
-    ready: list[str]
-    failed: list[str] = field(default_factory=list)
 
 
 def check_address(address: str) -> None:
@@ -64,9 +55,14 @@ def open_executor(address: str, settings: "Settings") -> Executor:
 # --- the driver --------------------------------------------------------------------------
 
 
-def run_on_cluster(workspace: "Workspace", names: list[str], address: str, verify: bool, say: Say) -> ClusterRun:
-    """Build (and verify) ``names`` and what they consume on the cluster at ``address``;
-    everything that succeeded is in the remote cache when this returns."""
+def run_on_cluster(workspace: "Workspace", names: list[str], address: str, say: Say,
+                   open_engine: "Callable[[str, Settings], Executor]" = open_executor) -> "Outcomes":
+    """Build and verify ``names`` and what they consume on the cluster at ``address``
+    (``open_engine`` opens it: Dask's by default); everything that succeeded is in the
+    remote cache when this returns. What happened is kept as the scheduler keeps it
+    (``edgebuild/run/scheduler.py``): an artifact whose job failed failed (its build task),
+    one behind it, on the cluster or here, was not run (both its tasks, with the reason);
+    the rest are for the local run to pull."""
     from edgebuild.core.project import SourceNotBuilt
     from edgebuild.run import scheduler
     from edgebuild.run.costs import recorded_costs
@@ -120,26 +116,42 @@ def run_on_cluster(workspace: "Workspace", names: list[str], address: str, verif
             )
         )
     workspace.save_caches()
-    ready_all = [artifact.name for artifact in selection]
+    outcomes = scheduler.Outcomes()
     if not jobs:
-        return ClusterRun(ready=ready_all)
-    with open_executor(address, workspace.settings) as executor:
+        return outcomes
+    with open_engine(address, workspace.settings) as executor:
         say(f"cluster {executor.label}: {len(jobs)} artifacts to build and verify ({', '.join(job.name for job in jobs)})")
         _check_resources(jobs, executor.offers())
-        outcomes = executor.run(jobs, say)
-    failed = [job.name for job in jobs if not outcomes[job.name].ok]
-    for name in failed:
-        say(f"edgebuild: error: {outcomes[name].message}")
-    blocked = set(failed)
-    ready = []
-    for artifact in selection:
-        if artifact.name in blocked or any(source.name in blocked for source in artifact.sources):
-            blocked.add(artifact.name)
+        ended = executor.run(jobs, say)
+    for job in jobs:
+        outcome = ended[job.name]
+        if outcome.ok:
+            # A job builds and verifies: the remote cache takes only verified builds.
+            outcomes.success(job.name)
+            outcomes.success(f"verify:{job.name}")
+        elif outcome.ran:
+            say(f"edgebuild: error: {outcome.message}")
+            outcomes.failure(job.name, outcome.message)
         else:
-            ready.append(artifact.name)
-    built = len(jobs) - len(failed)
-    say(f"cluster: {built} of {len(jobs)} built and verified" + (f"; failed or not run: {', '.join(failed)}" if failed else ""))
-    return ClusterRun(ready=ready, failed=[name for name in ready_all if name in blocked])
+            _not_run(outcomes, job.name, outcome.message)
+    # What is made from a failed artifact is not run, whether or not it was a job of its own
+    # (one in the remote cache already would be pulled as if its source had been built).
+    for artifact in selection:
+        held_back = next((source.name for source in artifact.sources if source.name in outcomes.failed), None)
+        if held_back is not None and artifact.name not in outcomes.failed:
+            _not_run(outcomes, artifact.name, f"{artifact.name}: not run: its source {held_back} failed")
+    for name, reason in outcomes.not_run_because.items():
+        if not name.startswith("verify:"):
+            say(f"  [{name}] {reason.removeprefix(f'{name}: ')}")
+    done = sum(1 for job in jobs if ended[job.name].ok)
+    missed = [job.name for job in jobs if not ended[job.name].ok]
+    say(f"cluster: {done} of {len(jobs)} built and verified" + (f"; failed or not run: {', '.join(missed)}" if missed else ""))
+    return outcomes
+
+
+def _not_run(outcomes: "Outcomes", name: str, reason: str) -> None:
+    outcomes.not_run(name, reason)
+    outcomes.not_run(f"verify:{name}", reason)
 
 
 def _check_resources(jobs: list[Job], offers: list[WorkerOffer]) -> None:

@@ -51,6 +51,8 @@ class Outcome:
     ok: bool
     message: str
     worker: str | None = None
+    # False: never started, because a job it waits for failed (the scheduler's "not run").
+    ran: bool = True
 
 
 class Executor(ABC):

@@ -164,7 +164,7 @@ class DaskExecutor(Executor):
             return Outcome(job.name, True, f"{job.name}: built and verified", worker)
         failed_sources = [source for source in job.sources if source in outcomes and not outcomes[source].ok]
         if failed_sources:
-            return Outcome(job.name, False, f"{job.name}: not run: its source {failed_sources[0]} failed", worker)
+            return Outcome(job.name, False, f"{job.name}: not run: its source {failed_sources[0]} failed", worker, ran=False)
         if future.status == "cancelled":
             return Outcome(job.name, False, f"{job.name}: cancelled before it finished; nothing of it counts as built", worker)
         error = future.exception()
@@ -221,7 +221,7 @@ class DaskExecutor(Executor):
             failed = [source for source in job.sources if source in outcomes and not outcomes[source].ok]
             if failed and job.name not in outcomes and futures[job.name] in pending:
                 self.client.cancel([futures[job.name]])
-                outcomes[job.name] = Outcome(job.name, False, f"{job.name}: not run: its source {failed[0]} failed")
+                outcomes[job.name] = Outcome(job.name, False, f"{job.name}: not run: its source {failed[0]} failed", ran=False)
 
     def close(self) -> None:
         client = getattr(self, "client", None)
