@@ -29,6 +29,7 @@ from edgebuild.core.fingerprint import code_digests, kind_code_packages
 from edgebuild.core.kind import ArtifactKind
 from edgebuild.core.project import VERIFICATION_MODULE
 from edgebuild.core.registry import check_kind, get_kind
+from edgebuild.core.config import without_settings
 
 __all__ = ["TinyProject", "check_code_digests", "check_kind_contract", "check_registration", "check_starter_verifies"]
 
@@ -55,7 +56,7 @@ class TinyProject:
         return path
 
     def doit(self, *args: str, env: dict[str, str] | None = None, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-        environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+        environment = without_settings(os.environ)
         environment["EDGEBUILD_REMOTE_CACHE"] = "off"
         environment.update(env or {})
         doit = shutil.which("doit", path=str(Path(sys.executable).parent)) or "doit"

@@ -23,6 +23,7 @@ from edgebuild.run.costs import LOCK_SOURCE, Cost
 from edgebuild.run.executors.resources import PROCESS_FOOTPRINT_BYTES, task_resources
 from edgebuild.core.lock_format import render_lock
 from edgebuild.cache.remote import RemoteCache
+from edgebuild.core.config import without_settings
 
 from helpers import REPO, TOWER_MANIFEST, ProjectDir, clone_project, needs
 
@@ -63,7 +64,7 @@ class Cluster:
         self.logs: dict[str, Path] = {}
 
     def _environment(self, extra: dict[str, str]) -> dict[str, str]:
-        environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+        environment = without_settings(os.environ)
         # The workers import this checkout's edgebuild, and share two cores between them.
         environment["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
         environment["EDGEBUILD_JOBS"] = "2"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from edgebuild.core.config import without_settings
+
 from helpers import REPO, chromium, needs
 
 
@@ -161,7 +163,7 @@ def test_the_snippets_that_say_they_run_do(snippet: Snippet, documented_project:
     the project; shell snippets run line by line in it, with this environment's
     ``doit`` and ``python`` first on the PATH."""
     root = Path(documented_project["root"])
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+    environment = without_settings(os.environ)
     environment |= {"EDGEBUILD_REMOTE_CACHE": "off", "NO_MKDOCS_2_WARNING": "1",
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     if snippet.language == "python":

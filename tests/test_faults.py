@@ -19,6 +19,7 @@ from edgebuild.core.hashing import file_digest
 from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 from edgebuild.core.record import read_record
+from edgebuild.core.config import without_settings
 
 from helpers import ProjectDir, clone_project
 
@@ -74,7 +75,7 @@ def test_an_interrupt_fires_whatever_sigint_the_command_inherited(verified_seed:
     import signal
 
     project = unbuilt_clone(verified_seed, tmp_path / "p")
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+    environment = without_settings(os.environ)
     environment |= NO_REMOTE | {"EDGEBUILD_FAULT": "build.before_rename=interrupt"}
     result = subprocess.run([str(Path(sys.executable).with_name("doit")), "build"], cwd=project.root, env=environment,
                             capture_output=True, text=True, timeout=600,

@@ -20,6 +20,7 @@ from edgebuild.core.statcache import StatCache
 from edgebuild.errors import FilesystemError, LockfileError, RecordError
 from edgebuild.core.lock_format import read_lock
 from edgebuild.core.record import read_record
+from edgebuild.core.config import without_settings
 
 from helpers import TOWER_MANIFEST, ProjectDir, pretend_built
 
@@ -36,7 +37,7 @@ def limited() -> None:
 def doit(project_dir: ProjectDir, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``doit args`` bounded in memory and time: a read that is not bounded fails the test
     instead of taking the machine down."""
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")} | (env or {})
+    environment = without_settings(os.environ) | (env or {})
     return subprocess.run([str(Path(sys.executable).with_name("doit")), *args], cwd=project_dir.root, env=environment,
                           capture_output=True, text=True, timeout=SECONDS, preexec_fn=limited)
 

@@ -108,7 +108,8 @@ def test_workers_fork_from_a_shared_server_by_default_and_from_the_command_s_own
 
 
 @pytest.mark.slow
-def test_with_no_switch_set_a_worker_forks_from_the_shared_server_and_on_ci_from_one_of_its_own(tmp_path: Path) -> None:
+def test_with_no_switch_set_a_worker_forks_from_the_shared_server_and_on_ci_from_one_of_its_own(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     environment = _shared(tmp_path)
     sockets = Path(environment["EDGEBUILD_FORK_SERVER_DIR"])
     del environment["EDGEBUILD_FORK_SERVER"]
@@ -117,6 +118,10 @@ def test_with_no_switch_set_a_worker_forks_from_the_shared_server_and_on_ci_from
         shared = forkserver.server_for(environment)
         assert isinstance(shared, forkserver.SharedForkServer)
         assert [path.suffix for path in sockets.glob("*.sock")] == [".sock"]
+        # Started by default, not asked for: said once, on stderr.
+        said = capsys.readouterr().err
+        assert said == ("edgebuild: started a fork server for this command and your next ones (it exits after 60 s "
+                        "unused; EDGEBUILD_FORK_SERVER=process keeps none)\n")
         own = forkserver.server_for(environment | {"CI": "true"})
         assert isinstance(own, forkserver.ForkServer)
         assert len(list(sockets.glob("*.sock"))) == 1  # it listens on no shared socket

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from edgebuild.core.config import without_settings
+
 from helpers import REPO, assert_quiet
 
 # Minutes of installing: apart from the suite (`pytest -m install`; CI runs it after the suite).
@@ -40,7 +42,7 @@ def user_environment() -> dict[str, str]:
     dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
     return {
         key: value for key, value in os.environ.items()
-        if key not in dropped and not key.startswith("EDGEBUILD_")
+        if key not in dropped and key in without_settings(os.environ)
     }
 
 

@@ -15,6 +15,7 @@ import pytest
 from edgebuild.core.registry import builtin_names, fixtures, get_kind, kind_names
 from edgebuild.core.manifest import load_manifest
 from edgebuild.cli.scaffold import DODO, starter_manifest
+from edgebuild.core.config import without_settings
 
 from helpers import REPO, ProjectDir, assert_quiet
 
@@ -457,7 +458,7 @@ def test_the_ci_jobs_run_as_written_check_shards_lock_and_a_frozen_gather_that_p
     commit(project, ".", message="the project, without a lock file")
     remote, published = tmp_path / "remote", tmp_path / "published"
     remote.mkdir()
-    base = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")}
+    base = without_settings(os.environ)
     base |= {"PYTHON": sys.executable, "EDGEBUILD_REMOTE_CACHE": str(remote),
              "EDGEBUILD_TRUSTED_KEYS": f"{keys['team']}.pub"}
     signing = {"EDGEBUILD_SIGNING_KEY": f"{keys['team']}.key"}

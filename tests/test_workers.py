@@ -12,6 +12,7 @@ import pytest
 
 from edgebuild.errors import ParameterError, WorkerError
 from edgebuild.run.workers import _process_environment, run_worker_at
+from edgebuild.core.config import without_settings
 
 from helpers import REPO, ProjectDir, clone_project
 
@@ -57,7 +58,7 @@ def test_a_worker_out_of_memory_says_so_in_one_line(project_dir: ProjectDir, qwe
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
 
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("EDGEBUILD_")} | NO_REMOTE
+    environment = without_settings(os.environ) | NO_REMOTE
     result = subprocess.run([str(Path(sys.executable).with_name("doit")), "build", "t"], cwd=project_dir.root,
                             env=environment, capture_output=True, text=True, timeout=300, preexec_fn=limited)
     assert result.returncode != 0

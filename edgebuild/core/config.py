@@ -276,6 +276,15 @@ PROCESS_SWITCHES = (
 )
 
 
+
+def without_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without edgebuild's settings (``EDGEBUILD_*``), but for the process-wide
+    switches (:data:`PROCESS_SWITCHES`, how workers start), which are no setting of a run: a
+    clean environment made by a test or a tool still forks from the servers its caller
+    chose, rather than leave shared ones of its own behind."""
+    switches = {switch.name for switch in PROCESS_SWITCHES}
+    return {key: value for key, value in environ.items() if not key.startswith("EDGEBUILD_") or key in switches}
+
 FAULT_VARIABLE = "EDGEBUILD_FAULT"
 FAULT_STALL_VARIABLE = "EDGEBUILD_FAULT_STALL_SECONDS"
 

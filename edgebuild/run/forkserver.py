@@ -215,6 +215,8 @@ class SharedForkServer(_Client):
         self.path = directory / f"{_shared_key(environment)}.sock"
         self._lock_path = self.path.with_suffix(".lock")
         self._idle_seconds = idle_seconds
+        # Whether this client started the server (rather than finding one running).
+        self.started = False
         self._socket = self._connect_or_start()
 
     def _connect(self) -> socket.socket | None:
@@ -256,6 +258,7 @@ class SharedForkServer(_Client):
             connection = self._connect() if answer == b"ready" else None
         if connection is None:
             raise OSError("the shared fork server did not start")
+        self.started = True
         return connection
 
     def fork(self, argv: list[str], environment: dict[str, str], result_writer: int,
@@ -362,7 +365,7 @@ _SERVERS_LOCK = threading.Lock()
 def server_for(environment: dict[str, str]) -> "ForkServer | SharedForkServer | None":
     """The fork server for workers in ``environment``, started on first use; ``None`` when
     workers start as fresh interpreters instead (switched off, or it would not start)."""
-    from edgebuild.core.config import fork_server_idle_seconds, fork_server_mode
+    from edgebuild.core.config import FORK_SERVER_VARIABLE, fork_server_idle_seconds, fork_server_mode
 
     mode = fork_server_mode(environment)
     if mode == "off":
@@ -381,6 +384,12 @@ def server_for(environment: dict[str, str]) -> "ForkServer | SharedForkServer | 
                     server = SharedForkServer(environment, directory, fork_server_idle_seconds(environment))
                 except OSError:
                     server = None  # a server of this process's own, then
+                else:
+                    if server.started and not environment.get(FORK_SERVER_VARIABLE, "").strip():
+                        # A process that outlives the command, started by default: said once, when it starts.
+                        print(f"edgebuild: started a fork server for this command and your next ones (it exits after "
+                              f"{fork_server_idle_seconds(environment):.0f} s unused; EDGEBUILD_FORK_SERVER=process "
+                              "keeps none)", file=sys.stderr, flush=True)
             if server is None:
                 try:
                     server = ForkServer(environment)
