@@ -31,6 +31,21 @@ CHATTY_PACKAGES = ("torch", "transformers", "onnxscript", "onnx_ir", "onnxruntim
                    "copyreg")
 
 
+class LibraryRootRecords(logging.Filter):
+    """Drops what the libraries log below ERROR on the *root* logger (``logging.warning(...)``
+    names no logger, so no logger's level can quiet it): OpenVINO's PyTorch frontend logs a
+    traceback there for every decomposition it does not find, at every conversion."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        path = record.pathname.replace(os.sep, "/")
+        return not any(f"/{package}/" in path for package in CHATTY_PACKAGES)
+
+
+_ROOT_FILTER = LibraryRootRecords()
+
+
 def quiet_logging() -> None:
     """The libraries' loggers at ERROR and their warnings ignored, without importing any of
     them (a logger's level holds for the library imported later): what a command's own
@@ -39,6 +54,7 @@ def quiet_logging() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     for package in CHATTY_PACKAGES:
         warnings.filterwarnings("ignore", module=rf"{package}(\..*)?$")
+    logging.getLogger().addFilter(_ROOT_FILTER)  # once: a logger keeps a filter once
 
 
 def quiet_libraries(verbose: bool = False) -> None:
@@ -90,6 +106,7 @@ def quieted(verbose: bool = False) -> Iterator[None]:
     """:func:`quiet_libraries` for the duration of a block, then the logging levels
     and warning filters as they were: for a library call inside someone's program."""
     loggers = {name: logging.getLogger(name).level for name in CHATTY_LOGGERS}
+    had_root_filter = _ROOT_FILTER in logging.getLogger().filters
     with warnings.catch_warnings():
         quiet_libraries(verbose)
         try:
@@ -97,6 +114,8 @@ def quieted(verbose: bool = False) -> Iterator[None]:
         finally:
             for name, level in loggers.items():
                 logging.getLogger(name).setLevel(level)
+            if not had_root_filter:
+                logging.getLogger().removeFilter(_ROOT_FILTER)
 
 
 def reader_gone() -> int:
