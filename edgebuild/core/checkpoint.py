@@ -280,7 +280,6 @@ class Checkpoint:
         self._weight_map: dict[str, str] | None = None
         self._selections: dict[tuple[str, ...], dict[str, TensorEntry]] = {}
         self._once: dict[Any, Any] = {}
-        self._has_file: dict[str, bool] = {}
         # What kinds read, by name (tensors through ``load``, other files through
         # ``file``): the fingerprint-coverage tests compare these with the fingerprints.
         self.tensors_read: set[str] = set()
@@ -298,9 +297,7 @@ class Checkpoint:
     def has_file(self, relative: str) -> bool:
         """Whether the checkpoint has the regular file ``relative`` (asked once per name, as
         the config is read once)."""
-        if relative not in self._has_file:
-            self._has_file[relative] = (self.directory / relative).is_file()
-        return self._has_file[relative]
+        return bool(self.once(("has file", relative), lambda: (self.directory / relative).is_file()))
 
     @property
     def config_path(self) -> Path:

@@ -177,7 +177,6 @@ class BuildGraph:
         self._records: dict[tuple[str, str], BuildRecord] = {}
         self._checkpoint_fingerprints: dict[tuple[Path, Any], tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self._config_leaves_memo: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-        self._checkpoint_parts: dict[tuple[int, Any], tuple[Checkpoint, dict[Path, list[Any]], dict[str, Path]]] = {}
         self._code_encoded: dict[int, tuple[dict[str, str], EncodedOnce]] = {}
         self._versions_encoded: dict[tuple[Any, ...], EncodedOnce] = {}
         self._checked: set[str] = set()
@@ -654,17 +653,17 @@ class BuildGraph:
         artifacts of a matrix read the same part of one checkpoint."""
         if selection is None:
             return {"config": digest_json(checkpoint.config)}
-        parts = self._checkpoint_parts.get((id(checkpoint), selection))
-        if parts is None or parts[0] is not checkpoint:
-            # Which tensors of which files, and which named files: from the checkpoint's
-            # index, read once per process; the same for every artifact of a matrix.
+
+        def parts() -> tuple[dict[Path, list[Any]], dict[str, Path]]:
             entries = checkpoint.select(selection.prefixes) if selection.prefixes else {}
             grouped: dict[Path, list[Any]] = {}
             for entry in entries.values():
                 grouped.setdefault(entry.file, []).append(entry)
-            named = {name: checkpoint.file(name) for name in sorted(selection.files)}
-            parts = self._checkpoint_parts[(id(checkpoint), selection)] = (checkpoint, grouped, named)
-        _, by_file, named_files = parts
+            return grouped, {name: checkpoint.file(name) for name in sorted(selection.files)}
+
+        # Which tensors of which files, and which named files: from the checkpoint's index,
+        # read once per process; the same for every artifact of a matrix.
+        by_file, named_files = checkpoint.once(("fingerprint parts", selection), parts)
         paths = (*by_file, *named_files.values())
         key = (checkpoint.directory, selection)
         before = _stat_keys(paths)
