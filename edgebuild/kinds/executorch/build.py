@@ -30,10 +30,10 @@ def build(context: BuildContext) -> dict[str, Any]:
     with phases.time("load"):
         program = load_program(program_path(source))
     with phases.time("fold"):
-        info = program_info(source)
+        signature = program_info(source)
         # One input (the first of the sizes a dynamic axis is fed at: such a program is not folded).
-        example = random_feeds(info, 1, 0).feeds[0]
-        program = with_constant_scalars_folded(program, tuple(example[spec["name"]] for spec in info["inputs"]))
+        example = random_feeds(signature, 1, 0).feeds[0]
+        program = with_constant_scalars_folded(program, tuple(example[spec["name"]] for spec in signature["inputs"]))
     with phases.time("lower"):
         try:
             with faster_lowering():
