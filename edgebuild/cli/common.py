@@ -322,11 +322,17 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
                 print(f"  [{name}] {reason.removeprefix(f'{name}: ')}", file=stream, flush=True)
         if elsewhere is not None:
             # The cluster driver said its own reasons as they came; they count here.
-            wanted = set(names) | {task for task in elsewhere.failed if not task.startswith("verify:")}
-            names = [artifact.name for artifact in workspace.order(sorted(wanted)) if artifact.name in wanted]
+            names = with_those_failed_elsewhere(workspace, names, elsewhere)
             outcomes = outcomes.merged(elsewhere)
         print(verification_summary(outcomes.verification(names)), file=stream, flush=True)
     return result
+
+
+def with_those_failed_elsewhere(workspace: Any, names: list[str], elsewhere: Outcomes) -> list[str]:
+    """``names`` and the artifacts that failed or were not run ``elsewhere`` (on a cluster),
+    dependencies first: what a verification summary counts."""
+    wanted = set(names) | {task for task in elsewhere.failed if not task.startswith("verify:")}
+    return [artifact.name for artifact in workspace.order(sorted(wanted)) if artifact.name in wanted]
 
 
 def current_fingerprints(workspace: Any) -> dict[str, str]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from doit.cmd_run import Run
 
-from edgebuild.cli.common import FAIL_FAST_OPTION, NamesAnywhere, open_workspace, run_and_lock, selected
+from edgebuild.cli.common import (
+    FAIL_FAST_OPTION, NamesAnywhere, open_workspace, run_and_lock, selected, with_those_failed_elsewhere,
+)
 from edgebuild.cli.options import VERIFY_OPTIONS, on_cluster, prepare
 from edgebuild.run.scheduler import verification_summary
 
@@ -28,8 +30,7 @@ class Verify(NamesAnywhere, Run):
         if not prepared.selected:
             # An empty shard, or nothing the cluster made can be pulled (doit would run the default tasks).
             if prepared.elsewhere is not None:
-                names = [artifact.name for artifact in workspace.order(asked)
-                         if artifact.name in asked or artifact.name in prepared.elsewhere.failed]
+                names = with_those_failed_elsewhere(workspace, asked, prepared.elsewhere)
                 print(verification_summary(prepared.elsewhere.verification(names)), flush=True)
             return prepared.status
         tasks = [f"verify:{name}" for name in prepared.selected]
