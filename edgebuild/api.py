@@ -180,9 +180,9 @@ class Project:
 
     def status(self, names: list[str] | None = None) -> list[ArtifactStatus]:
         """Up to date, stale (with reasons), missing or error, per artifact; builds nothing."""
-        from edgebuild.run.state import status
+        from edgebuild.run.state import statuses
 
-        states = [status(self._workspace, artifact) for artifact in self._handles(names)]
+        states = statuses(self._workspace, self._handles(names))
         self._workspace.save_caches()
         return states
 

@@ -169,6 +169,25 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(project_dir, args: tup
 
 
 @pytest.mark.slow
+def test_list_shows_the_verify_group_and_its_subtasks_when_asked(project_dir) -> None:
+    """A plain `doit list` shows the artifacts and the verify group (its subtasks are not
+    even made); --all shows each verify:NAME, and a subtask may be named."""
+    project_dir.manifest(TOWER_MANIFEST + ODD)
+
+    def names(*args: str) -> list[str]:
+        listed = project_dir.doit("list", "-q", *args)
+        assert listed.returncode == 0, listed.stderr
+        return [line.split()[0] for line in listed.stdout.splitlines()]
+
+    assert names() == ["odd", "t", "verify"]
+    assert names("--all") == ["odd", "t", "verify", "verify:odd", "verify:t"]
+    assert names("verify:t") == ["verify:t"]
+    assert names("--all", "verify") == ["verify", "verify:odd", "verify:t"]
+    statuses = project_dir.doit("list", "--status")
+    assert statuses.returncode == 0 and [line.split()[:2] for line in statuses.stdout.splitlines()] == [
+        ["R", "odd"], ["R", "t"], ["R", "verify"]], statuses.stdout
+
+
 def test_status_exit_codes(project_dir) -> None:
     """`doit status` fails only for an artifact in error; `--check` for anything not up to date."""
     path = project_dir.manifest(TOWER_MANIFEST + ODD)

@@ -10,6 +10,7 @@ written down, so a test says what the loop chose to do and in which order."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -344,3 +345,42 @@ def test_the_cluster_driver_keeps_what_failed_and_what_was_not_run_as_the_schedu
     # What the local run is left to pull: a and d (b's failure is counted, c's not-run too).
     merged = Outcomes().merged(outcomes)
     assert merged.verification(["c", "d"]) == {"passed": ["d"], "failed": [], "not run": ["c"]}
+
+
+def test_statuses_from_one_listing_say_what_each_artifact_s_own_look_up_says(tmp_path: Path) -> None:
+    """`doit status` lists build/ and the store's entry directories once, and answers an
+    artifact neither shows without looking it up: each state is the one ``status`` gives
+    alone. Verified, built only, restorable from the store, refused, never built, and a
+    leftover directory in build/ whose name differs from an artifact's in case only."""
+    from edgebuild.run.state import status, statuses
+
+    workspace = open_workspace(tmp_path, """\
+        verified: {kind: scheduler_rules_step, writes: v}
+        built: {kind: scheduler_rules_step, writes: b}
+        stored: {kind: scheduler_rules_step, writes: s}
+        refused: {kind: scheduler_rules_step, writes: r}
+        never: {kind: scheduler_rules_step, writes: n}
+        """)
+    run_here(workspace, ["verified"], verify_them=True)
+    run_here(workspace, ["built", "stored"], verify_them=False)
+    stored = workspace.artifact("stored")
+    shutil.rmtree(stored.directory)
+    workspace.store.remember_rejection(workspace.artifact("refused").fingerprint, "the target's compiler said no")
+    (workspace.layout.build_dir / "NEVER").mkdir()
+    names = ["verified", "built", "stored", "refused", "never"]
+
+    listed = statuses(workspace, names)
+    alone = [status(workspace, name) for name in names]
+    assert listed == alone
+    assert [(state.state, state.note) for state in listed] == [
+        ("up to date", "verified"),
+        ("up to date", "not verified"),
+        ("missing", "restorable from the store"),
+        ("missing", listed[3].note),
+        ("missing", None),
+    ]
+    assert listed[3].note.startswith("REFUSED at this fingerprint on ")
+    # build/ not a directory: each artifact looks for itself, and nothing is built.
+    shutil.rmtree(workspace.layout.build_dir)
+    workspace.layout.build_dir.write_text("not a directory\n")
+    assert [state.state for state in statuses(workspace, names)] == ["missing"] * 5

@@ -256,3 +256,27 @@ def test_sizes_asks_every_key_in_one_batch(remote_root: str, tmp_path: Path) -> 
     keys = ["v1/blobs/aa/one", "v1/blobs/bb/two", "v1/blobs/cc/none", entry_key("ab" * 32)]
     assert location.sizes(keys) == {keys[0]: 5, keys[1]: 0, keys[2]: None, keys[3]: None}
     assert location.sizes([]) == {}
+
+
+def test_a_listed_store_answers_what_its_listing_lacks_without_a_look_up(tmp_path: Path) -> None:
+    """Inside ``listed()``, an entry or refusal note the listing of its directory does not
+    show is absent; what it shows is read as usual; what appears after its directory was
+    listed is seen only outside."""
+    store = Store(tmp_path / "store")
+    stored = built(tmp_path / "a", 1, seeded_bytes(1 << 10, 1))
+    fingerprint = fingerprint_of(stored)
+    store.put(fingerprint, stored)
+    refused, absent, late = "ab" + "1" * 62, "cd" + "2" * 62, "cd" + "3" * 62
+    store.remember_rejection(refused, "the compiler said no")
+    # A directory of entries that cannot be listed: its look-ups go their own way.
+    (tmp_path / "store" / entry_key("ee" + "4" * 62)).parent.parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "store" / entry_key("ee" + "4" * 62)).parent.write_text("not a directory\n")
+    with store.listed():
+        assert store.has(fingerprint) and store.record(fingerprint).fingerprint == fingerprint
+        assert store.rejection(refused)["message"] == "the compiler said no"
+        assert not store.has(absent) and store.rejection(absent) is None
+        store.remember_rejection(late, "refused after the listing")
+        assert store.rejection(late) is None
+        assert not store.has("ee" + "4" * 62) and store.rejection("ee" + "4" * 62) is None
+    assert store.rejection(late)["message"] == "refused after the listing"
+    assert store.has(fingerprint) and not store.has(absent)

@@ -43,8 +43,11 @@ class CorruptEntry(Exception):
         self.bad_blobs = bad_blobs
 
 
+ENTRY_SUFFIX = ".json"
+
+
 def entry_key(fingerprint: str) -> str:
-    return f"{PREFIX}/entries/{fingerprint[:2]}/{fingerprint}.json"
+    return f"{PREFIX}/entries/{fingerprint[:2]}/{fingerprint}{ENTRY_SUFFIX}"
 
 
 def blob_key(digest: str) -> str:

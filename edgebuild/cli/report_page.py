@@ -37,7 +37,7 @@ from edgebuild.core.project import Artifact
 from edgebuild.core.record import read_record_or_none
 from edgebuild.core.report import REPORT_JSON, REPORT_MD, format_number, read_report
 from edgebuild.errors import EdgebuildError
-from edgebuild.run.state import ArtifactState, status
+from edgebuild.run.state import ArtifactState, statuses
 
 if TYPE_CHECKING:
     from edgebuild.run.diff import ArtifactDiff, CheckChange, Diff
@@ -62,13 +62,13 @@ def write_report_page(workspace: "Workspace", generated_at: datetime.datetime | 
 
 def render_report_page(workspace: "Workspace", generated_at: datetime.datetime) -> str:
     artifacts = workspace.artifacts
-    statuses = {artifact.name: status(workspace, artifact) for artifact in artifacts}
+    states = {state.artifact: state for state in statuses(workspace, artifacts)}
     builds = {artifact.name: _build_there(artifact) for artifact in artifacts}
     compared, comparison_note = _compared_with_head(workspace)
     diffs = {item.artifact: item for item in compared.artifacts} if compared is not None else {}
-    rows = [_overview_row(index, artifact, statuses[artifact.name], builds[artifact.name], diffs.get(artifact.name))
+    rows = [_overview_row(index, artifact, states[artifact.name], builds[artifact.name], diffs.get(artifact.name))
             for index, artifact in enumerate(artifacts)]
-    sections = [_artifact_section(index, artifact, statuses[artifact.name], builds[artifact.name],
+    sections = [_artifact_section(index, artifact, states[artifact.name], builds[artifact.name],
                                   diffs.get(artifact.name))
                 for index, artifact in enumerate(artifacts)]
     return _environment().get_template(PAGE_TEMPLATE).render(

@@ -25,10 +25,12 @@ class Status(NamesAnywhere, WorkspaceCommand):
     )
 
     def run(self, workspace, params, args):  # noqa: D102
-        from edgebuild.run.state import status
+        from edgebuild.cli.tasks import collection_paused
+        from edgebuild.run.state import statuses
 
         names = selected(args, workspace)
-        states = [status(workspace, workspace.artifact(name)) for name in names]
+        with collection_paused():
+            states = statuses(workspace, names)
         workspace.save_caches()
         if params["as_json"]:
             print(json.dumps([state.to_json() for state in states], indent=2))

@@ -57,26 +57,26 @@ def digest_json_sharing(value: Any) -> str:
 
 
 def _spliced_json(value: Any, depth: int) -> str:
-    if isinstance(value, EncodedOnce):
+    kind = type(value)
+    if kind is EncodedOnce:
         return value.text
-    if _holds_encoded(value, depth) and all(isinstance(key, str) for key in value):
+    # A record's kind and format, as json writes them, without a call into the encoder.
+    if kind is str:
+        return _json_string(value)
+    if kind is int:
+        return int.__repr__(value)
+    # The top is spliced whenever it can be (a record: six keys); one level down only a dict
+    # that holds an encoded value (the inputs), else json's C encoder writes it whole.
+    if kind is dict and (depth == 0 or (depth == 1 and any(type(item) is EncodedOnce for item in value.values()))) \
+            and all(type(key) is str for key in value):
         # As json.dumps(sort_keys=True) writes a dict: keys in order, each as a JSON string.
-        items = sorted(value.items())
-        return "{" + ",".join(f"{_json_string(key)}:{_spliced_json(item, depth + 1)}" for key, item in items) + "}"
+        return "{" + ",".join([_json_string(key) + ":" + _spliced_json(value[key], depth + 1) for key in sorted(value)]) + "}"
     return canonical_json(value)
 
 
 # A str as json.dumps(ensure_ascii=True) writes it, without the encoder's set-up per call
 # (json's own C function: the same bytes).
 _json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
-
-
-def _holds_encoded(value: Any, depth: int) -> bool:
-    """Whether ``value`` is a dict with an :class:`EncodedOnce` among its values, or (at the
-    top) among its dicts' values; anything else is encoded whole, by json's C encoder."""
-    if not isinstance(value, dict) or depth > 1:
-        return False
-    return any(isinstance(item, EncodedOnce) or (depth == 0 and _holds_encoded(item, 1)) for item in value.values())
 
 
 def file_digest(path: Path) -> str:

@@ -19,6 +19,7 @@ exactly those modules, so the code digested is the code that ran.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,7 +102,8 @@ class ArtifactParams(Strict):
         return self.model_dump(mode="json", exclude=self.COSMETIC_FIELDS | self.REFERENCE_FIELDS | set(self._input_fields()))
 
     def _input_fields(self) -> dict[str, "InputFiles"]:
-        return {name: value for name in type(self).model_fields if isinstance(value := getattr(self, name), InputFiles)}
+        # The instance's dict holds its fields, in their order: no attribute look-up per field.
+        return {name: value for name, value in self.__dict__.items() if isinstance(value, InputFiles)}
 
     def input_patterns(self, verify_only: bool = False) -> dict[str, list[str]]:
         """Input files as written in the manifest, by role (``calibration.images``, ...):
@@ -120,7 +122,7 @@ class ArtifactParams(Strict):
         values = self.__dict__
         if name in values:
             return values[name]
-        return getattr(self, name) if hasattr(type(self), name) else None
+        return getattr(self, name) if _class_has(type(self), name) else None
 
     def verify_parameters(self) -> dict[str, Any]:
         verify = self._optional("verify")
@@ -142,6 +144,13 @@ class ArtifactParams(Strict):
         or ``None``. The manifest adds it as ``<name>.<kind>`` -- one for every artifact
         that implies the same values -- and makes it this artifact's ``source``."""
         return None
+
+
+@functools.cache
+def _class_has(cls: type, name: str) -> bool:
+    """``hasattr(cls, name)``, once per class and name: pydantic's model class answers a
+    missing name by raising inside its ``__getattr__``, asked for every artifact."""
+    return hasattr(cls, name)
 
 
 class InputFiles(Strict):

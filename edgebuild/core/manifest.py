@@ -230,8 +230,8 @@ def load_manifest(
         except ManifestError as error:
             errors.append(str(error))
             continue
+        where = source.where(("artifacts", template))
         for name, values in expanded:
-            where = source.where(("artifacts", template))
             if name in artifacts:
                 first_line, _ = source.positions[("artifacts", origin[name])]
                 errors.append(

@@ -298,7 +298,8 @@ class BuildGraph:
             self._checked.add(artifact.name)
         # Each source by its outputs' digests (early cutoff), looked up afresh: a source
         # may have been rebuilt since (by this process, a worker or another doit).
-        sources = {role: self._source_key(artifact, source) for role, source in _roles("source", artifact.sources)}
+        source_roles = _roles("source", artifact.sources)
+        sources = {role: self._source_key(artifact, source) for role, source in source_roles}
         memo = (artifact.name, canonical_json(sources))
         if memo in self._records:
             return self._records[memo]
@@ -345,7 +346,7 @@ class BuildGraph:
             inputs |= files
             named |= files_named
             inputs |= sources
-            named |= {role: source.name for role, source in _roles("source", artifact.sources)}
+            named |= {role: source.name for role, source in source_roles}
         except OSError as error:
             raise FilesystemError.of(error, self.manifest.root, f"{artifact.name}: cannot read an input") from None
         record = BuildRecord.create(
@@ -354,8 +355,8 @@ class BuildGraph:
             inputs=inputs,
             code=self._encoded_code(code.result()),
             versions=self._encoded_versions(version_packages, versions, kind.extra_versions()),
-        ).model_copy(update={"inputs_named": named, "checkpoint_origins": checkpoint_origins,
-                      "config_values": config_values})
+            inputs_named=named, checkpoint_origins=checkpoint_origins, config_values=config_values,
+        )
         self._records[memo] = record
         return record
 
@@ -730,8 +731,10 @@ def _roles(field: str, items: list[Any]) -> list[tuple[str, Any]]:
     return [(f"{field}.{index}", item) for index, item in enumerate(items)]
 
 
+@functools.cache
 def _code_packages(kind: ArtifactKind, roots: tuple[str, ...]) -> tuple[str, ...]:
-    """The packages a kind's build digest follows: its own, and those of its extra code roots."""
+    """The packages a kind's build digest follows: its own, and those of its extra code roots
+    (once per kind and roots: every artifact asks)."""
     return tuple(sorted({*kind_code_packages(kind), *(root.split(".")[0] for root in roots)}))
 
 

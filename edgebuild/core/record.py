@@ -15,6 +15,7 @@ file, never an ``AttributeError`` further on.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -94,11 +95,12 @@ class BuildRecord(BaseModel):
 
     @classmethod
     def create(cls, kind: str, params: dict[str, Any], inputs: dict[str, Any], code: dict[str, str],
-               versions: dict[str, str]) -> "BuildRecord":
-        """The record of a build about to happen, with its fingerprint."""
+               versions: dict[str, str], **explanations: Any) -> "BuildRecord":
+        """The record of a build about to happen, with its fingerprint; ``explanations``: the
+        fields it keeps that are not hashed (``inputs_named``, ``config_values``, ...)."""
         fingerprinted = {"format": RECORD_FORMAT, "kind": kind, "params": params, "inputs": inputs,
                          "code": code, "versions": versions}
-        return cls(**fingerprinted, fingerprint=digest_json_sharing(fingerprinted))
+        return cls(**fingerprinted, **explanations, fingerprint=digest_json_sharing(fingerprinted))
 
     def hashes_to(self) -> str:
         """The fingerprint the record's inputs hash to; a record fetched from elsewhere
@@ -171,7 +173,8 @@ def parse_record(text: str | bytes, where: str) -> BuildRecord:
 def read_record(directory: Path) -> BuildRecord | None:
     """The record in ``directory``; ``None`` when there is none; :class:`RecordError`
     when there is one of the wrong shape or an older format."""
-    path = directory / RECORD_FILE
+    # A string: `doit status` asks this of every artifact, and pathlib's join was a tenth of it.
+    path = os.path.join(directory, RECORD_FILE)
     try:
         text = read_bytes(path, RECORD_BYTES)
     except (FileNotFoundError, NotADirectoryError):
@@ -180,7 +183,7 @@ def read_record(directory: Path) -> BuildRecord | None:
         raise RecordError(f"{path}: not a build record ({error})") from None
     except OSError as error:
         raise RecordError(f"{path}: cannot read the build record: {error.strerror}") from None
-    return parse_record(text, str(path))
+    return parse_record(text, path)
 
 
 def read_record_or_none(directory: Path) -> BuildRecord | None:

@@ -13,8 +13,9 @@ ctime and is hashed, so it never counts as built, nor as verified.
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 from edgebuild.core.project import Artifact, SourceNotBuilt
 from edgebuild.core.record import BuildRecord, read_record_or_none
@@ -146,12 +147,30 @@ class ArtifactState:
         return data
 
 
-def status(workspace: "Workspace", artifact: "Artifact | str") -> ArtifactState:
+def statuses(workspace: "Workspace", artifacts: "Iterable[Artifact | str]") -> list[ArtifactState]:
+    """:func:`status` of each of ``artifacts``, as of one listing of ``build/`` and of each
+    entry directory of the store: an artifact neither lists is missing and not stored
+    without a look-up of its own (three failed opens an artifact, a fifth of a
+    10,000-artifact `doit status`)."""
+    try:
+        # Case folded: on a filesystem that ignores case, build/Tower is build/tower's directory.
+        built: frozenset[str] | None = frozenset(entry.casefold() for entry in os.listdir(workspace.layout.build_dir))
+    except FileNotFoundError:
+        built = frozenset()
+    except OSError:
+        # Not listable: each artifact finds out for itself, and says why.
+        built = None
+    with workspace.store.listed():
+        return [status(workspace, artifact, built) for artifact in artifacts]
+
+
+def status(workspace: "Workspace", artifact: "Artifact | str", built_names: frozenset[str] | None = None) -> ArtifactState:
     """Up to date (verified or not), stale (with reasons), missing, or error; builds
-    nothing, reads fingerprints (through the stat cache) and records only."""
+    nothing, reads fingerprints (through the stat cache) and records only.
+    ``built_names``: what a listing of ``build/`` showed, case folded (:func:`statuses`)."""
     artifact = workspace.artifact(artifact)
     name = artifact.name
-    built = read_record_or_none(artifact.directory)
+    built = read_record_or_none(artifact.directory) if built_names is None or name.casefold() in built_names else None
     try:
         current = artifact.record
     except SourceNotBuilt as waiting:
