@@ -23,7 +23,7 @@ from edgebuild.run import forkserver
 from edgebuild.run.workers import _process_environment, run_worker
 from edgebuild.run.workspace import Workspace
 
-from helpers import clone_project
+from helpers import TOWER_MANIFEST, clone_project
 
 
 @pytest.fixture(autouse=True)
@@ -105,6 +105,31 @@ def test_workers_fork_from_a_shared_server_by_default_and_from_the_command_s_own
     assert fork_server_mode({"EDGEBUILD_FORK_SERVER": "1"}) == "process"
     assert fork_server_mode({"EDGEBUILD_FORK_SERVER": "off"}) == "off"
     assert fork_server_mode({"CI": "true", "EDGEBUILD_FORK_SERVER": "0"}) == "off"
+
+
+@pytest.mark.parametrize("variable, value, expected", [
+    ("EDGEBUILD_FORK_SERVER", "shraed", "EDGEBUILD_FORK_SERVER: expected shared, process or 0 (off), found 'shraed'"),
+    ("EDGEBUILD_FORK_SERVER_IDLE", "5m", "EDGEBUILD_FORK_SERVER_IDLE: expected a number of seconds above 0, at most "
+                                         "86400, found '5m'"),
+    ("EDGEBUILD_FORK_SERVER_IDLE", "0", "EDGEBUILD_FORK_SERVER_IDLE: expected a number of seconds above 0, at most "
+                                        "86400, found '0'"),
+])
+def test_a_fork_server_switch_of_the_wrong_shape_stops_the_command_in_one_line(project_dir, variable: str, value: str,
+                                                                              expected: str) -> None:
+    """A typo in a switch read deep in a run would quietly start workers another way (or
+    keep a server another time): every command refuses it before it does anything."""
+    from edgebuild.core.config import check_process_switches
+
+    for good in ({}, {"EDGEBUILD_FORK_SERVER": "shared"}, {"EDGEBUILD_FORK_SERVER": " Process "},
+                 {"EDGEBUILD_FORK_SERVER": "off"}, {"EDGEBUILD_FORK_SERVER": "1"}, {"EDGEBUILD_FORK_SERVER_IDLE": "30.5"}):
+        check_process_switches(good)
+    project_dir.manifest(TOWER_MANIFEST)
+    # As for a setting: doit's loading of the tasks stops with 2, an edgebuild command with 3.
+    for command, status, line in ((("list",), 2, f"edgebuild: error: {expected}\n"), (("status",), 3, f"ERROR: {expected}\n"),
+                                  (("build",), 3, f"ERROR: {expected}\n")):
+        result = project_dir.doit(*command, env={variable: value})
+        assert (result.returncode, result.stderr) == (status, line), (command, result.stderr)
+    assert not (project_dir.root / "build").exists()
 
 
 @pytest.mark.slow

@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from edgebuild.cache.copying import copy_file
-from edgebuild.cache.entries import CACHE_FORMAT, ENTRY_BYTES, ENTRY_SUFFIX, PREFIX, CorruptEntry, blob_key, check_blob, entry_key, parse_entry
+from edgebuild.cache.entries import (
+    CACHE_FORMAT, ENTRY_BYTES, ENTRY_SUFFIX, PREFIX, CorruptEntry, blob_key, check_blob, entry_key, parse_entry,
+)
 from edgebuild.core.atomic import new_directory, write_text
 from edgebuild.core.faults import fault_point
 from edgebuild.core.files import (

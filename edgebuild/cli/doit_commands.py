@@ -1,6 +1,7 @@
 """doit's own commands (``run``, ``list``, ...), ending a misused option with one line.
 
-Each is exactly doit's but for that, as every edgebuild command does it.
+Each is exactly doit's but for that, as every edgebuild command does it; ``list``
+also leaves out the ``verify:NAME`` tasks when it would not show them.
 
 doit's message for an unknown option lists every option object it knows
 (``CmdOption({'name':'dep_file', ...})``, thirteen of them for ``doit list``), and

@@ -113,6 +113,7 @@ class Settings:
         """The settings ``environ`` (default: this process's environment) holds. A value of
         the wrong shape is a :class:`~edgebuild.errors.ConfigError` naming the variable."""
         environ = os.environ if environ is None else environ
+        check_process_switches(environ)
         values: dict[str, Any] = {}
         for variable in VARIABLES:
             text = environ.get(variable.name)
@@ -227,9 +228,28 @@ def fork_server_mode(environ: Mapping[str, str]) -> str:
         return "off"
     if value == "shared":
         return "shared"
+    # "process", and the on values it was spelled as before there was a shared server.
     if value:
         return "process"
     return "process" if on_ci(environ) else "shared"
+
+
+def check_process_switches(environ: Mapping[str, str]) -> None:
+    """A :class:`~edgebuild.errors.ConfigError` naming the variable for a fork-server switch
+    of the wrong shape: read where it acts, deep in a run, a typo would quietly choose
+    another way of starting workers, or another idle time."""
+    text = environ.get(FORK_SERVER_VARIABLE, "")
+    if text.strip().lower() not in ("", "shared", "process", *_TRUE, *_FALSE):
+        raise ConfigError(f"{FORK_SERVER_VARIABLE}: expected shared, process or 0 (off), found {text!r}")
+    idle = environ.get(FORK_SERVER_IDLE_VARIABLE, "")
+    if idle.strip():
+        try:
+            seconds = float(idle)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds <= 86400:
+            raise ConfigError(f"{FORK_SERVER_IDLE_VARIABLE}: expected a number of seconds above 0, at most 86400, "
+                              f"found {idle!r}")
 
 
 def on_ci(environ: Mapping[str, str]) -> bool:
@@ -239,12 +259,13 @@ def on_ci(environ: Mapping[str, str]) -> bool:
 
 def fork_server_idle_seconds(environ: Mapping[str, str]) -> float:
     """How long a shared fork server waits for its next client before it exits
-    (``EDGEBUILD_FORK_SERVER_IDLE``, seconds; an unreadable value is the default)."""
+    (``EDGEBUILD_FORK_SERVER_IDLE``, seconds; unset: the default). A command refuses an
+    unreadable value when it starts (:func:`check_process_switches`); here it is the default."""
     try:
         seconds = float(environ.get(FORK_SERVER_IDLE_VARIABLE, ""))
     except ValueError:
         return DEFAULT_FORK_SERVER_IDLE_SECONDS
-    return seconds if seconds > 0 else DEFAULT_FORK_SERVER_IDLE_SECONDS
+    return seconds if 0 < seconds <= 86400 else DEFAULT_FORK_SERVER_IDLE_SECONDS
 
 
 FORK_SERVER_DIR_VARIABLE = "EDGEBUILD_FORK_SERVER_DIR"
@@ -265,10 +286,10 @@ PROCESS_SWITCHES = (
            "How worker processes start: 'shared' (the default, but where CI is set), forked from a fork server this "
            "user's commands share, which has imported torch, transformers and onnxruntime and outlives them (see "
            "Processes in the concepts); 'process' (the default where CI is set), from a fork server of the command's "
-           "own; '0' (or off), a fresh interpreter each."),
+           "own; '0' (or off), a fresh interpreter each. Any other value stops the command with one line."),
     Switch(FORK_SERVER_IDLE_VARIABLE, "seconds",
-           f"How long a shared fork server waits for its next command before it exits (default "
-           f"{DEFAULT_FORK_SERVER_IDLE_SECONDS:.0f})."),
+           f"How long a shared fork server waits for its next command before it exits, above 0 and at most 86400 "
+           f"(default {DEFAULT_FORK_SERVER_IDLE_SECONDS:.0f})."),
     Switch(FORK_SERVER_DIR_VARIABLE, "path",
            "Where shared fork servers listen (default: edgebuild-forkservers-<uid> in $XDG_RUNTIME_DIR, else in the "
            "temporary directory). It must be the user's own, mode 0700, and short enough for a Unix socket's path; "
