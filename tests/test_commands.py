@@ -186,6 +186,11 @@ def test_list_shows_the_verify_group_and_its_subtasks_when_asked(project_dir) ->
     statuses = project_dir.doit("list", "--status")
     assert statuses.returncode == 0 and [line.split()[:2] for line in statuses.stdout.splitlines()] == [
         ["R", "odd"], ["R", "t"], ["R", "verify"]], statuses.stdout
+    # A dodo file that asks for subtasks in its DOIT_CONFIG gets them from a plain `doit list`.
+    dodo = project_dir.root / "dodo.py"
+    dodo.write_text(dodo.read_text().replace("DOIT_CONFIG = doit_config(PROJECT)",
+                                             'DOIT_CONFIG = {**doit_config(PROJECT), "subtasks": True}'))
+    assert names() == ["odd", "t", "verify", "verify:odd", "verify:t"]
 
 
 def test_status_exit_codes(project_dir) -> None:

@@ -102,3 +102,48 @@ def test_a_kind_is_checked_when_it_is_registered() -> None:
     with pytest.raises(TypeError, match=r"artifact kind \S*Missing does not declare 'Params'"):
         registry.register(Missing)
     assert "missing" not in registry.kind_names() and "no_outputs" not in registry.kind_names()
+
+
+def test_a_fixture_of_a_built_in_name_with_another_generator_is_refused_when_a_kind_declares_it() -> None:
+    """Fixtures are found in the kinds a manifest names first, without importing the others;
+    a kind from elsewhere that declares a built-in fixture's name with its own generator is
+    still refused (it would otherwise write other bytes under the same name). In a fresh
+    process, where that kind is the only one loaded."""
+    script = """
+from pathlib import Path
+from typing import Literal
+
+from edgebuild.core import registry
+from edgebuild.core.fixtures import fixture
+from edgebuild.errors import PluginError
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Fixture
+
+
+def own_writer(directory: Path, config: dict, seed: int) -> None:
+    (directory / "config.json").write_text("{}")
+
+
+class ShadowParams(ArtifactParams):
+    kind: Literal["fixture_shadow"]
+
+
+class Shadow(ArtifactKind):
+    name = "fixture_shadow"
+    summary = "declares a built-in fixture's name with a generator of its own"
+    Params = ShadowParams
+    outputs = ("x.json",)
+    build_module = verify_module = "edgebuild.core.kind"
+    fixtures = (Fixture("qwen3_5_vl_tiny", "not the tower's", {}, own_writer),)
+
+
+registry.register(Shadow)
+try:
+    fixture("qwen3_5_vl_tiny")
+except PluginError as error:
+    print(error)
+else:
+    print("served the plugin's generator")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("fixture 'qwen3_5_vl_tiny' is declared by two kinds with different generators"), result.stdout

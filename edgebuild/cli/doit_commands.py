@@ -26,7 +26,7 @@ from doit.cmd_completion import TabCompletion as DoitTabCompletion
 from doit.exceptions import InvalidCommand
 
 from edgebuild.cli.common import OneLineErrors
-from edgebuild.cli.tasks import without_verify_subtasks
+from edgebuild.cli.tasks import verify_subtasks_only_if
 
 
 def _one_line_errors(command: type) -> type:
@@ -51,9 +51,8 @@ class List(OneLineErrors, DoitList):
     def execute(self, params, args):  # noqa: D102 - doit's signature
         # Groups only (no --all, no task named): the verify:NAME tasks would not be shown,
         # so they are not made (edgebuild/cli/tasks.py); what is printed is the same.
-        if params["subtasks"] or args:
-            return super().execute(params, args)
-        with without_verify_subtasks():
+        # Decided when the tasks are made: the dodo file's DOIT_CONFIG may set subtasks.
+        with verify_subtasks_only_if(lambda: bool(params["subtasks"] or args)):
             return super().execute(params, args)
 
 

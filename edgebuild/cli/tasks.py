@@ -140,21 +140,24 @@ def collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-# Set while a `doit list` that shows no subtask loads the tasks (:func:`without_verify_subtasks`).
-_VERIFY_SUBTASKS_LEFT_OUT: list[bool] = []
+# While a `doit list` loads the tasks: whether it will show the verify:NAME tasks
+# (:func:`verify_subtasks_only_if`).
+_VERIFY_SUBTASKS_WANTED: list[Callable[[], bool]] = []
 
 
 @contextmanager
-def without_verify_subtasks() -> Iterator[None]:
-    """Inside, the ``verify:NAME`` tasks are not made, the ``verify`` group is: for a `doit
-    list` that shows groups only, whose output is the same either way. doit makes a task
-    object of each dict, about 10 us apiece: the 10,000 subtasks were an eighth of a
-    10,000-artifact `doit list`."""
-    _VERIFY_SUBTASKS_LEFT_OUT.append(True)
+def verify_subtasks_only_if(wanted: Callable[[], bool]) -> Iterator[None]:
+    """Inside, the ``verify:NAME`` tasks are made only if ``wanted()`` says so when the
+    tasks are generated (the ``verify`` group always is): for a `doit list` that shows
+    groups only, whose output is the same either way. Asked then, not before: doit merges
+    the dodo file's ``DOIT_CONFIG`` (which may ask for subtasks) into the command's options
+    just before it loads the tasks. doit makes a task object of each dict, about 10 us
+    apiece: the 10,000 subtasks were an eighth of a 10,000-artifact `doit list`."""
+    _VERIFY_SUBTASKS_WANTED.append(wanted)
     try:
         yield
     finally:
-        _VERIFY_SUBTASKS_LEFT_OUT.pop()
+        _VERIFY_SUBTASKS_WANTED.pop()
 
 
 def artifact_tasks(workspace: Any) -> Iterator[dict[str, Any]]:
@@ -162,7 +165,7 @@ def artifact_tasks(workspace: Any) -> Iterator[dict[str, Any]]:
     makes each task from its dict before asking for the next, so the pause covers both;
     the tasks live until the command exits."""
     with collection_paused():
-        yield from _task_dicts(workspace, verify_subtasks=not _VERIFY_SUBTASKS_LEFT_OUT)
+        yield from _task_dicts(workspace, verify_subtasks=not _VERIFY_SUBTASKS_WANTED or _VERIFY_SUBTASKS_WANTED[-1]())
 
 
 def _task_dicts(workspace: Any, verify_subtasks: bool = True) -> Iterator[dict[str, Any]]:

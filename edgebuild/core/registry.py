@@ -185,11 +185,17 @@ def fixtures(names: list[str] | None = None) -> dict[str, Fixture]:
 
 def find_fixture(name: str) -> tuple[Fixture | None, dict[str, Fixture]]:
     """The fixture ``name`` and the fixtures looked through to find it. The kinds loaded
-    already (those the manifest names) are asked first, then the built-in kinds; the other
-    plugins are imported only when none of those declares it. Importing every built-in
-    kind for a fixture the manifest's own kind declares was a tenth of a `doit status`."""
-    loaded = fixtures([kind for kind in _loaded if kind in declarations()])
-    if name in loaded:
+    already (those the manifest names) are asked first: a fixture only built-in kinds among
+    them declare is theirs (the built-in kinds agree on each one they share: every kind's
+    fixtures are gathered in a test). Importing every built-in kind for it was a tenth of
+    a `doit status`. Otherwise the built-in kinds too, so that a plugin's fixture of a
+    built-in one's name with another generator is refused; the other plugins are imported
+    only when none of those declares it."""
+    loaded_names = [kind for kind in _loaded if kind in declarations()]
+    loaded = fixtures(loaded_names)
+    if name in loaded and not any(declarations()[kind].distribution is not None
+                                  and any(fixture.name == name for fixture in _loaded[kind].fixtures)
+                                  for kind in loaded_names):
         return loaded[name], loaded
     nearby = fixtures([*builtin_names(), *(loaded for loaded in _loaded if loaded in declarations())])
     if name in nearby:
