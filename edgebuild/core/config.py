@@ -242,14 +242,9 @@ def check_process_switches(environ: Mapping[str, str]) -> None:
     if text.strip().lower() not in ("", "shared", "process", *_TRUE, *_FALSE):
         raise ConfigError(f"{FORK_SERVER_VARIABLE}: expected shared, process or 0 (off), found {text!r}")
     idle = environ.get(FORK_SERVER_IDLE_VARIABLE, "")
-    if idle.strip():
-        try:
-            seconds = float(idle)
-        except ValueError:
-            seconds = -1.0
-        if not 0 < seconds <= 86400:
-            raise ConfigError(f"{FORK_SERVER_IDLE_VARIABLE}: expected a number of seconds above 0, at most 86400, "
-                              f"found {idle!r}")
+    if idle.strip() and _idle_seconds(idle) is None:
+        raise ConfigError(f"{FORK_SERVER_IDLE_VARIABLE}: expected a number of seconds above 0, at most 86400, "
+                          f"found {idle!r}")
 
 
 def on_ci(environ: Mapping[str, str]) -> bool:
@@ -261,11 +256,18 @@ def fork_server_idle_seconds(environ: Mapping[str, str]) -> float:
     """How long a shared fork server waits for its next client before it exits
     (``EDGEBUILD_FORK_SERVER_IDLE``, seconds; unset: the default). A command refuses an
     unreadable value when it starts (:func:`check_process_switches`); here it is the default."""
+    seconds = _idle_seconds(environ.get(FORK_SERVER_IDLE_VARIABLE, ""))
+    return seconds if seconds is not None else DEFAULT_FORK_SERVER_IDLE_SECONDS
+
+
+def _idle_seconds(text: str) -> float | None:
+    """``EDGEBUILD_FORK_SERVER_IDLE``'s seconds, above 0 and at most a day; ``None`` for
+    anything else (the one reading both the check and the server go by)."""
     try:
-        seconds = float(environ.get(FORK_SERVER_IDLE_VARIABLE, ""))
+        seconds = float(text)
     except ValueError:
-        return DEFAULT_FORK_SERVER_IDLE_SECONDS
-    return seconds if 0 < seconds <= 86400 else DEFAULT_FORK_SERVER_IDLE_SECONDS
+        return None
+    return seconds if 0 < seconds <= 86400 else None
 
 
 FORK_SERVER_DIR_VARIABLE = "EDGEBUILD_FORK_SERVER_DIR"
