@@ -1,5 +1,5 @@
 """The qwen3_5_tower_qdq kind: calibration inputs through the checkpoint's image
-processor, the QNN QDQ recipe in bounded memory (same bytes as one quantize call),
+processor's steps, the QNN QDQ recipe in bounded memory (same bytes as one quantize call),
 verification against the float tower, the opset rule, and staleness."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from edgebuild.run.builder import make_current
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.core.project import SourceNotBuilt
 from edgebuild.errors import CheckpointError, ParameterError
-from edgebuild.kinds.qwen3_5_tower_qdq.inputs import image_processor, images_to_patches, tower_inputs
+from edgebuild.kinds.qwen3_5_tower.images import images_to_patches, patch_preprocessing, read_preprocessor_config
+from edgebuild.kinds.qwen3_5_tower_qdq.inputs import tower_inputs
 from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
 from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
@@ -86,8 +87,8 @@ def test_an_image_of_another_size_is_resized_to_the_tower(tmp_path: Path, qwen_c
     pixels = numpy.random.default_rng(0).integers(0, 256, (70, 100, 3), dtype=numpy.uint8)
     path = tmp_path / "wide.png"
     Image.fromarray(pixels).save(path)
-    processor = image_processor(Checkpoint(qwen_checkpoint))
-    (patches,) = images_to_patches(processor, [path], geometry(64, 128))
+    checkpoint = Checkpoint(qwen_checkpoint)
+    (patches,) = images_to_patches(patch_preprocessing(checkpoint), [path], geometry(64, 128))
     assert patches.shape == (32, 1536) and patches.dtype == numpy.float32
 
     # Independently: bicubic resize to 128 x 64, pixels to [-1, 1] (mean = std = 0.5),
@@ -104,8 +105,11 @@ def test_an_image_of_another_size_is_resized_to_the_tower(tmp_path: Path, qwen_c
     for index, (patch_y, patch_x) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1), (0, 2)]):
         assert numpy.allclose(patches[index], row(patch_y, patch_x), atol=1e-5), index
 
-    # The processor's own resize at a pixel budget of exactly 64 x 128 leaves the
-    # resized image as it is: skipping it changes nothing.
+    # transformers' processor, its own resize at a pixel budget of exactly 64 x 128,
+    # leaves the resized image as it is: skipping that resize changes nothing.
+    from transformers import Qwen2VLImageProcessorPil
+
+    processor = Qwen2VLImageProcessorPil.from_dict(read_preprocessor_config(checkpoint))
     with Image.open(path) as image:
         same = processor(images=[image.resize((128, 64), resample=processor.resample)], return_tensors="np",
                          size={"shortest_edge": 64 * 128, "longest_edge": 64 * 128})

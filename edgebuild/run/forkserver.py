@@ -56,7 +56,10 @@ from typing import IO, Any
 
 WORKER_MODULE = "edgebuild.run.workers"
 # What a worker imports before it can build or verify anything (not numba: see above).
-PRELOAD = ("torch", "transformers", "onnxruntime", "onnx", "safetensors", WORKER_MODULE, "edgebuild.run.workspace")
+# Not transformers: the kinds that use it name its modules in their ``worker_imports``,
+# and a job that does not (quantizing a graph: onnxruntime's QNN recipe imports torch
+# itself) is spared its import, 1 to 4 s.
+PRELOAD = ("torch", "onnxruntime", "onnx", "safetensors", WORKER_MODULE, "edgebuild.run.workspace")
 # How long the server may take to import PRELOAD before workers start without it.
 START_TIMEOUT_SECONDS = 120.0
 MESSAGE_BYTES = 4 << 20

@@ -14,8 +14,6 @@ from .params import MODEL_FILE, WRAPPER_TOLERANCE, TowerParams, tower_geometry
 # Fixed |error| bin edges for the histogram the report page draws: half decades from
 # 1e-8 to 1e2, so histograms of different builds and dtypes line up bin for bin.
 ERROR_HISTOGRAM_EDGES = [10.0 ** (exponent / 2) for exponent in range(-16, 5)]
-# Images per image-processor call when a dataset's images become patches.
-IMAGES_PER_CALL = 8
 
 
 def verify(context: VerifyContext) -> Verification:
@@ -140,19 +138,15 @@ def float_model(context: VerifyContext) -> Runner:
 
 
 def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
-    """Images through the checkpoint's own ``Qwen2VLImageProcessor`` at the tower's size."""
+    """Images through the checkpoint's ``Qwen2VLImageProcessor`` steps at the tower's size."""
     import numpy
 
-    from .images import image_processor, images_to_patches
+    from .images import image_patches, patch_preprocessing
 
     params = context.params
     assert isinstance(params, TowerParams)
     geometry = asdict(tower_geometry(context.checkpoint.config_section("vision_config"), params.image_size))
     dtype = numpy.float16 if params.dtype == "float16" else numpy.float32
-    processor = image_processor(context.checkpoint)
-    feeds = []
-    # A few images per processor call: a dataset of hundreds stays in bounded memory.
-    for start in range(0, len(images), IMAGES_PER_CALL):
-        feeds += [{"patches": patches.astype(dtype)}
-                  for patches in images_to_patches(processor, images[start:start + IMAGES_PER_CALL], geometry)]
-    return feeds
+    preprocessing = patch_preprocessing(context.checkpoint)
+    # One image at a time: a dataset of hundreds holds only its feeds, in their dtype.
+    return [{"patches": image_patches(preprocessing, image, geometry).astype(dtype)} for image in images]

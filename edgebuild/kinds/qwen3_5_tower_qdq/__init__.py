@@ -3,7 +3,7 @@
 onnxruntime's QNN recipe, unchanged: ``get_qnn_qdq_config(model, reader,
 activation_type=..., weight_type=...)`` and its quantizer, on the source tower's
 ``model.onnx`` with external data; by default 16-bit activations and 8-bit weights
-("A16W8"). Calibration inputs are images run through the checkpoint's own
+("A16W8"). Calibration inputs are images run through the steps of the checkpoint's
 ``Qwen2VLImageProcessor`` at the tower's size (``inputs.py``) and/or ready-made
 ``patches`` files. ``qdq.py`` runs the recipe in bounded memory, ``graph.py`` reads
 what the quantized graph holds, ``build.py`` writes the graph and a sidecar naming
@@ -18,7 +18,6 @@ checkpoint behind the source.
 
 from __future__ import annotations
 
-from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
 from edgebuild.ml.qdq import QUANTIZE_IMPORTS, SIXTEEN_BIT_OPSET, SIXTEEN_BIT_TYPES
 from edgebuild.ml.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
@@ -38,7 +37,8 @@ class Qwen3_5TowerQdq(ArtifactKind):
     verify_module = "edgebuild.kinds.qwen3_5_tower_qdq.verify"
     # Full-size QDQ at 224: 2.62x the float32 weights.
     memory_factor = 3.0
-    worker_imports = TRANSFORMERS_IMPORTS + QUANTIZE_IMPORTS
+    # Not transformers: its image processors import its model code (see ..qwen3_5_tower.images).
+    worker_imports = QUANTIZE_IMPORTS
     starter = Starter(
         entry="""\
   # The float tower quantized for an NPU: 16-bit activations, 8-bit weights (A16W8)

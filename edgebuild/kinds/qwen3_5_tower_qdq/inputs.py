@@ -1,6 +1,6 @@
 """The tower's inputs from images and SafeTensors files: one ``[patches, patch_dim]``
 float32 array per image, exactly what the exported tower's ``patches`` input takes.
-Images go through the checkpoint's own image processor (``..qwen3_5_tower.images``).
+Images go through the checkpoint's image processor's steps (``..qwen3_5_tower.images``).
 """
 
 from __future__ import annotations
@@ -9,16 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.plugin import CheckpointError, expand_inputs
-from ..qwen3_5_tower.images import image_processor, images_to_patches
+from ..qwen3_5_tower.images import images_to_patches, patch_preprocessing
 from .params import PATCHES_INPUT, TowerInputs
 
 if TYPE_CHECKING:
     import numpy
 
     from edgebuild.core.checkpoint import Checkpoint
-
-# Images per processor call: bounded memory for any number of calibration images.
-IMAGES_PER_BATCH = 8
 
 
 def tower_inputs(inputs: TowerInputs, root: Path, checkpoint: "Checkpoint", geometry: dict[str, Any], what: str) -> list["numpy.ndarray"]:
@@ -29,9 +26,8 @@ def tower_inputs(inputs: TowerInputs, root: Path, checkpoint: "Checkpoint", geom
         samples.extend(_patches_file(path, geometry))
     images = expand_inputs(inputs.images, root, f"{what}.images")
     if images:
-        processor = image_processor(checkpoint)
-        for start in range(0, len(images), IMAGES_PER_BATCH):
-            samples.extend(images_to_patches(processor, images[start:start + IMAGES_PER_BATCH], geometry))
+        preprocessing = patch_preprocessing(checkpoint)
+        samples.extend(images_to_patches(preprocessing, images, geometry))
     return samples
 
 

@@ -229,15 +229,11 @@ class TowerFamily(Family):
         return [(patches,) for patches in sample_patches(self._geometry(params, checkpoint), count, seed)]
 
     def image_feeds(self, params: "ModelFields", checkpoint: "Checkpoint", images: list[Any]) -> list[dict[str, Any]]:
-        from ..qwen3_5_tower.images import image_processor, images_to_patches
+        from ..qwen3_5_tower.images import image_patches, patch_preprocessing
 
         geometry = asdict(self._geometry(params, checkpoint))
-        processor = image_processor(checkpoint)
-        feeds = []
-        for start in range(0, len(images), 8):
-            feeds += [{"patches": patches.astype(params.dtype)}
-                      for patches in images_to_patches(processor, images[start:start + 8], geometry)]
-        return feeds
+        preprocessing = patch_preprocessing(checkpoint)
+        return [{"patches": image_patches(preprocessing, image, geometry).astype(params.dtype)} for image in images]
 
 
 TRANSFORMERS = TransformersFamily()
