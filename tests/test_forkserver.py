@@ -171,6 +171,51 @@ def test_a_server_per_environment_and_none_where_switched_off() -> None:
     assert forkserver.server_for(environment | {"EDGEBUILD_FORK_SERVER": "0"}) is None
 
 
+
+def _server_processes() -> list[int]:
+    """This process's children that are fork servers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
+                continue
+            if b"edgebuild.run.forkserver" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_server_started_early_is_the_one_the_first_worker_forks_from(tmp_path: Path) -> None:
+    """``start_in_background`` starts the server beside the caller's own work; the first
+    fork waits for that server instead of starting a second one, and the worker finds
+    what the server imported moved out of the collector's sight (``gc.freeze``)."""
+    (tmp_path / "freeze_marker.py").write_text(
+        "import gc, os\nwith open(os.environ['MARKER_FILE'], 'a') as file:\n    file.write(f'{gc.get_freeze_count()}\\n')\n"
+    )
+    environment = _process_environment(dict(os.environ, PYTHONPATH=str(tmp_path), MARKER_FILE=str(tmp_path / "frozen"),
+                                            A_VARIABLE_OF_THIS_TEST_ONLY="early"))
+    before = set(_server_processes())
+    thread = forkserver.start_in_background(environment)
+    server = forkserver.server_for(environment)  # at once: it waits for the one starting
+    thread.join(timeout=120)
+    if server is None:
+        pytest.skip("no fork server could start in this process")
+    assert not thread.is_alive()
+    assert set(_server_processes()) - before == {server.process.pid}
+    assert _fork_and_wait(server, environment, ("no_such_module_anywhere",)) == 2
+    reader, writer = os.pipe()
+    worker = server.fork(["no-such-mode"], environment, writer, ("freeze_marker",))
+    os.close(writer)
+    with os.fdopen(reader, "rb") as result:
+        result.read()
+    assert worker.wait(timeout=60) == 2
+    worker.stdout.close()
+    worker.stderr.close()
+    # Imported by the server after its first fork, which froze all it held then: torch's objects and more.
+    assert int((tmp_path / "frozen").read_text().split()[0]) > 10_000
+
 @pytest.mark.slow
 def test_a_kinds_worker_imports_are_imported_once_in_the_server(tmp_path: Path) -> None:
     """The modules a fork asks for are imported by the server, once: the next worker

@@ -24,7 +24,7 @@ from edgebuild.core.config import Settings
 from edgebuild.plugin import ArtifactKind, ArtifactParams
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.run.executors.base import Executor, Job, Outcome, WorkerOffer
-from edgebuild.run.scheduler import Outcomes, needs_build, needs_verify, run
+from edgebuild.run.scheduler import Outcomes, needs_a_worker, needs_build, needs_verify, run
 from edgebuild.run.state import VerificationState, verification_state
 from edgebuild.run.workspace import Workspace
 
@@ -136,6 +136,28 @@ def test_an_artifact_never_built_is_built_then_verified(tmp_path: Path) -> None:
     assert not needs_build(workspace, a) and not needs_verify(workspace, a)
     assert (a.directory / "made.txt").read_text() == "a"
 
+
+
+def test_a_worker_is_foreseen_for_what_is_neither_built_nor_stored_nor_verified(tmp_path: Path) -> None:
+    """What a build or verify command starts its fork server early for (``cli/common.py``):
+    a worker will run. Restorable from the store, or verified already: none will."""
+    workspace = open_workspace(tmp_path, CHAIN)
+    chain = workspace.order(["c"])
+    assert [artifact.name for artifact in chain] == ["a", "b", "c"]
+    # Nothing built or stored: a's build needs one.
+    assert needs_a_worker(workspace, chain, verifying=False)
+    run_here(workspace, ["c"], verify_them=False)
+    assert not needs_a_worker(workspace, chain, verifying=False)
+    assert needs_a_worker(workspace, chain, verifying=True)
+    run_here(workspace, ["c"], verify_them=True)
+    assert not needs_a_worker(workspace, chain, verifying=True)
+    # Gone from build/, kept in the store with its report: restored in this process, no
+    # worker. c's fingerprint follows from b's bytes: known once b is restored, not counted.
+    shutil.rmtree(workspace.artifact("b").directory)
+    assert not needs_a_worker(workspace, chain, verifying=True)
+    # A new parameter: a build nobody has made.
+    changed = open_workspace(tmp_path, CHAIN.replace("writes: a}", "writes: a2}"))
+    assert needs_a_worker(changed, changed.order(["c"]), verifying=False)
 
 def test_a_build_alone_verifies_nothing(tmp_path: Path) -> None:
     workspace = open_workspace(tmp_path, "a: {kind: scheduler_rules_step, writes: a}\n")

@@ -24,7 +24,8 @@ from doit.exceptions import InvalidCommand
 
 from edgebuild.cli.option_errors import option_problem
 from edgebuild.errors import EdgebuildError
-from edgebuild.run.scheduler import Outcomes, verification_summary
+from edgebuild.run.scheduler import Outcomes, needs_a_worker, verification_summary
+from edgebuild.run.workers import start_server_early
 
 JSON_OPTION = {"name": "as_json", "short": "", "long": "json", "type": bool, "default": False, "help": "print JSON"}
 FAIL_FAST_OPTION = {
@@ -269,6 +270,20 @@ class RecordingReporter:
         self.inner.complete_run()
 
 
+
+def _start_server_if_needed(workspace: Any, chosen: list[str], verifying: bool, processes: int) -> None:
+    """The fork server started now, beside doit's planning, where a worker will be needed:
+    the half second or so until the first fork comes off the seconds its imports take.
+    Not with a remote cache, which the parent asks first and which usually answers."""
+    artifacts = workspace.order(chosen)
+    if workspace.remote_cache_spec is None and needs_a_worker(workspace, artifacts, verifying):
+        if start_server_early(workspace, processes):
+            # Time this process would spend waiting for the server: the judging code's
+            # digests, which the lock file's refresh after the run needs, are taken now.
+            for artifact in artifacts:
+                workspace.verify_code(artifact)
+                workspace.coverage_tools(artifact)
+
 def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], tasks: list[str],
                  verifying: bool = False, elsewhere: Outcomes | None = None) -> int:
     """doit's ``run`` of ``tasks``, then the lock file refreshed for ``chosen`` and
@@ -293,6 +308,7 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
         read_lock(workspace.lock_path)
     except EdgebuildError as error:
         raise InvalidCommand(str(error)) from None
+    _start_server_if_needed(workspace, chosen, verifying, params.get("num_process") or 1)
     outcomes = Outcomes()
     if verifying and not params.get("fail_fast"):
         params["continue"] = True

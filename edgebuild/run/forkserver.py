@@ -42,6 +42,7 @@ after ``EDGEBUILD_FORK_SERVER_IDLE`` seconds with no client (default 300).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -410,6 +411,15 @@ def server_for(environment: dict[str, str]) -> "ForkServer | SharedForkServer | 
     return server
 
 
+
+def start_in_background(environment: dict[str, str]) -> threading.Thread:
+    """:func:`server_for` ``environment``, in a thread of its own: a process that knows a
+    worker is coming has the server import its libraries beside its own planning. The
+    first fork waits for this very server (``server_for`` holds its lock while one starts)."""
+    thread = threading.Thread(target=server_for, args=(environment,), name="edgebuild-fork-server-start", daemon=True)
+    thread.start()
+    return thread
+
 # --- the server ---------------------------------------------------------------------------
 
 
@@ -596,6 +606,12 @@ def _fork_worker(request: dict[str, Any], descriptors: list[int], children: dict
     in ``children``. The child closes ``servers_own`` and every other child's socket
     (nothing of the server's or of another worker's reaches a worker)."""
     stdout_writer, stderr_writer, result_writer, status = descriptors
+    # What the server imported is moved out of the collector's sight: a worker's full
+    # collection (the QDQ build has two, to bound its memory) then walks only what the
+    # worker made, 0.07 to 0.12 s less each with torch imported, and the imported objects'
+    # pages stay shared with the server instead of being copied when the collector
+    # touches their headers (the pattern Python's gc.freeze documents for fork servers).
+    gc.freeze()
     pid = os.fork()
     if pid == 0:
         signal.set_wakeup_fd(-1)

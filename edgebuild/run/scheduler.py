@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from edgebuild.core.project import Artifact
+from edgebuild.core.project import Artifact, SourceNotBuilt
 from edgebuild.core.atomic import remove_directory
 from edgebuild.errors import EdgebuildError, SourceNotVerified, VerificationFailed
 from edgebuild.run.builder import keep_verified, materialise, refuse_unverified_sources, refused_export, stderr_log
@@ -60,6 +60,33 @@ def needs_verify(workspace: "Workspace", artifact: Artifact) -> bool:
     remote = workspace.remote
     return remote is not None and remote.takes_pushes(artifact.fingerprint)
 
+
+
+def needs_a_worker(workspace: "Workspace", artifacts: "list[Artifact]", verifying: bool) -> bool:
+    """Whether running ``artifacts`` (sources first) will start a worker, as far as this
+    process can tell without asking a remote cache: one is not built and not in the
+    store, or (``verifying``) not verified. Sources come first, so an artifact whose
+    fingerprint cannot be taken yet has its sources in the store: whether it will need a
+    worker is known only once they are restored, and it does not count. Nor does one
+    whose manifest entry is broken: the run says what is wrong, and starts nothing."""
+    for artifact in artifacts:
+        if artifact.kind.in_process:
+            continue
+        try:
+            built = not needs_build(workspace, artifact)
+            if not built and not workspace.store.has(artifact.fingerprint):
+                return True
+            # A build restored from the store comes with its report, where one passed; one
+            # whose own report passed waits on its sources, counted before it.
+            judged = (VerificationState.VERIFIED, VerificationState.SOURCE_NOT_VERIFIED)
+            if verifying and not (verification_state(workspace, artifact) in judged if built else
+                                  workspace.store.has_report(artifact.fingerprint, artifact.verify_fingerprint)):
+                return True
+        except SourceNotBuilt:
+            continue
+        except EdgebuildError:
+            return False
+    return False
 
 # --- the steps ----------------------------------------------------------------------------
 

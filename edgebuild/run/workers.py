@@ -108,6 +108,23 @@ def run_worker(mode: str, workspace: "Workspace", artifact: "Artifact", relay: R
                          imports=artifact.kind.worker_imports)
 
 
+
+def start_server_early(workspace: "Workspace", processes: int = 1) -> bool:
+    """Start the fork server this workspace's workers will fork from now, in the
+    background (it imports torch and onnxruntime, seconds, while this process plans);
+    return whether one was started. Not where workers start as fresh interpreters, nor
+    for a server of this command's own when doit runs the tasks in ``processes`` > 1
+    processes of their own: each would start its own server, not fork from this one's."""
+    from edgebuild.core.config import fork_server_mode
+    from edgebuild.run.forkserver import start_in_background
+
+    environment = _process_environment(workspace.worker_environment())
+    mode = fork_server_mode(environment)
+    if mode == "off" or (mode == "process" and processes > 1):
+        return False
+    start_in_background(environment)
+    return True
+
 def run_worker_at(
     mode: str,
     manifest_path: str,
