@@ -92,17 +92,8 @@ def baseline_package(ref: str, work: Path) -> Path:
     directory.mkdir()
     archive = subprocess.run(["git", "archive", ref, "edgebuild"], cwd=common.REPO, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
-    compile_package(directory / "edgebuild")
+    common.compile_package(directory / "edgebuild")
     return directory
-
-
-def compile_package(package: Path) -> None:
-    """Byte-compile ``package`` now, as an install does: where PYTHONDONTWRITEBYTECODE is set,
-    a package never imported before would be compiled again by every command timed (0.1 s
-    of a one-artifact `doit list`), and one side of a comparison would pay it."""
-    import compileall
-
-    compileall.compile_dir(str(package), quiet=1)
 
 
 def cold_fingerprint(project: Path, package_root: Path, expected_bytes: int) -> float:

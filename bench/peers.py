@@ -271,28 +271,30 @@ def rewrite_same_bytes(path: Path) -> None:
     path.write_bytes(data)
 
 
-def change_image(path: Path) -> None:
-    """One pixel of one calibration image changed."""
+def change_image(path: Path, step: int) -> None:
+    """One pixel of one calibration image changed, to a value of its own for each ``step``
+    (37 is odd: distinct up to 255 steps), so no tool can serve a build it made before."""
     from PIL import Image
 
     with Image.open(path) as image:
         changed = image.convert("RGB")
     pixel = changed.getpixel((0, 0))
-    changed.putpixel((0, 0), tuple((value + 64) % 256 for value in pixel))
+    changed.putpixel((0, 0), tuple((value + 37 * step) % 256 for value in pixel))
     changed.save(path)
 
 
-def change_npy(path: Path) -> None:
-    """One value of one calibration sample changed."""
+def change_npy(path: Path, step: int) -> None:
+    """One value of one calibration sample changed, by an amount of its own for each ``step``."""
     import numpy
 
     sample = numpy.load(path)
-    sample.flat[0] += 0.25
+    sample.flat[0] += 0.25 * step
     numpy.save(path, sample)
 
 
 def measure(job: Job, repeats: int, touch: Path, change: Path, changer) -> dict:
-    """Cold run, no-op runs, a touched input, a changed one (then put back)."""
+    """Cold run, no-op runs, a touched input, changed ones (each a value never built
+    before, from the original; then put back)."""
     result = {}
     result["cold"] = job.run()
     noops = [job.run() for _ in range(repeats)]
@@ -300,11 +302,15 @@ def measure(job: Job, repeats: int, touch: Path, change: Path, changer) -> dict:
     rewrite_same_bytes(touch)
     result["touched"] = job.run()
     original = change.read_bytes()
-    changer(change)
+    changed = []
     try:
-        result["changed"] = job.run()
+        for step in range(1, repeats + 1):
+            change.write_bytes(original)
+            changer(change, step)
+            changed.append(job.run())
     finally:
         change.write_bytes(original)
+    result["changed"] = (statistics.median(seconds for seconds, _ in changed), all(rebuilt for _, rebuilt in changed))
     return result
 
 
@@ -314,6 +320,8 @@ def main() -> None:
     args = parser.parse_args()
     # A server per command unless a row names the shared one (which gets a directory of its own).
     os.environ["EDGEBUILD_FORK_SERVER"] = "process"
+    # The peers are installed with pip, which byte-compiles them: so is edgebuild.
+    common.compile_package(common.REPO / "edgebuild")
     work = common.work_dir() / "peers"
     venvs = work / "venvs"
     venvs.mkdir(parents=True, exist_ok=True)
@@ -390,7 +398,8 @@ def main() -> None:
 `.venv/bin/python bench/peers.py --repeats {args.repeats}` on {common.machine()}.
 The job: the tiny fixture's 224 tower (float graph built once, not timed) quantized to A16W8 QDQ with onnxruntime's
 QNN recipe on the four shipped calibration images; each tool runs it cold, then unchanged ({args.repeats} runs,
-median), then with one calibration input rewritten with the same bytes, then with one value of it changed. DVC runs
+median), then with one calibration input rewritten with the same bytes, then with one value of it changed ({args.repeats} runs,
+each to a value of its own, median). DVC runs
 the plain `get_qnn_qdq_config` + `quantize` script as a stage (the graph, the inputs and the script declared as its
 dependencies); Olive runs `QNNPreprocess` + `OnnxStaticQuantization` for the QNN execution provider, its dataloader
 a `user_script`. Each peer lives in a virtual environment of its own ({"; ".join(versions.values()) or "none installed"}).
@@ -403,7 +412,7 @@ what had not changed or kept what had.
 - No-op vs edgebuild's: {", ".join(ratios) or "no peer measured"}.
 - edgebuild's time as a multiple of DVC's: {"; ".join(against_dvc)}.
 - edgebuild twice: with `EDGEBUILD_FORK_SERVER=process` (the default where `CI` is set), each command starts a fork
-  server of its own, which imports torch, transformers and onnxruntime before the worker forks; with the shared
+  server of its own, which imports torch and onnxruntime (started as the command plans) before the worker forks; with the shared
   server (the default elsewhere), in a copy of the project, the cold run starts it and every later command forks
   its worker from it instead of importing them again.
 {chr(10).join(explained + notes)}

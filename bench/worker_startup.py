@@ -112,6 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     # Each way names its own; nothing here starts a shared server in the user's directory.
     os.environ["EDGEBUILD_FORK_SERVER"] = "process"
+    common.compile_package(common.REPO / "edgebuild")  # as an install does
     parent = Path(tempfile.mkdtemp(prefix="edgebuild-worker-startup-"))
     try:
         root = common.project_dir(parent / "fixed", EIGHT)
