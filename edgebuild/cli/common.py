@@ -270,19 +270,24 @@ class RecordingReporter:
         self.inner.complete_run()
 
 
-
 def _start_server_if_needed(workspace: Any, chosen: list[str], verifying: bool, processes: int) -> None:
     """The fork server started now, beside doit's planning, where a worker will be needed:
     the half second or so until the first fork comes off the seconds its imports take.
-    Not with a remote cache, which the parent asks first and which usually answers."""
+    Not with a remote cache, which the parent asks first and which usually answers, nor
+    where nothing may be exported here (``pull_only``: a cluster run's driver)."""
+    if workspace.remote_cache_spec is not None or workspace.settings.pull_only:
+        return
     artifacts = workspace.order(chosen)
-    if workspace.remote_cache_spec is None and needs_a_worker(workspace, artifacts, verifying):
-        if start_server_early(workspace, processes):
-            # Time this process would spend waiting for the server: the judging code's
-            # digests, which the lock file's refresh after the run needs, are taken now.
+    if needs_a_worker(workspace, artifacts, verifying) and start_server_early(workspace, processes):
+        # Time this process would spend waiting for the server: the judging code's
+        # digests, which the lock file's refresh after the run needs, are taken now.
+        try:
             for artifact in artifacts:
                 workspace.verify_code(artifact)
                 workspace.coverage_tools(artifact)
+        except EdgebuildError:
+            pass  # the lock file's refresh meets it again, and says so
+
 
 def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], tasks: list[str],
                  verifying: bool = False, elsewhere: Outcomes | None = None) -> int:

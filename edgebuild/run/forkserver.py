@@ -411,7 +411,6 @@ def server_for(environment: dict[str, str]) -> "ForkServer | SharedForkServer | 
     return server
 
 
-
 def start_in_background(environment: dict[str, str]) -> threading.Thread:
     """:func:`server_for` ``environment``, in a thread of its own: a process that knows a
     worker is coming has the server import its libraries beside its own planning. The
@@ -419,6 +418,7 @@ def start_in_background(environment: dict[str, str]) -> threading.Thread:
     thread = threading.Thread(target=server_for, args=(environment,), name="edgebuild-fork-server-start", daemon=True)
     thread.start()
     return thread
+
 
 # --- the server ---------------------------------------------------------------------------
 

@@ -61,7 +61,6 @@ def needs_verify(workspace: "Workspace", artifact: Artifact) -> bool:
     return remote is not None and remote.takes_pushes(artifact.fingerprint)
 
 
-
 def needs_a_worker(workspace: "Workspace", artifacts: "list[Artifact]", verifying: bool) -> bool:
     """Whether running ``artifacts`` (sources first) will start a worker, as far as this
     process can tell without asking a remote cache: one is not built and not in the
@@ -87,6 +86,7 @@ def needs_a_worker(workspace: "Workspace", artifacts: "list[Artifact]", verifyin
         except EdgebuildError:
             return False
     return False
+
 
 # --- the steps ----------------------------------------------------------------------------
 

@@ -108,7 +108,6 @@ def run_worker(mode: str, workspace: "Workspace", artifact: "Artifact", relay: R
                          imports=artifact.kind.worker_imports)
 
 
-
 def start_server_early(workspace: "Workspace", processes: int = 1) -> bool:
     """Start the fork server this workspace's workers will fork from now, in the
     background (it imports torch and onnxruntime, seconds, while this process plans);
@@ -124,6 +123,7 @@ def start_server_early(workspace: "Workspace", processes: int = 1) -> bool:
         return False
     start_in_background(environment)
     return True
+
 
 def run_worker_at(
     mode: str,

@@ -176,4 +176,5 @@ def image_patches(preprocessing: PatchPreprocessing, item: "Path | Image.Image",
 
 def images_to_patches(preprocessing: PatchPreprocessing, images: "list[Path | Image.Image]",
                       geometry: dict[str, Any]) -> list["numpy.ndarray"]:
+    """:func:`image_patches` of each of ``images``, in order."""
     return [image_patches(preprocessing, item, geometry) for item in images]
