@@ -36,11 +36,63 @@ artifacts:
     assert checks["level"] == "ran" and checks["vs_float.pooler_output.cosine"] > 0.9999
 
 
+# As the fork server does it: the kind's build_imports imported, then a worker forked,
+# which runs torch on every core.
+PREPARE_THEN_FORK = """
+import os, signal, sys, time
+import torch
+from edgebuild.kinds.executorch.patterns import INHERITED, MADE, UNAVAILABLE, _caches, make_patterns
+assert not any(cache.cache_info().currsize for cache in _caches())
+import edgebuild.kinds.executorch.prepare
+made = tuple(cache() for cache in _caches())
+assert len(made[0]) == 4 and len(made[1]) > 0, made
+assert make_patterns() == INHERITED and tuple(cache() for cache in _caches()) == made
+child = os.fork()
+if child == 0:
+    square = torch.randn(1500, 1500)
+    (square @ square).sum(), torch.nn.functional.gelu(torch.randn(2_000_000)).sum()
+    os._exit(0)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    if os.waitpid(child, os.WNOHANG)[0]:
+        print("the forked worker ran")
+        break
+    time.sleep(0.2)
+else:
+    os.kill(child, signal.SIGKILL)
+    print("the forked worker hung")
+"""
+
+
+@pytest.mark.slow
+def test_the_fork_server_makes_xnnpacks_patterns_before_a_build_and_a_worker_forked_after_runs() -> None:
+    """XNNPACK's pattern graphs (seconds to make, kept per process) are made by importing
+    the kind's ``build_imports``, which the fork server imports before a build worker (an
+    export too) and not before a verification, which never lowers; the next call finds
+    them made. Made on several threads, they would leave OpenMP's threads started in the
+    server, and a worker forked after it would hang at its first parallel region (it
+    did): they are made on one. (A build forked from the server records "inherited":
+    tests/test_targets.py.)"""
+    import subprocess
+    import sys
+
+    from edgebuild.kinds.executorch import Executorch
+    from edgebuild.run.workers import worker_imports
+
+    assert Executorch.build_imports == ("edgebuild.kinds.executorch.prepare",)
+    for mode in ("build", "export"):
+        assert worker_imports(Executorch, mode) == Executorch.worker_imports + Executorch.build_imports
+    assert worker_imports(Executorch, "verify") == Executorch.worker_imports
+    done = subprocess.run([sys.executable, "-c", PREPARE_THEN_FORK], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "the forked worker ran", done.stdout + done.stderr[-3000:]
+
+
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
     common = ["edgebuild/core/model_inputs.py", "edgebuild/kinds/torch_export/params.py", "edgebuild/kinds/torch_export/targets.py"]
-    assert_code_digests("executorch", build=[*common, "edgebuild/core/runner.py", "edgebuild/ml/programs.py", "edgebuild/kinds/executorch/build.py", "edgebuild/kinds/executorch/lowering.py", "edgebuild/kinds/executorch/params.py",
+    assert_code_digests("executorch", build=[*common, "edgebuild/core/runner.py", "edgebuild/ml/programs.py", "edgebuild/kinds/executorch/build.py", "edgebuild/kinds/executorch/lowering.py", "edgebuild/kinds/executorch/params.py", "edgebuild/kinds/executorch/patterns.py",
                                                 "edgebuild/kinds/litert/convert.py"],
                         verify=[*common, "edgebuild/ml/programs.py", "edgebuild/kinds/torch_export/judging.py", "edgebuild/kinds/executorch/params.py", "edgebuild/kinds/executorch/verify.py"])
 

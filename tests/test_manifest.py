@@ -470,6 +470,17 @@ def test_registration_is_checked() -> None:
     with pytest.raises(TypeError, match=r"Wrong.Params.kind must be Literal\['wrong'\], found \('other',\)"):
         register(Wrong)
 
+    class RightParams(kinds_base.ArtifactParams):
+        kind: Literal["right"]
+
+    for attribute in ("worker_imports", "build_imports"):
+        kind = type("Right", (kinds_base.ArtifactKind,), {
+            "name": "right", "summary": "x", "Params": RightParams, "outputs": ("out.bin",),
+            "build_module": "edgebuild.core.kind", "verify_module": "edgebuild.core.kind", attribute: "torch"})
+        with pytest.raises(TypeError, match=f"artifact kind 'right': {attribute} must be a tuple of module names, "
+                                            "found 'torch'"):
+            register(kind)
+
 
 def test_source_of_the_wrong_kind_is_an_error_before_anything_is_built(tmp_path: Path) -> None:
     path = write(

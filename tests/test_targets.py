@@ -81,6 +81,9 @@ def test_every_target_runs_in_its_own_runtime_and_agrees_with_transformers(clip_
         assert report["metrics"]["vs_float"]["reference"].endswith("CLIPVisionModel.forward (float32)")
     delegation = json.loads((clip_targets / "build" / "clip_et" / "executorch.json").read_text())
     assert delegation["delegate"] == "xnnpack" and delegation["delegated_nodes"] > 0
+    # XNNPACK's pattern graphs were made by the fork server before it forked the build.
+    record = json.loads((clip_targets / "build" / "clip_et" / ".edgebuild.json").read_text())
+    assert record["build_info"]["xnnpack_patterns"] == "inherited", record["build_info"]
     assert (clip_targets / "build" / "clip_ov" / "model.bin").stat().st_size > 0
     # One torch.export for the three targets of the model.
     log = (clip_targets / "verify.log").read_text()

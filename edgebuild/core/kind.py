@@ -302,6 +302,11 @@ class ArtifactKind:
     # so every later worker of a run starts with them. Nothing else changes: a module
     # that fails to import there is imported (and fails) in the worker, as without it.
     worker_imports: ClassVar[tuple[str, ...]] = ()
+    # Modules the fork server imports, after those, before it forks a *build* worker (not
+    # a verification): for work a build does once per process and keeps, that importing
+    # the module does (the executorch kind's makes XNNPACK's pattern graphs, seconds).
+    # The build must still do it itself where it is not done (a fresh interpreter).
+    build_imports: ClassVar[tuple[str, ...]] = ()
     # Build and verify in the command's own process instead of a worker process of their
     # own: for a kind whose steps load no model (they read and write small files), where
     # a worker's start (0.2 to 1 s) would be most of the step. Its modules are then

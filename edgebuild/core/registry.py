@@ -122,9 +122,10 @@ def check_kind(cls: type[ArtifactKind], name: str) -> None:
         raise TypeError(f"{cls.__qualname__}.Params.kind must be Literal[{cls.name!r}], found {allowed!r}")
     if not isinstance(cls.outputs, tuple) or not cls.outputs or not all(isinstance(output, str) for output in cls.outputs):
         raise TypeError(f"artifact kind {cls.name!r}: outputs must be a non-empty tuple of file names")
-    imports = cls.worker_imports
-    if not isinstance(imports, tuple) or not all(isinstance(module, str) and module for module in imports):
-        raise TypeError(f"artifact kind {cls.name!r}: worker_imports must be a tuple of module names, found {imports!r}")
+    for attribute in ("worker_imports", "build_imports"):
+        imports = getattr(cls, attribute)
+        if not isinstance(imports, tuple) or not all(isinstance(module, str) and module for module in imports):
+            raise TypeError(f"artifact kind {cls.name!r}: {attribute} must be a tuple of module names, found {imports!r}")
     if not isinstance(cls.in_process, bool):
         raise TypeError(f"artifact kind {cls.name!r}: in_process must be True or False, found {cls.in_process!r}")
     for attribute in ("build_module", "verify_module"):

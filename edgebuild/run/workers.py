@@ -55,6 +55,7 @@ from edgebuild.errors import EdgebuildError, PlanChanged, WorkerError
 from edgebuild.run.forkserver import RESULT_FD_PLACEHOLDER, server_for, with_result_fd
 
 if TYPE_CHECKING:
+    from edgebuild.core.kind import ArtifactKind
     from edgebuild.core.project import Artifact
     from edgebuild.run.workspace import Workspace
 
@@ -105,7 +106,13 @@ def run_worker(mode: str, workspace: "Workspace", artifact: "Artifact", relay: R
     this process's ``sys.stdout``/``sys.stderr``)."""
     return run_worker_at(mode, str(workspace.manifest.path), str(workspace.layout.root), artifact.name,
                          workspace.worker_environment(env), relay, expect=artifact.fingerprint,
-                         imports=artifact.kind.worker_imports)
+                         imports=worker_imports(artifact.kind, mode))
+
+
+def worker_imports(kind: "ArtifactKind", mode: str) -> tuple[str, ...]:
+    """What the fork server imports before it forks a ``mode`` worker of ``kind``: its
+    ``worker_imports``, and for a build (or export) its ``build_imports`` too."""
+    return kind.worker_imports + (kind.build_imports if step_word(mode) == "build" else ())
 
 
 def start_server_early(workspace: "Workspace", processes: int = 1) -> bool:

@@ -41,6 +41,7 @@ class Executorch(ArtifactKind):
     tool_packages = ("executorch", "torchao")
     memory_factor = 3.0
     worker_imports = ("executorch.exir", "torch.export")
+    build_imports = ("edgebuild.kinds.executorch.prepare",)
 
     def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
         assert isinstance(params, ExecutorchParams)

@@ -1,6 +1,7 @@
 """Lowering the program to an ExecuTorch ``.pte``: ``to_edge_transform_and_lower`` with the
 delegate's partitioner (``lowering.py`` takes out two costs that grow with depth), then
-``to_executorch``; what was delegated goes to
+``to_executorch``, XNNPACK's pattern graphs made first unless the fork server made them
+(``patterns.py``); what was delegated goes to
 ``executorch.json`` (``get_delegation_info``: nodes delegated and not, per operator; and
 each node not delegated, with the model module it came from)."""
 
@@ -17,6 +18,7 @@ from ..litert.convert import fold_constant_scalars
 from ..torch_export.targets import program_info, program_path, random_feeds
 from .lowering import faster_lowering
 from .params import INFO_FILE, INFO_FORMAT, PROGRAM_FILE, ExecutorchParams
+from .patterns import make_patterns
 
 
 def build(context: BuildContext) -> dict[str, Any]:
@@ -34,6 +36,11 @@ def build(context: BuildContext) -> dict[str, Any]:
         # One input (the first of the sizes a dynamic axis is fed at: such a program is not folded).
         example = random_feeds(signature, 1, 0).feeds[0]
         program = with_constant_scalars_folded(program, tuple(example[spec["name"]] for spec in signature["inputs"]))
+    patterns = None
+    if params.delegate == "xnnpack":
+        with phases.time("patterns"):
+            # Made already where this worker was forked from the fork server.
+            patterns = make_patterns()
     with phases.time("lower"):
         try:
             with faster_lowering():
@@ -70,7 +77,7 @@ def build(context: BuildContext) -> dict[str, Any]:
     (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     context.log(f"lowered to ExecuTorch ({params.delegate}): {info['delegated_nodes']} nodes delegated in "
                 f"{info['delegated_subgraphs']} subgraph(s), {info['not_delegated_nodes']} not")
-    return {"timings": phases.seconds}
+    return {"timings": phases.seconds, **({"xnnpack_patterns": patterns} if patterns else {})}
 
 
 def with_constant_scalars_folded(program: Any, example: tuple[Any, ...]) -> Any:

@@ -113,6 +113,7 @@ def run_on_cluster(workspace: "Workspace", names: list[str], address: str, say: 
                 manifest_path=str(workspace.manifest.path.resolve()),
                 remote_cache=remote.location.url,
                 worker_imports=artifact.kind.worker_imports,
+                build_imports=artifact.kind.build_imports,
             )
         )
     workspace.save_caches()

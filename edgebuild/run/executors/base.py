@@ -31,8 +31,10 @@ class Job:
     resource_basis: str
     manifest_path: str
     remote_cache: str
-    # The kind's worker_imports: a cluster worker's fork server imports them once.
+    # The kind's worker_imports: a cluster worker's fork server imports them once; and
+    # its build_imports, before it forks the build.
     worker_imports: tuple[str, ...] = ()
+    build_imports: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
 
     try:
         built = run_worker_at("build", job.manifest_path, str(root), job.name, environment, relay, expect=job.fingerprint,
-                              imports=job.worker_imports)
+                              imports=job.worker_imports + job.build_imports)
     except PlanChanged:
         if job.fingerprint is not None:
             raise ClusterError(
