@@ -76,7 +76,6 @@ from edgebuild.core.report import Check, format_number
 from edgebuild.core.runner import Feed, Inputs, Outputs, Runner, TensorSpec
 from edgebuild.core.thresholds import DatasetGate, OutputLimits, PerOutputLimits, VerifySettings
 from edgebuild.core.timing import Phases
-from edgebuild.ml.prepare import one_torch_thread
 from edgebuild.errors import BuildRejected, CheckpointError, EdgebuildError, ExportError, NotRunnable, ParameterError
 
 __all__ = [
@@ -120,7 +119,6 @@ __all__ = [
     "format_number",
     "heatmap_svg",
     "histogram_svg",
-    "one_torch_thread",
     "paired_log_bars_svg",
     "read_json_file",
     "redraw_weights",

@@ -36,14 +36,18 @@ artifacts:
     assert checks["level"] == "ran" and checks["vs_float.pooler_output.cosine"] > 0.9999
 
 
-# As the fork server does it: the kind's build_imports imported, then a worker forked,
-# which runs torch on every core.
+# As the fork server does it: the kind's build_imports imported through the server's own
+# import, then a worker forked, which runs torch on every core. ``careless_plugin`` stands
+# for a plugin's build_imports module that runs torch on every core when imported.
 PREPARE_THEN_FORK = """
 import os, signal, sys, time
 import torch
-from edgebuild.kinds.executorch.patterns import INHERITED, MADE, UNAVAILABLE, _caches, make_patterns
+from edgebuild.kinds.executorch.patterns import INHERITED, _caches, make_patterns
+from edgebuild.run.forkserver import _import_quietly
 assert not any(cache.cache_info().currsize for cache in _caches())
-import edgebuild.kinds.executorch.prepare
+threads = torch.get_num_threads()
+_import_quietly(["edgebuild.kinds.executorch.prepare", "careless_plugin"])
+assert "careless_plugin" in sys.modules and torch.get_num_threads() == threads
 made = tuple(cache() for cache in _caches())
 assert len(made[0]) == 4 and len(made[1]) > 0, made
 assert make_patterns() == INHERITED and tuple(cache() for cache in _caches()) == made
@@ -62,17 +66,23 @@ else:
     os.kill(child, signal.SIGKILL)
     print("the forked worker hung")
 """
+CARELESS_PLUGIN = """
+import torch
+square = torch.randn(1500, 1500)
+(square @ square).sum(), torch.nn.functional.gelu(torch.randn(2_000_000)).sum()
+"""
 
 
 @pytest.mark.slow
-def test_the_fork_server_makes_xnnpacks_patterns_before_a_build_and_a_worker_forked_after_runs() -> None:
+def test_the_fork_server_makes_xnnpacks_patterns_before_a_build_and_a_worker_forked_after_runs(tmp_path: Path) -> None:
     """XNNPACK's pattern graphs (seconds to make, kept per process) are made by importing
     the kind's ``build_imports``, which the fork server imports before a build worker (an
     export too) and not before a verification, which never lowers; the next call finds
-    them made. Made on several threads, they would leave OpenMP's threads started in the
-    server, and a worker forked after it would hang at its first parallel region (it
-    did): they are made on one. (A build forked from the server records "inherited":
-    tests/test_targets.py.)"""
+    them made. Run on several threads, such work (or a plugin's) would leave OpenMP's
+    threads started in the server, and a worker forked after it would hang at its first
+    parallel region (it did): the server imports on one thread, and puts the count back.
+    (A build forked from the server records "inherited": tests/test_targets.py.)"""
+    import os
     import subprocess
     import sys
 
@@ -83,7 +93,9 @@ def test_the_fork_server_makes_xnnpacks_patterns_before_a_build_and_a_worker_for
     for mode in ("build", "export"):
         assert worker_imports(Executorch, mode) == Executorch.worker_imports + Executorch.build_imports
     assert worker_imports(Executorch, "verify") == Executorch.worker_imports
-    done = subprocess.run([sys.executable, "-c", PREPARE_THEN_FORK], capture_output=True, text=True, timeout=600)
+    (tmp_path / "careless_plugin.py").write_text(CARELESS_PLUGIN)
+    done = subprocess.run([sys.executable, "-c", PREPARE_THEN_FORK], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "the forked worker ran", done.stdout + done.stderr[-3000:]
 

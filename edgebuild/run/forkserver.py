@@ -42,6 +42,7 @@ after ``EDGEBUILD_FORK_SERVER_IDLE`` seconds with no client (default 300).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -53,7 +54,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterator
 
 WORKER_MODULE = "edgebuild.run.workers"
 # What a worker imports before it can build or verify anything (not numba: see above).
@@ -630,14 +631,36 @@ def _import_quietly(modules: "list[str] | tuple[str, ...]") -> None:
     """Import what a kind's workers import, once each. One that fails (a plugin's missing
     library, a private module gone in another torch) is left to the worker, which
     imports it itself and reports what it finds; what it printed is dropped here (the
-    server's own streams go nowhere)."""
-    for module in modules:
-        if module in sys.modules or module in _FAILED_IMPORTS:
-            continue
-        try:
-            __import__(module)
-        except Exception:
-            _FAILED_IMPORTS.add(module)
+    server's own streams go nowhere). On one torch thread: see :func:`_one_torch_thread`."""
+    pending = [module for module in modules if module not in sys.modules and module not in _FAILED_IMPORTS]
+    if not pending:
+        return
+    with _one_torch_thread():
+        for module in pending:
+            try:
+                __import__(module)
+            except Exception:
+                _FAILED_IMPORTS.add(module)
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """torch (and the BLAS under it) on one thread within the block. A module imported
+    here may run torch (a kind's ``build_imports`` do work a build would do), and a process
+    that has started OpenMP's threads and then forks leaves the child hanging at its first
+    parallel region (measured with torch 2.13's CPU wheel: a matrix product in the parent,
+    then one in the forked child, never returns). On one thread torch starts none; the
+    count is put back after, and each worker starts its own threads when it needs them."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 _FAILED_IMPORTS: set[str] = set()
