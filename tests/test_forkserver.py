@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -205,14 +206,7 @@ def test_a_server_started_early_is_the_one_the_first_worker_forks_from(tmp_path:
     assert not thread.is_alive()
     assert set(_server_processes()) - before == {server.process.pid}
     assert _fork_and_wait(server, environment, ("no_such_module_anywhere",)) == 2
-    reader, writer = os.pipe()
-    worker = server.fork(["no-such-mode"], environment, writer, ("freeze_marker",))
-    os.close(writer)
-    with os.fdopen(reader, "rb") as result:
-        result.read()
-    assert worker.wait(timeout=60) == 2
-    worker.stdout.close()
-    worker.stderr.close()
+    assert _fork_and_wait(server, environment, ("freeze_marker",)) == 2
     # Imported by the server after its first fork, which froze all it held then: torch's objects and more.
     assert int((tmp_path / "frozen").read_text().split()[0]) > 10_000
 
@@ -243,6 +237,35 @@ def test_a_kinds_worker_imports_are_imported_once_in_the_server(tmp_path: Path) 
     assert marker.read_text().split() == [str(server.process.pid)]
 
 
+@pytest.mark.slow
+def test_a_kinds_warmups_are_imported_after_the_fork_that_asks(tmp_path: Path) -> None:
+    """``after`` (a kind's ``build_warmups``) is imported by the server once it has forked
+    the worker that asked, so that worker does not wait for it: here the module's import
+    waits until the test has its worker, which it would never have if the server imported
+    first. Imported once: the next fork finds it imported."""
+    go = tmp_path / "go"
+    (tmp_path / "warmup_module.py").write_text(
+        "import os, time\n"
+        f"deadline = time.monotonic() + 60\nwhile not os.path.exists({str(go)!r}) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        f"found = os.path.exists({str(go)!r})\n"
+        "with open(os.environ['MARKER_FILE'], 'a') as file:\n    file.write(f'{os.getpid()} {found}\\n')\n"
+    )
+    environment = _marker_environment(tmp_path)
+    server = forkserver.server_for(environment)
+    if server is None:
+        pytest.skip("no fork server could start in this process")
+    started = time.monotonic()
+
+    def forked_at_once() -> None:
+        assert time.monotonic() - started < 30, "the server imported the warm-up before it forked"
+        go.touch()
+
+    assert _fork_and_wait(server, environment, (), ("warmup_module",), forked_at_once) == 2
+    assert _fork_and_wait(server, environment, (), ("warmup_module",)) == 2
+    assert (tmp_path / "imported-by").read_text().split("\n") == [f"{server.process.pid} True", ""]
+
+
 def _marker_environment(tmp_path: Path, **extra: str) -> dict[str, str]:
     """An environment whose workers can import ``marker_module``, which appends its
     importer's pid to ``imported-by``."""
@@ -253,9 +276,13 @@ def _marker_environment(tmp_path: Path, **extra: str) -> dict[str, str]:
                                       **extra))
 
 
-def _fork_and_wait(server, environment: dict[str, str], imports: tuple[str, ...] = ("marker_module",)) -> int:
+def _fork_and_wait(server, environment: dict[str, str], imports: tuple[str, ...] = ("marker_module",),
+                   after: tuple[str, ...] = (), forked: "Callable[[], None] | None" = None) -> int:
+    """A worker forked with ``imports`` and ``after``, run to its end (``forked()`` first)."""
     reader, writer = os.pipe()
-    worker = server.fork(["no-such-mode"], environment, writer, imports)
+    worker = server.fork(["no-such-mode"], environment, writer, imports, after)
+    if forked is not None:
+        forked()
     os.close(writer)
     with os.fdopen(reader, "rb") as result:
         result.read()

@@ -236,3 +236,73 @@ def test_a_dynamic_batch_is_exported_symbolic_and_verified_at_both_ends(tmp_path
         update={"inputs": {"pixel_values": workspace.artifact("clip_dyn").params.inputs["pixel_values"].model_copy(
             update={"dynamic": {}})}})
     assert fixed.build_parameters()["inputs"] == {"pixel_values": {"shape": [2, 3, 64, 64], "dtype": None}}
+
+
+WARM_UP_THEN_FORK = r'''
+import os
+import sys
+from pathlib import Path
+
+import torch
+from transformers import CLIPVisionConfig, CLIPVisionModel
+
+from edgebuild.ml.onnx_tools import EXPORT_WARMUPS, export_onnx
+from edgebuild.run.forkserver import _import_quietly
+
+
+def exported_in_a_fork(directory: Path) -> bytes:
+    """The tiny CLIP encoder exported in a forked child, as a build worker forked from the
+    fork server exports it; the graph's and its weights' bytes."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            torch.manual_seed(0)
+            config = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      image_size=64, patch_size=16)
+            directory.mkdir()
+            export_onnx(CLIPVisionModel(config).eval(), (torch.zeros(1, 3, 64, 64),), directory / "model.onnx",
+                        ["pixel_values"], ["pooler_output", "last_hidden_state"], 18)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"the export forked into {directory} failed"
+    return b"".join(path.name.encode() + path.read_bytes() for path in sorted(directory.iterdir()))
+
+
+root = Path(sys.argv[1])
+torch.set_num_threads(2)
+cold = exported_in_a_fork(root / "cold")
+state, threads = torch.get_rng_state(), torch.get_num_threads()
+_import_quietly(EXPORT_WARMUPS)  # as the fork server imports it, after forking a build
+assert "edgebuild.ml.exporter_warmup" in sys.modules, "the warm-up failed"
+assert torch.equal(torch.get_rng_state(), state) and torch.get_num_threads() == threads
+print("same bytes" if exported_in_a_fork(root / "warm") == cold else "other bytes")
+'''
+
+
+@pytest.mark.slow
+def test_an_export_after_the_exporter_warmed_up_writes_the_same_bytes(tmp_path: Path) -> None:
+    """The exporting kinds warm torch's exporter up in the fork server after it forks a
+    build (``build_warmups``), so later builds skip the first export's extra seconds: a
+    build forked after the warm-up writes the bytes a cold one does, the server's random
+    generator and thread count are as they were, and the fork does not hang (OpenMP)."""
+    import os
+    import subprocess
+    import sys
+
+    from edgebuild.kinds.hf_onnx import HfOnnx
+    from edgebuild.kinds.qwen3_5_tower import Qwen3_5VisionTower
+    from edgebuild.kinds.siglip_f143_onnx import SiglipF143Onnx
+    from edgebuild.ml.onnx_tools import EXPORT_WARMUPS
+    from edgebuild.run.workers import worker_warmups
+
+    for kind in (HfOnnx, Qwen3_5VisionTower, SiglipF143Onnx):
+        assert kind.build_warmups == EXPORT_WARMUPS
+        assert worker_warmups(kind, "build") == worker_warmups(kind, "export") == EXPORT_WARMUPS
+        assert worker_warmups(kind, "verify") == ()
+    done = subprocess.run([sys.executable, "-c", WARM_UP_THEN_FORK, str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "same bytes", done.stdout + done.stderr[-3000:]

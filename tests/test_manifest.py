@@ -473,7 +473,7 @@ def test_registration_is_checked() -> None:
     class RightParams(kinds_base.ArtifactParams):
         kind: Literal["right"]
 
-    for attribute in ("worker_imports", "build_imports"):
+    for attribute in ("worker_imports", "build_imports", "build_warmups"):
         kind = type("Right", (kinds_base.ArtifactKind,), {
             "name": "right", "summary": "x", "Params": RightParams, "outputs": ("out.bin",),
             "build_module": "edgebuild.core.kind", "verify_module": "edgebuild.core.kind", attribute: "torch"})

@@ -307,6 +307,13 @@ class ArtifactKind:
     # the module does (the executorch kind's makes XNNPACK's pattern graphs, seconds).
     # The build must still do it itself where it is not done (a fresh interpreter).
     build_imports: ClassVar[tuple[str, ...]] = ()
+    # Modules the fork server imports just *after* it forks a build worker of this kind:
+    # for work the first build in a process pays and later ones reuse, that importing the
+    # module does (the exporting kinds' warms torch's ONNX exporter up, seconds). The worker
+    # just forked does not wait for it, nor gain by it; the ones forked later start with it.
+    # Never where workers start as fresh interpreters. What it does must not change what a
+    # build writes (a test of the kind's should say so: a build with it and one without).
+    build_warmups: ClassVar[tuple[str, ...]] = ()
     # Build and verify in the command's own process instead of a worker process of their
     # own: for a kind whose steps load no model (they read and write small files), where
     # a worker's start (0.2 to 1 s) would be most of the step. Its modules are then

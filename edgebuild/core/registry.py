@@ -122,7 +122,7 @@ def check_kind(cls: type[ArtifactKind], name: str) -> None:
         raise TypeError(f"{cls.__qualname__}.Params.kind must be Literal[{cls.name!r}], found {allowed!r}")
     if not isinstance(cls.outputs, tuple) or not cls.outputs or not all(isinstance(output, str) for output in cls.outputs):
         raise TypeError(f"artifact kind {cls.name!r}: outputs must be a non-empty tuple of file names")
-    for attribute in ("worker_imports", "build_imports"):
+    for attribute in ("worker_imports", "build_imports", "build_warmups"):
         imports = getattr(cls, attribute)
         if not isinstance(imports, tuple) or not all(isinstance(module, str) and module for module in imports):
             raise TypeError(f"artifact kind {cls.name!r}: {attribute} must be a tuple of module names, found {imports!r}")

@@ -8,10 +8,12 @@ every worker after that is a ``fork()`` of it: a process of its own all the same
 its own memory (handed back when it exits), its own pid, its own exit status, killed
 alone by a signal or the OOM killer, and nothing of one worker seen by the next.
 
-Fork safety: the server only imports, it runs no torch op, session or thread pool, so
-it is single-threaded when it forks (what ``multiprocessing``'s forkserver relies on
-too). numba is not imported there: it reads ``NUMBA_CACHE_DIR`` at import, and that is
-a project's setting.
+Fork safety: the server imports, and a kind's ``build_imports`` and ``build_warmups``
+may run torch on import (they make what builds keep: ExecuTorch's pattern graphs, a
+warm ONNX exporter); it runs them on one torch thread and starts no session or thread
+pool, so it is single-threaded when it forks (what ``multiprocessing``'s forkserver
+relies on too). numba is not imported there: it reads ``NUMBA_CACHE_DIR`` at import,
+and that is a project's setting.
 
 The protocol, over a Unix socket (``SOCK_SEQPACKET``: one request, one message): the
 parent sends the worker's argv and environment with four descriptors -- the write ends
@@ -140,16 +142,17 @@ class _Client:
     _lock: threading.Lock
 
     def fork(self, argv: list[str], environment: dict[str, str], result_writer: int,
-             imports: tuple[str, ...] = ()) -> ForkedWorker:
+             imports: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> ForkedWorker:
         """Fork a worker running ``edgebuild.run.workers.main(argv)`` in ``environment``;
         ``result_writer`` becomes its result fd (named in ``argv`` by the placeholder).
         The server imports ``imports`` first (once each), so this worker and every later
-        one start with them (a kind's ``worker_imports``)."""
+        one start with them (a kind's ``worker_imports``); and ``after`` once it has forked
+        it, so that only later ones do (a kind's ``build_warmups``)."""
         stdout_reader, stdout_writer = os.pipe()
         stderr_reader, stderr_writer = os.pipe()
         status_parent, status_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        message = json.dumps({"argv": argv, "env": environment, "imports": list(imports), "cwd": os.getcwd(),
-                              "umask": _umask()}).encode()
+        message = json.dumps({"argv": argv, "env": environment, "imports": list(imports), "after": list(after),
+                              "cwd": os.getcwd(), "umask": _umask()}).encode()
         try:
             with self._lock:
                 socket.send_fds(self._socket, [message],
@@ -267,15 +270,15 @@ class SharedForkServer(_Client):
         return connection
 
     def fork(self, argv: list[str], environment: dict[str, str], result_writer: int,
-             imports: tuple[str, ...] = ()) -> ForkedWorker:
+             imports: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> ForkedWorker:
         try:
-            return super().fork(argv, environment, result_writer, imports)
+            return super().fork(argv, environment, result_writer, imports, after)
         except StaleServer:
             # It has retired (and removed its socket): a new one imports the code as it is now.
             with self._lock:
                 self._socket.close()
                 self._socket = self._connect_or_start()
-            return super().fork(argv, environment, result_writer, imports)
+            return super().fork(argv, environment, result_writer, imports, after)
 
     def alive(self) -> bool:
         # The server never sends on the connection: readable means it closed (it is gone).
@@ -446,6 +449,7 @@ def serve(descriptor: int) -> None:
             request = json.loads(message)
             _import_quietly(request.get("imports", ()))
             _fork_worker(request, descriptors, children, [connection])
+            _import_quietly(request.get("after", ()))
         _reap(children)
         if os.getppid() != parent:
             break
@@ -536,6 +540,10 @@ def serve_shared(path: str, idle_seconds: float, ready_descriptor: int) -> None:
                     loaded = _module_files()  # what a kind's worker_imports added is watched too
                 _fork_worker(request, descriptors, children, [*connections, wakeup_reader, wakeup_writer,
                                                               *([] if retiring else [listener])])
+                imported = len(sys.modules)
+                _import_quietly(request.get("after", ()))
+                if len(sys.modules) != imported:
+                    loaded = _module_files()
             else:
                 # A worker's status socket is readable only when its client closed it: the
                 # process that asked for the worker is gone. Stop the worker as Ctrl-C would.

@@ -106,13 +106,19 @@ def run_worker(mode: str, workspace: "Workspace", artifact: "Artifact", relay: R
     this process's ``sys.stdout``/``sys.stderr``)."""
     return run_worker_at(mode, str(workspace.manifest.path), str(workspace.layout.root), artifact.name,
                          workspace.worker_environment(env), relay, expect=artifact.fingerprint,
-                         imports=worker_imports(artifact.kind, mode))
+                         imports=worker_imports(artifact.kind, mode), warmups=worker_warmups(artifact.kind, mode))
 
 
 def worker_imports(kind: "ArtifactKind", mode: str) -> tuple[str, ...]:
     """What the fork server imports before it forks a ``mode`` worker of ``kind``: its
     ``worker_imports``, and for a build (or export) its ``build_imports`` too."""
     return kind.worker_imports + (kind.build_imports if step_word(mode) == "build" else ())
+
+
+def worker_warmups(kind: "ArtifactKind", mode: str) -> tuple[str, ...]:
+    """What the fork server imports just after it forks a ``mode`` worker of ``kind``:
+    its ``build_warmups`` for a build (or export)."""
+    return kind.build_warmups if step_word(mode) == "build" else ()
 
 
 def start_server_early(workspace: "Workspace", processes: int = 1) -> bool:
@@ -141,10 +147,12 @@ def run_worker_at(
     relay: Relay | None = None,
     expect: str | None = None,
     imports: tuple[str, ...] = (),
+    warmups: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """:func:`run_worker` by manifest path and root, in the environment ``env`` (which
     holds the settings; default: this process's); ``expect``: the fingerprint the
-    caller planned with; ``imports``: the kind's ``worker_imports``."""
+    caller planned with; ``imports`` and ``warmups``: what the fork server imports
+    before and after it forks this worker (:func:`worker_imports`, :func:`worker_warmups`)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     relay = relay or _relay_to_own_streams
@@ -160,7 +168,7 @@ def run_worker_at(
     process: Any = None
     if server is not None:
         try:
-            process = server.fork(arguments, environment, writer, imports)
+            process = server.fork(arguments, environment, writer, imports, warmups)
         except OSError:
             process = None  # a fresh interpreter instead
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
 from edgebuild.ml.hf_fixtures import FIXTURES
-from edgebuild.ml.onnx_tools import EXPORT_IMPORTS
+from edgebuild.ml.onnx_tools import EXPORT_IMPORTS, EXPORT_WARMUPS
 from edgebuild.ml.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
 
@@ -36,6 +36,7 @@ class HfOnnx(ArtifactKind):
     # Like the tower: an export and onnxruntime sessions beside the model.
     memory_factor = 3.0
     worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS
+    build_warmups = EXPORT_WARMUPS
     fixtures = FIXTURES
     starter = Starter(
         checkpoints={"clip": "clip_vision_tiny"},

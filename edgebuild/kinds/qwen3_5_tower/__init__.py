@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
-from edgebuild.ml.onnx_tools import EXPORT_IMPORTS
+from edgebuild.ml.onnx_tools import EXPORT_IMPORTS, EXPORT_WARMUPS
 from edgebuild.ml.qwen3_5_fixtures import FIXTURES
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
 
@@ -30,6 +30,7 @@ class Qwen3_5VisionTower(ArtifactKind):
     # Full-size tower (1.72 GiB float32): verification peaked at 2.95x, the build at 1.65x.
     memory_factor = 3.0
     worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS
+    build_warmups = EXPORT_WARMUPS
     fixtures = FIXTURES
     starter = Starter(
         checkpoints={"qwen3_5": "qwen3_5_vl_tiny"},

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
-from edgebuild.ml.onnx_tools import EXPORT_IMPORTS
+from edgebuild.ml.onnx_tools import EXPORT_IMPORTS, EXPORT_WARMUPS
 from edgebuild.ml.siglip import PREPROCESSOR_FILE, siglip_layout
 from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
 
@@ -40,6 +40,7 @@ class SiglipF143Onnx(ArtifactKind):
     # Not measured at full size; an export plus onnxruntime sessions, like the tower.
     memory_factor = 3.0
     worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS
+    build_warmups = EXPORT_WARMUPS
     source_kinds = ("siglip_f143",)
     starter = Starter(
         entry="""\

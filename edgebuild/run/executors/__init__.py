@@ -114,6 +114,7 @@ def run_on_cluster(workspace: "Workspace", names: list[str], address: str, say: 
                 remote_cache=remote.location.url,
                 worker_imports=artifact.kind.worker_imports,
                 build_imports=artifact.kind.build_imports,
+                build_warmups=artifact.kind.build_warmups,
             )
         )
     workspace.save_caches()

@@ -31,10 +31,11 @@ class Job:
     resource_basis: str
     manifest_path: str
     remote_cache: str
-    # The kind's worker_imports: a cluster worker's fork server imports them once; and
-    # its build_imports, before it forks the build.
+    # The kind's worker_imports: a cluster worker's fork server imports them once; its
+    # build_imports, before it forks the build; its build_warmups, after.
     worker_imports: tuple[str, ...] = ()
     build_imports: tuple[str, ...] = ()
+    build_warmups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def run_job(job: Job, local_directory: Path, threads: int, emit: Say) -> dict[st
 
     try:
         built = run_worker_at("build", job.manifest_path, str(root), job.name, environment, relay, expect=job.fingerprint,
-                              imports=job.worker_imports + job.build_imports)
+                              imports=job.worker_imports + job.build_imports, warmups=job.build_warmups)
     except PlanChanged:
         if job.fingerprint is not None:
             raise ClusterError(
