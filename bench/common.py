@@ -231,7 +231,7 @@ def assemble() -> None:
     """BENCHMARKS.md = a header + every section in bench/results, in a fixed order."""
     order = ["noop_fingerprint", "tower_export", "qdq_tower", "siglip_gptq", "store_copy", "parallel_matrix", "numba_cache",
              "worker_memory", "worker_startup", "wrapper_check_dtype", "scale_matrix", "many_artifacts", "verify_many", "cache_pull", "peers",
-             "dataset_gate", "targets", "stat_cache"]
+             "dataset_gate", "targets", "stat_cache", "exporter_warmup"]
     sections = sorted(RESULTS.glob("*.md"), key=lambda path: (order.index(path.stem) if path.stem in order else 99, path.stem))
     text = [
         "# Benchmarks",
