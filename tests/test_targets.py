@@ -19,7 +19,7 @@ from edgebuild.core.report import format_number
 from edgebuild.errors import ManifestError, ParameterError
 from edgebuild.run.workspace import Workspace
 
-from helpers import REPO, lay_out_project, made_once
+from helpers import REPO, clone_project, lay_out_project, made_once
 
 CLIP = """\
 checkpoints:
@@ -125,8 +125,6 @@ def test_a_users_own_runtime_check_agrees_with_the_report(clip_targets: Path) ->
 @pytest.mark.slow
 def test_a_second_build_runs_nothing_and_a_targets_code_stales_only_its_artifacts(clip_targets: Path,
                                                                                     tmp_path: Path) -> None:
-    from helpers import clone_project
-
     project = clone_project(clip_targets, tmp_path / "clone")
     again = project.doit("build")
     assert again.returncode == 0 and "built in" not in again.stdout + again.stderr
@@ -240,8 +238,6 @@ def test_the_support_matrix_is_what_the_targets_do(tmp_path: Path, model: str, r
     import os
 
     from edgebuild.api import open_project
-
-    from helpers import clone_project
 
     if model == "CLIPVisionModel":
         # A copy of the module's project, verified again here: nothing left to run.

@@ -76,10 +76,10 @@ def warm_up_exporter() -> None:
     """One :func:`export_onnx` of a small module (a convolution, layer norm, attention
     and an MLP, the ops of a vision encoder), into a directory that is then removed.
     torch's exporter does work on its first export in a process that later exports
-    reuse, whatever the first exported: the tiny CLIP encoder's first export took 6.2 to
-    7.2 s, its second 3.4 to 5.0 s, and its first after this one 4.2 to 4.4 s (two cores,
-    fresh processes). The random generator's state is put back: a process that warmed up
-    draws the same numbers after as before."""
+    reuse, whatever the first exported: the tiny CLIP encoder's export in a worker forked
+    after this took 0.70x the time of one forked before it (``bench/exporter_warmup.py``).
+    The random generator's state is put back: a process that warmed up draws the same
+    numbers after as before."""
     import torch
 
     class Block(torch.nn.Module):

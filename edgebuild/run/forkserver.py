@@ -534,16 +534,10 @@ def serve_shared(path: str, idle_seconds: float, ready_descriptor: int) -> None:
                     with socket.socket(fileno=status) as status_socket:
                         status_socket.sendall(b"stale\n")
                     continue
-                imported = len(sys.modules)
-                _import_quietly(request.get("imports", ()))
-                if len(sys.modules) != imported:
-                    loaded = _module_files()  # what a kind's worker_imports added is watched too
+                loaded = _import_watched(request.get("imports", ()), loaded)
                 _fork_worker(request, descriptors, children, [*connections, wakeup_reader, wakeup_writer,
                                                               *([] if retiring else [listener])])
-                imported = len(sys.modules)
-                _import_quietly(request.get("after", ()))
-                if len(sys.modules) != imported:
-                    loaded = _module_files()
+                loaded = _import_watched(request.get("after", ()), loaded)
             else:
                 # A worker's status socket is readable only when its client closed it: the
                 # process that asked for the worker is gone. Stop the worker as Ctrl-C would.
@@ -649,6 +643,14 @@ def _import_quietly(modules: "list[str] | tuple[str, ...]") -> None:
                 __import__(module)
             except Exception:
                 _FAILED_IMPORTS.add(module)
+
+
+def _import_watched(modules: "list[str] | tuple[str, ...]", loaded: dict[str, int]) -> dict[str, int]:
+    """:func:`_import_quietly`, then the files the shared server watches (``loaded``), with
+    what those imports added: an edit of a kind's module retires the server too."""
+    imported = len(sys.modules)
+    _import_quietly(modules)
+    return _module_files() if len(sys.modules) != imported else loaded
 
 
 @contextlib.contextmanager
