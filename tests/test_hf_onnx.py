@@ -275,8 +275,25 @@ root = Path(sys.argv[1])
 torch.set_num_threads(2)
 cold = exported_in_a_fork(root / "cold")
 state, threads = torch.get_rng_state(), torch.get_num_threads()
+# What the warm-up creates on disk: a server killed during it must leave nothing behind.
+created, watching = [], True
+
+
+def watch(event, args):
+    if not watching or isinstance(args[0], (str, bytes)) and os.path.exists(args[0]):
+        return  # (torch makes sure its own cache directory is there, at every export)
+    if event in ("os.mkdir", "tempfile.mkdtemp", "tempfile.mkstemp"):
+        created.append((event, args[0]))
+    elif event == "open" and (isinstance(args[1], str) and set(args[1]) & set("wax+")
+                              or isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)):
+        created.append((event, args[0]))
+
+
+sys.addaudithook(watch)
 _import_quietly(EXPORT_WARMUPS)  # as the fork server imports it, after forking a build
+watching = False
 assert "edgebuild.ml.exporter_warmup" in sys.modules, "the warm-up failed"
+assert not created, f"the warm-up wrote to disk: {created}"
 assert torch.equal(torch.get_rng_state(), state) and torch.get_num_threads() == threads
 print("same bytes" if exported_in_a_fork(root / "warm") == cold else "other bytes")
 '''
@@ -287,7 +304,8 @@ def test_an_export_after_the_exporter_warmed_up_writes_the_same_bytes(tmp_path: 
     """The exporting kinds warm torch's exporter up in the fork server after it forks a
     build (``build_warmups``), so later builds skip the first export's extra seconds: a
     build forked after the warm-up writes the bytes a cold one does, the server's random
-    generator and thread count are as they were, and the fork does not hang (OpenMP)."""
+    generator and thread count are as they were, the fork does not hang (OpenMP), and the
+    warm-up creates no file or directory (a server killed during it leaves nothing behind)."""
     import os
     import subprocess
     import sys
