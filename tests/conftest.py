@@ -61,6 +61,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                            "failure, not a skip (unset it to skip)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _generated_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every fixture's checkpoint at its default config, generated once for the run: the
+    projects the tests lay out start with copies (``helpers.with_generated_checkpoints``)."""
+    import helpers
+    from edgebuild.core.fixtures import ensure_fixture
+    from edgebuild.core.registry import fixtures
+
+    def make(directory: Path) -> None:
+        for name in fixtures():
+            ensure_fixture(directory, name)
+
+    helpers.GENERATED_CHECKPOINTS = made_once(tmp_path_factory, "generated-checkpoints", make) / "fixtures"
+
+
 @pytest.fixture(autouse=True)
 def _no_ambient_remote(monkeypatch: pytest.MonkeyPatch) -> None:
     """A remote cache or keys set in the developer's environment are never used by a test

@@ -155,11 +155,12 @@ def test_a_key_that_is_not_a_file_is_one_line_at_once(project_dir: ProjectDir, v
     """A FIFO named as a key was waited on forever; /dev/zero read without end."""
     project_dir.manifest(TOWER_MANIFEST)
     os.mkfifo(project_dir.root / "keys.fifo")
+    before = sorted(project_dir.root.rglob("*"))
     line = one_line(doit(project_dir, "status", env={variable: target}))
     shown = target if target.startswith("/") else str(project_dir.root / target)
     found = "a character device" if target.startswith("/") else "a FIFO (named pipe)"
     assert line == f"ERROR: {variable}: {shown}: {found}, not a regular file; expected a PEM key file"
-    assert sorted(path.name for path in project_dir.root.iterdir()) == ["artifacts.yaml", "dodo.py", "keys.fifo"]
+    assert sorted(project_dir.root.rglob("*")) == before  # nothing written, anywhere in the project
 
 
 def test_a_manifest_too_large_is_one_line(project_dir: ProjectDir) -> None:
