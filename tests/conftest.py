@@ -63,17 +63,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 @pytest.fixture(scope="session", autouse=True)
 def _generated_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Every fixture's checkpoint at its default config, generated once for the run: the
-    projects the tests lay out start with copies (``helpers.with_generated_checkpoints``)."""
+    """Every fixture's checkpoint at its default config, generated once for the run when a
+    test first lays out a project that names one (a run of tests that lay out none does not
+    wait for them): the projects start with copies (``helpers.with_generated_checkpoints``)."""
+    import functools
+
     import helpers
-    from edgebuild.core.fixtures import ensure_fixture
-    from edgebuild.core.registry import fixtures
 
     def make(directory: Path) -> None:
+        from edgebuild.core.fixtures import ensure_fixture
+        from edgebuild.core.registry import fixtures
+
         for name in fixtures():
             ensure_fixture(directory, name)
 
-    helpers.GENERATED_CHECKPOINTS = made_once(tmp_path_factory, "generated-checkpoints", make) / "fixtures"
+    helpers.generated_checkpoints = functools.cache(
+        lambda: made_once(tmp_path_factory, "generated-checkpoints", make) / "fixtures")
 
 
 @pytest.fixture(autouse=True)

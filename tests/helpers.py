@@ -44,12 +44,13 @@ artifacts:
 
 
 # The generated checkpoints of every fixture at its default config, made once for the run
-# (conftest.py sets it). A project the tests lay out starts with copies of those its
-# manifest names, as a project that has run before has them: otherwise the first doit
-# process of every test imports transformers to write them again (8 s of a tower's 34 s
-# build from nothing on 2 cores). Writing them is tested where it is the subject
-# (test_fixtures.py, and every manifest that changes a fixture's config).
-GENERATED_CHECKPOINTS: "Path | None" = None
+# on first use (conftest.py sets this to the function that makes or finds them). A project
+# the tests lay out starts with copies of those its manifest names, as a project that has
+# run before has them: otherwise the first doit process of every test imports transformers
+# to write them again (8 s of a tower's 34 s build from nothing on 2 cores). Writing them is
+# tested where it is the subject (test_fixtures.py, and every manifest that changes a
+# fixture's config).
+generated_checkpoints: "Callable[[], Path] | None" = None
 
 
 def with_generated_checkpoints(root: Path, manifest: str) -> None:
@@ -57,10 +58,10 @@ def with_generated_checkpoints(root: Path, manifest: str) -> None:
     ``manifest`` names (each a copy: a test may change its files)."""
     import re
 
-    if GENERATED_CHECKPOINTS is None:
-        return
     named = set(re.findall(r"\bfixture:\s*([A-Za-z0-9_]+)", manifest))
-    for made in GENERATED_CHECKPOINTS.iterdir():
+    if generated_checkpoints is None or not named:
+        return
+    for made in generated_checkpoints().iterdir():
         target = root / "cache" / "fixtures" / made.name
         if made.name.rsplit("-", 1)[0] in named and not target.exists():
             shutil.copytree(made, target)

@@ -3,7 +3,6 @@ and measuring where onnxruntime places each node."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -38,22 +37,9 @@ def export_onnx(
     """torch's dynamo exporter, optimised, weights in one external ``<name>.data`` file;
     ``dynamic_shapes`` as ``torch.export`` takes them (``None``: every shape fixed)."""
     import onnx
-    import torch
 
-    with _exporter_quietly():
-        torch.onnx.export(
-            module,
-            example,
-            str(path),
-            input_names=input_names,
-            output_names=output_names,
-            opset_version=opset,
-            dynamic_shapes=dynamic_shapes,
-            dynamo=True,
-            optimize=True,
-            external_data=True,
-            verbose=False,
-        )
+    _run_exporter(module, example, str(path), input_names, output_names, opset, dynamic_shapes=dynamic_shapes,
+                  external_data=True)
     weights = path.with_name(path.name + ".data")
     if not weights.exists():
         # Graphs under the exporter's size threshold come back inline; keep one layout.
@@ -66,17 +52,22 @@ def export_onnx(
         onnx.save(model, str(path))
 
 
-@contextlib.contextmanager
-def _exporter_quietly() -> Iterator[None]:
-    """The exporter logs one warning per torchvision op it cannot register and a
-    FutureWarning from torch's own pytree code; neither concerns the graph."""
+def _run_exporter(module: Any, example: tuple[Any, ...], destination: str | None, input_names: list[str],
+                  output_names: list[str], opset: int, **options: Any) -> Any:
+    """torch's dynamo exporter, optimised, as every export here runs it (to ``destination``,
+    or kept in memory for ``None``); its ONNX program. Quiet: the exporter logs one warning
+    per torchvision op it cannot register and a FutureWarning from torch's own pytree
+    code, and neither concerns the graph."""
     import logging
     import warnings
+
+    import torch
 
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        yield
+        return torch.onnx.export(module, example, destination, input_names=input_names, output_names=output_names,
+                                 opset_version=opset, dynamo=True, optimize=True, verbose=False, **options)
 
 
 def warm_up_exporter() -> None:
@@ -105,10 +96,9 @@ def warm_up_exporter() -> None:
             tokens = tokens + attended.transpose(1, 2).reshape(1, -1, 8)
             return (tokens + self.mlp(self.norm(tokens))).mean(dim=1).softmax(dim=-1)
 
-    with torch.random.fork_rng(devices=[]), torch.no_grad(), _exporter_quietly():
-        program = torch.onnx.export(Block().eval(), (torch.zeros(1, 3, 8, 8),), None, input_names=["pixels"],
-                                    output_names=["scores"], opset_version=EXPORTER_MIN_OPSET, dynamo=True,
-                                    optimize=True, verbose=False)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        program = _run_exporter(Block().eval(), (torch.zeros(1, 3, 8, 8),), None, ["pixels"], ["scores"],
+                                EXPORTER_MIN_OPSET)
         # What saving does before it writes: the graph serialised to a protobuf.
         program.model_proto.SerializeToString()
 
