@@ -194,7 +194,9 @@ def test_verification_records_latency_against_the_float_source_and_gates_it_on_r
         report = json.loads((tmp_path / "build" / name / "report.json").read_text())
         latency = report["latency"]
         assert latency["measured"] and latency["median_ms"] > 0 and latency["p90_ms"] >= latency["median_ms"]
-        assert latency["runs"] == 10 and latency["warmup"] == 1 and latency["simulated"] is False
+        # Up to the 10 runs asked for: the 5 s budget stops a loaded machine's timing earlier, never
+        # before MIN_RUNS (the budget's own test, with a clock of its own, is above).
+        assert MIN_RUNS <= latency["runs"] <= 10 and latency["warmup"] == 1 and latency["simulated"] is False
         assert latency["machine"]["cores"] == os.cpu_count()
         assert latency["float_source"]["artifact"] == source and latency["float_source"]["median_ms"] > 0
         assert latency["ratio"] == pytest.approx(latency["median_ms"] / latency["float_source"]["median_ms"])
