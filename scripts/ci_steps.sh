@@ -51,7 +51,13 @@ if [ "$tests" != skip ]; then
         exit 1
     fi
     [ "$status" -eq 0 ] || exit "$status"
-    # The install test, apart from the suite (README, "Quickstart").
+    # The workflow tests and the install test, apart from the suite (README, "Quickstart").
+    EDGEBUILD_REQUIRE_ALL_TESTS=1 "$venv/bin/python" -m pytest -n auto --dist worksteal -m workflow || status=$?
+    if [ "$status" -eq 5 ]; then
+        echo "ci: pytest collected no workflow test; that is a failure, not a pass" >&2
+        exit 1
+    fi
+    [ "$status" -eq 0 ] || exit "$status"
     "$venv/bin/python" -m pytest -m install || status=$?
     if [ "$status" -eq 5 ]; then
         echo "ci: pytest collected no install test; that is a failure, not a pass" >&2

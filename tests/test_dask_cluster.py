@@ -362,6 +362,7 @@ def _stalled_driver(cluster: Cluster, driver: ProjectDir, remote: Path) -> tuple
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 @pytest.mark.parametrize("retry", [True, False], ids=["retried-elsewhere", "given-up"])
 def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path: Path, retry: bool) -> None:
     """Worker w1 hangs before its build's record is written; it is killed. With another
@@ -417,6 +418,7 @@ def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path:
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 def test_a_local_cluster(verified_seed: Path, tmp_path: Path) -> None:
     """``--dask local:1``: a LocalCluster on loopback, closed when the command ends."""
     remote = tmp_path / "remote"
@@ -439,6 +441,7 @@ def test_a_local_cluster(verified_seed: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 def test_the_scheduler_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path: Path) -> None:
     """The scheduler dies while its worker builds: one line naming what was not built, in
     bounded time, no traceback; nothing of it counts as built here."""

@@ -529,6 +529,7 @@ def test_misspelt_remote_cache_key_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str, verified_seed: Path, tmp_path: Path,
                                                                   keys: dict[str, Path]) -> None:
     env = signing_env(keys, remote_url)

@@ -191,6 +191,7 @@ def test_the_repository_dodo_is_the_starter_dodo() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 def test_init_then_verify_the_qnn_starter(tmp_path: Path) -> None:
     """With the qnn extra installed (the test set-up has it), init writes the QNN starter
     uncommented and it builds and verifies, quietly. Every other starter is verified by a
@@ -442,6 +443,7 @@ def test_the_versions_digest_follows_every_installed_package(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 def test_the_ci_jobs_run_as_written_check_shards_lock_and_a_frozen_gather_that_publishes(tmp_path: Path, keys) -> None:
     """The steps of every job of the workflow, each on a fresh clone as a runner has it, on
     two tiny towers: the check; two shards that sign and push (each writing the lock file

@@ -280,6 +280,7 @@ def poison_the_tower(remote: RemoteCache, fingerprint: str, scratch: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runner(
     verified_seed: Path, keys: dict[str, Path], tmp_path: Path
 ) -> None:

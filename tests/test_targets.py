@@ -230,6 +230,7 @@ def _cell(root: Path, name: str, result: "Any") -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 @pytest.mark.parametrize("model", list(MATRIX_MODELS))
 def test_the_support_matrix_is_what_the_targets_do(tmp_path: Path, model: str, request: pytest.FixtureRequest) -> None:
     """Each row of docs/support.md, architecture x target, is what building and verifying
@@ -261,7 +262,7 @@ def test_the_support_matrix_is_what_the_targets_do(tmp_path: Path, model: str, r
     header = ["| architecture | " + " | ".join(MATRIX_TARGETS) + " |", "| --- |" + " --- |" * len(MATRIX_TARGETS)]
     head, _, table = page.partition("<!-- matrix -->\n")
     rows = {line.split(" | ")[0].removeprefix("| "): line for line in table.splitlines()[2:]}
-    stale = "docs/support.md is stale: EDGEBUILD_WRITE_SUPPORT_MATRIX=1 pytest -p no:xdist -k support_matrix"
+    stale = "docs/support.md is stale: EDGEBUILD_WRITE_SUPPORT_MATRIX=1 pytest -p no:xdist -m workflow -k support_matrix"
     if os.environ.get("EDGEBUILD_WRITE_SUPPORT_MATRIX") == "1":
         rows[model] = row
         ordered = [rows[name] for name in MATRIX_MODELS if name in rows]

@@ -182,6 +182,7 @@ RENAMED = (
 
 
 @pytest.mark.slow
+@pytest.mark.workflow
 def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_path: Path, siglip_checkpoint: Path,
                                                                           keys: dict[str, Path]) -> None:
     """Two checkouts at different paths, the second with other aliases, a trailing
