@@ -50,6 +50,10 @@ artifacts:
 """
 TARGETS = ("clip_et", "clip_tflite", "clip_ov", "clip_ort")
 
+# One model through every target's runtime, the support matrix among it: minutes of
+# exporting, lowering and converting, run apart from the suite (README, "Tests"), as CI does.
+pytestmark = pytest.mark.workflow
+
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +234,6 @@ def _cell(root: Path, name: str, result: "Any") -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.workflow
 @pytest.mark.parametrize("model", list(MATRIX_MODELS))
 def test_the_support_matrix_is_what_the_targets_do(tmp_path: Path, model: str, request: pytest.FixtureRequest) -> None:
     """Each row of docs/support.md, architecture x target, is what building and verifying
