@@ -229,7 +229,7 @@ store took no time at all. The passes are the float reference (it also collects 
 model's (the report's metrics and the outputs digest that `doit verify` checks come from it); both run transformers'
 `SiglipVisionModel` in eager float32, as the seed does, because the Hessians must be the seed's bit for bit, and
 their matrix products run at the machine's GEMM rate (`torch.nn.functional.linear` on so400m's fc1, measured
-alone: about 125 GFLOP/s on 2 AMD EPYC cores, 280 on 2 Xeon cores). The first build in a clone also compiles the numba
+alone: about 125 GFLOP/s on 2 AMD EPYC cores, 130 to 280 on 2 Xeon cores, by the machine). The first build in a clone also compiles the numba
 kernels (`bench/numba_cache.py`); both sides import transformers' model code before the clock starts, as a worker
 forked from the fork server has.
 """

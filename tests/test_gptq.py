@@ -174,12 +174,32 @@ def test_reconstruct_rank_deficient_and_bfloat16_match_seed() -> None:
     assert torch.equal(result.weight, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("algorithm", ["gptq", "nearest"])
+def test_reconstruct_into_a_destination_writes_the_same_weight_there(dtype: torch.dtype, algorithm: str) -> None:
+    """The build's route: the weight goes into its place in the output file. A float32
+    GPTQ on CPU is written there by the kernel, any other by a copy; the bits and the
+    residual are those of a reconstruction into memory of its own."""
+    weight = _weight(70, 100, seed=8).to(dtype)
+    hessians = _statistics(_inputs(100, 100, seed=9)).hessians
+    alone = gptq.reconstruct(weight, hessians, algorithm=algorithm)
+    destination = torch.full_like(weight, float("nan"))
+    result = gptq.reconstruct(weight, hessians, algorithm=algorithm, out=destination)
+    assert result.weight is destination
+    assert torch.equal(destination, alone.weight)
+    assert torch.equal(result.residual, alone.residual)
+    assert (result.nearest_objective, result.reconstructed_objective, result.saturated) == (
+        alone.nearest_objective, alone.reconstructed_objective, alone.saturated)
+
+
 def test_reconstruct_checks_arguments() -> None:
     hessians = torch.zeros(2, 64, 64)
     with pytest.raises(ValueError, match="algorithm must be one of \\('gptq', 'nearest'\\), got 'rtn'"):
         gptq.reconstruct(torch.zeros(8, 100), hessians, 0.01, "rtn")
     with pytest.raises(ValueError, match=r"Hessians of shape \(2, 64, 64\) do not match a width of 300"):
         gptq.reconstruct(torch.zeros(8, 300), hessians)
+    with pytest.raises(ValueError, match=r"out is torch.float16 \(8, 100\), the weight torch.float32 \(8, 100\)"):
+        gptq.reconstruct(torch.zeros(8, 100), hessians, out=torch.zeros(8, 100, dtype=torch.float16))
 
 
 def test_bias_correction_matches_seed() -> None:

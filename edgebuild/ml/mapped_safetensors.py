@@ -4,9 +4,10 @@ A GPTQ build makes 1.6 GB of new weights and then writes them to ``model.safeten
 the weights are allocated once as process memory and once more as the file's page
 cache, and on a virtual machine whose freed memory goes back to the host each of those
 gigabytes is faulted in afresh (``bench/store_copy.py`` explains). Laid out first, the
-file's own pages hold the weights: each reconstructed weight is copied straight into
-its place in the file, the model keeps that view as its parameter, and saving only
-copies in what was not placed (norms, biases, embeddings) -- one allocation, no write.
+file's own pages hold the weights: each reconstructed weight is written straight into
+its place in the file (the GPTQ kernel writes into ``view``), the model keeps that view
+as its parameter, and saving only copies in what was not placed (norms, biases,
+embeddings) -- one allocation, no write, no copy.
 
 The bytes are those ``safetensors.torch.save_file`` writes: the order of the tensors in
 the data is asked of safetensors itself (a probe of the same names and dtypes, one

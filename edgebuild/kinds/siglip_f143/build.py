@@ -47,8 +47,9 @@ def build(context: BuildContext) -> dict[str, Any]:
         mapped = MappedSafetensors.create(out / MODEL_FILE, model.state_dict(), metadata, params.sorted_metadata)
     context.log(f"{len(modules)} linears in {layer_count} layers; {sum(len(batch) for batch in batches)} calibration images")
 
-    place = (lambda name, weight: mapped.place(f"{name}.weight", weight)) if mapped is not None else None
-    calibration = calibrate(model, modules, batches, held_out, params, layer_count, device, phases, context.log, place)
+    destination = (lambda name: mapped.view(f"{name}.weight")) if mapped is not None else None
+    calibration = calibrate(model, modules, batches, held_out, params, layer_count, device, phases, context.log,
+                            destination)
 
     with phases.time("final_pass"):
         quantized_outputs = encoder_outputs(model, batches, device)

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     import torch
 
 Log = Callable[[str], None]
-# Where a reconstructed weight is kept: (linear's name, weight) -> the tensor the module holds.
-Place = Callable[[str, Any], Any]
+# Where a linear's reconstructed weight is written and kept: its name -> a tensor of
+# the weight's dtype and shape (its place in the output file), which the module then holds.
+Destination = Callable[[str], Any]
 
 
 @dataclass(frozen=True)
@@ -193,12 +194,12 @@ def calibrate(
     device: Any,
     phases: Phases,
     log: Log,
-    place: Place | None = None,
+    destination: Destination | None = None,
 ) -> CalibrationResult:
     """Quantize ``modules`` of ``model`` in place; return what was measured on the way.
 
-    ``place(name, weight)``, where given, puts a reconstructed weight where it will be
-    kept (its place in the output file) and returns the tensor the module then holds."""
+    ``destination(name)``, where given, is the tensor linear ``name``'s reconstructed
+    weight is written into (its place in the output file) and the module then holds."""
     groups = layernorm_groups(model, layer_count) if params.equalize_layernorm else []
     collect_now = not params.equalize_layernorm and not params.sequential_layers
 
@@ -238,13 +239,14 @@ def calibrate(
                 _run_layer(model, layer, hidden)
                 collector.close()
             with phases.time("reconstruction"):
-                result.linears |= _reconstruct(layer_modules, collector, params, len(result.linears), len(modules), log, place)
+                result.linears |= _reconstruct(layer_modules, collector, params, len(result.linears), len(modules),
+                                               log, destination)
             with phases.time("collection"):
                 hidden = _run_layer(model, layer, hidden)
         result.forward_passes += 1
     else:
         with phases.time("reconstruction"):
-            result.linears = _reconstruct(modules, collector, params, 0, len(modules), log, place)
+            result.linears = _reconstruct(modules, collector, params, 0, len(modules), log, destination)
     return result
 
 
@@ -298,7 +300,7 @@ def _run_layer(model: Any, layer: int, hidden: list[Any]) -> list[Any]:
 
 
 def _reconstruct(modules: dict[str, Any], collector: Collector, params: SiglipF143Params, done: int, total: int,
-                 log: Log, place: Place | None = None) -> dict[str, LinearResult]:
+                 log: Log, destination: Destination | None = None) -> dict[str, LinearResult]:
     import torch
 
     from edgebuild.ml.quant import gptq
@@ -308,7 +310,8 @@ def _reconstruct(modules: dict[str, Any], collector: Collector, params: SiglipF1
         for name, module in modules.items():
             statistics = collector.hessians.pop(name)
             result = gptq.reconstruct(
-                module.weight.detach(), statistics.hessians, params.damp, params.algorithm, params.block_size
+                module.weight.detach(), statistics.hessians, params.damp, params.algorithm, params.block_size,
+                out=destination(name) if destination is not None else None,
             )
             correction = torch.zeros(module.out_features, device=module.weight.device)
             if params.bias_correction and module.bias is not None:
@@ -316,10 +319,10 @@ def _reconstruct(modules: dict[str, Any], collector: Collector, params: SiglipF1
                 module.bias.add_(correction.to(module.bias.dtype))
             # float8 has no -0: store +0.0 (before the final pass), so that the packed
             # form round-trips bit for bit and the outputs come from these weights.
-            weight = result.weight.add_(0.0)
             # Swap the storage rather than copy into it: the loaded weight is a view of
-            # the checkpoint (``is_linear_weight``). Placed, it is a view of the output.
-            module.weight.data = place(name, weight) if place is not None else weight
+            # the checkpoint (``is_linear_weight``). With a destination, the new one is
+            # a view of the output file.
+            module.weight.data = result.weight.add_(0.0)
             results[name] = LinearResult(
                 nearest=result.nearest_objective,
                 reconstructed=result.reconstructed_objective,

@@ -216,12 +216,14 @@ def _gptq_quantize_residual(
     exponents: torch.Tensor,
     block_size: int,
     residual: torch.Tensor | None = None,
+    quantized: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`gptq_quantize` and `weight - quantized` (float32), which the CPU kernel gives in one pass.
 
-    `residual`, a float32 tensor of the weight's shape, is written over and
-    returned when given: reusing a buffer saves a page fault per 4 KiB, which
-    on fresh tens of MB costs as much as the kernel itself.
+    `residual` and `quantized`, float32 tensors of the weight's shape, are written
+    over and returned when given (the CPU kernel writes into them): reusing a buffer
+    saves a page fault per 4 KiB, which on fresh tens of MB costs as much as the
+    kernel itself, and a destination that is the output file's page needs no copy.
     """
     eps = torch.finfo(torch.float32).eps
     # Each block's diagonal entry: what the column's error is divided by.
@@ -231,11 +233,8 @@ def _gptq_quantize_residual(
         quantized = _gptq_quantize_batched(values, factors, divisors, exponents, block_size)
         return quantized, values - quantized
     values, scales = kernel_operands(weight, exponents)
-    quantized = torch.empty_like(values)
-    if residual is None:
-        residual = torch.empty_like(values)
-    if residual.shape != values.shape or residual.dtype != torch.float32 or not residual.is_contiguous():
-        raise ValueError(f"residual buffer must be contiguous float32 {tuple(values.shape)}")
+    quantized = _float32_buffer(quantized, values, "quantized")
+    residual = _float32_buffer(residual, values, "residual")
     f143_kernels.gptq_blocks(
         values.numpy(),
         factors.detach().to(torch.float32).contiguous().numpy(),
@@ -245,6 +244,15 @@ def _gptq_quantize_residual(
         residual.numpy(),
     )
     return quantized, residual
+
+
+def _float32_buffer(buffer: torch.Tensor | None, like: torch.Tensor, what: str) -> torch.Tensor:
+    """`buffer`, checked to be what a kernel may write `like`'s result into; a new one if None."""
+    if buffer is None:
+        return torch.empty_like(like)
+    if buffer.shape != like.shape or buffer.dtype != torch.float32 or not buffer.is_contiguous():
+        raise ValueError(f"{what} buffer must be contiguous float32 {tuple(like.shape)}")
+    return buffer
 
 
 def _gptq_quantize_batched(
@@ -327,14 +335,20 @@ def reconstruct(
     damp: float = DEFAULT_DAMP,
     algorithm: str = "gptq",
     block_size: int = TILE,
+    out: torch.Tensor | None = None,
 ) -> Reconstruction:
     """Quantize one linear's weight onto F143 with `algorithm` ("gptq" or "nearest").
 
     `hessians` is `BlockHessians.hessians` for this linear's input. The
     weight comes back in its own dtype, as the seed writes it in place.
+    `out`, a tensor of the weight's dtype and shape, receives it and is
+    returned as `Reconstruction.weight`; a float32 GPTQ on CPU is written there
+    by the kernel itself, with no copy of its own made first.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if out is not None and (out.dtype != weight.dtype or out.shape != weight.shape):
+        raise ValueError(f"out is {out.dtype} {tuple(out.shape)}, the weight {weight.dtype} {tuple(weight.shape)}")
     rows, width = weight.shape
     blocks = _block_count(width, block_size)
     if tuple(hessians.shape) != (blocks, block_size, block_size):
@@ -348,7 +362,8 @@ def reconstruct(
         nearest_objective = _weighted_error(residual, hessians, block_size)
         factors = inverse_hessian_factors(hessians, damp, width)
         # The nearest residual is done with: its buffer takes GPTQ's.
-        rebuilt, residual = _gptq_quantize_residual(weight, factors, exponents, block_size, residual)
+        direct = out if weight.dtype == torch.float32 and out is not None and out.is_contiguous() else None
+        rebuilt, residual = _gptq_quantize_residual(weight, factors, exponents, block_size, residual, direct)
         rebuilt_objective = _weighted_error(residual, hessians, block_size)
     else:
         rebuilt = project_tiles(weight, exponents, block_size)
@@ -359,6 +374,8 @@ def reconstruct(
         # The seed's W - Wq uses the weight as stored (float16 cannot hold every scale).
         residual = weight.to(torch.float32) - stored.to(torch.float32)
     saturated = saturated_count(rebuilt, exponents, block_size)
+    if out is not None and stored is not out:
+        stored = out.copy_(stored)
     return Reconstruction(stored, nearest_objective, rebuilt_objective, residual, saturated)
 
 
