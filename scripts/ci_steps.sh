@@ -40,30 +40,28 @@ while [ $# -gt 0 ]; do
     shift
 done
 
+# pytest_passed WHAT PYTEST-ARGUMENTS...: run pytest; stop with its status unless it
+# passed. Exit 5 (nothing collected) is a failure: a selection that runs no test has
+# checked nothing.
+pytest_passed() {
+    local what=$1 status=0
+    shift
+    "$venv/bin/python" -m pytest "$@" || status=$?
+    if [ "$status" -eq 5 ]; then
+        echo "ci: pytest collected no $what; that is a failure, not a pass" >&2
+        exit 1
+    fi
+    [ "$status" -eq 0 ] || exit "$status"
+}
+
 if [ "$tests" != skip ]; then
     echo "ci: tests" >&2
-    status=0
     # The set-up installed the test extra (and the runner ships a browser): a test that
     # would skip for want of any of it fails instead (tests/conftest.py).
-    EDGEBUILD_REQUIRE_ALL_TESTS=1 "$venv/bin/python" -m pytest -n auto --dist worksteal || status=$?
-    if [ "$status" -eq 5 ]; then
-        echo "ci: pytest collected no tests; that is a failure, not a pass" >&2
-        exit 1
-    fi
-    [ "$status" -eq 0 ] || exit "$status"
+    EDGEBUILD_REQUIRE_ALL_TESTS=1 pytest_passed tests -n auto --dist worksteal
     # The workflow tests and the install test, apart from the suite (README, "Quickstart").
-    EDGEBUILD_REQUIRE_ALL_TESTS=1 "$venv/bin/python" -m pytest -n auto --dist worksteal -m workflow || status=$?
-    if [ "$status" -eq 5 ]; then
-        echo "ci: pytest collected no workflow test; that is a failure, not a pass" >&2
-        exit 1
-    fi
-    [ "$status" -eq 0 ] || exit "$status"
-    "$venv/bin/python" -m pytest -m install || status=$?
-    if [ "$status" -eq 5 ]; then
-        echo "ci: pytest collected no install test; that is a failure, not a pass" >&2
-        exit 1
-    fi
-    [ "$status" -eq 0 ] || exit "$status"
+    EDGEBUILD_REQUIRE_ALL_TESTS=1 pytest_passed "workflow test" -n auto --dist worksteal -m workflow
+    pytest_passed "install test" -m install
     [ "$tests" != only ] || exit 0
 fi
 
