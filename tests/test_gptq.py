@@ -183,13 +183,15 @@ def test_reconstruct_into_a_destination_writes_the_same_weight_there(dtype: torc
     weight = _weight(70, 100, seed=8).to(dtype)
     hessians = _statistics(_inputs(100, 100, seed=9)).hessians
     alone = gptq.reconstruct(weight, hessians, algorithm=algorithm)
-    destination = torch.full_like(weight, float("nan"))
-    result = gptq.reconstruct(weight, hessians, algorithm=algorithm, out=destination)
-    assert result.weight is destination
-    assert torch.equal(destination, alone.weight)
-    assert torch.equal(result.residual, alone.residual)
-    assert (result.nearest_objective, result.reconstructed_objective, result.saturated) == (
-        alone.nearest_objective, alone.reconstructed_objective, alone.saturated)
+    # A place of its own, and the weight's own memory (written over, as the seed does).
+    for destination in (torch.full_like(weight, float("nan")), weight.clone()):
+        source = destination if destination.isfinite().all() else weight
+        result = gptq.reconstruct(source, hessians, algorithm=algorithm, out=destination)
+        assert result.weight is destination
+        assert torch.equal(destination, alone.weight)
+        assert torch.equal(result.residual, alone.residual)
+        assert (result.nearest_objective, result.reconstructed_objective, result.saturated) == (
+            alone.nearest_objective, alone.reconstructed_objective, alone.saturated)
 
 
 def test_reconstruct_checks_arguments() -> None:

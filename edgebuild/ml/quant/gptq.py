@@ -342,8 +342,9 @@ def reconstruct(
     `hessians` is `BlockHessians.hessians` for this linear's input. The
     weight comes back in its own dtype, as the seed writes it in place.
     `out`, a tensor of the weight's dtype and shape, receives it and is
-    returned as `Reconstruction.weight`; a float32 GPTQ on CPU is written there
-    by the kernel itself, with no copy of its own made first.
+    returned as `Reconstruction.weight` (it may be the weight itself); a float32
+    GPTQ on CPU is written there by the kernel itself, with no copy of its own
+    made first.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -362,7 +363,9 @@ def reconstruct(
         nearest_objective = _weighted_error(residual, hessians, block_size)
         factors = inverse_hessian_factors(hessians, damp, width)
         # The nearest residual is done with: its buffer takes GPTQ's.
-        direct = out if weight.dtype == torch.float32 and out is not None and out.is_contiguous() else None
+        # Not into the weight's own memory: the kernel reads the weight while it writes.
+        direct = out if (weight.dtype == torch.float32 and out is not None and out.is_contiguous()
+                         and out.untyped_storage().data_ptr() != weight.untyped_storage().data_ptr()) else None
         rebuilt, residual = _gptq_quantize_residual(weight, factors, exponents, block_size, residual, direct)
         rebuilt_objective = _weighted_error(residual, hessians, block_size)
     else:
