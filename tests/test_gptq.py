@@ -184,8 +184,8 @@ def test_reconstruct_into_a_destination_writes_the_same_weight_there(dtype: torc
     hessians = _statistics(_inputs(100, 100, seed=9)).hessians
     alone = gptq.reconstruct(weight, hessians, algorithm=algorithm)
     # A place of its own, and the weight's own memory (written over, as the seed does).
-    for destination in (torch.full_like(weight, float("nan")), weight.clone()):
-        source = destination if destination.isfinite().all() else weight
+    own = weight.clone()
+    for source, destination in ((weight, torch.full_like(weight, float("nan"))), (own, own)):
         result = gptq.reconstruct(source, hessians, algorithm=algorithm, out=destination)
         assert result.weight is destination
         assert torch.equal(destination, alone.weight)
