@@ -86,8 +86,9 @@ def _from_nothing(parent: Path, way: str, extra: dict[str, str]) -> dict[str, fl
     """``doit build`` of the eight towers from nothing (eight workers: issue 40's measure),
     then ``doit verify`` of them from nothing (sixteen: a build and a verification each),
     after a ``doit build t64`` that generates the fixture (and, shared, leaves the server
-    running with the kinds' imports). Each command's wall time, and what its builds and
-    verifications recorded (``{way} recorded``, ``{way} build`` and ``{way} build recorded``)."""
+    running with the kinds' imports). Each command's wall time and what its steps recorded:
+    ``{way} build`` and ``{way} build recorded`` for the build, ``{way}`` and ``{way} recorded``
+    for the verify."""
     seconds = {}
     root = common.project_dir(parent / way, EIGHT)
     env = dict(os.environ, EDGEBUILD_REMOTE_CACHE="off", **extra)
@@ -130,12 +131,11 @@ def main() -> None:
     finally:
         shutil.rmtree(parent, ignore_errors=True)
     forked, fresh = statistics.median(times["forked"]), statistics.median(times["fresh"])
-    artifacts = ARTIFACTS
-    workers = 2 * artifacts  # a build and a verification each
+    workers = 2 * ARTIFACTS  # a build and a verification each
     overhead = {way: (whole[way] - whole[f"{way} recorded"]) / workers for way in ("fresh", "forked", "shared")}
-    per_artifact = {way: cost * workers / artifacts for way, cost in overhead.items()}
+    per_artifact = {way: cost * workers / ARTIFACTS for way, cost in overhead.items()}
     # Issue 40's own measure: `doit build` alone, one worker per artifact.
-    build_only = {way: (whole[f"{way} build"] - whole[f"{way} build recorded"]) / artifacts
+    build_only = {way: (whole[f"{way} build"] - whole[f"{way} build recorded"]) / ARTIFACTS
                   for way in ("fresh", "forked", "shared")}
     rows = [
         ["fresh interpreters (EDGEBUILD_FORK_SERVER=0)", f"{whole['fresh']:.1f}", f"{overhead['fresh']:.2f}",
@@ -151,13 +151,13 @@ def main() -> None:
                   for way in ("fresh", "forked", "shared")]
     markdown = (
         "## Worker fixed cost: forked from a fork server (issue: performance)\n\n"
-        f"{common.machine()}. `bench/worker_startup.py`: `doit verify` of {artifacts} tiny towers from nothing "
+        f"{common.machine()}. `bench/worker_startup.py`: `doit verify` of {ARTIFACTS} tiny towers from nothing "
         f"({workers} workers: a build and a verification each), the remote cache off, each way in one run. "
         "The fixed cost per worker is the command's wall time less what the builds and verifications "
         "recorded (`build_seconds`, `verify_seconds`), divided by the workers; it includes doit's own "
         "start and planning, shared by all.\n\n"
         + common.table(["workers", "doit verify (s)", "fixed cost per worker (s)", "per artifact (s)", "vs fresh"], rows)
-        + f"\n\nIssue 40's measure: `doit build` of the {artifacts} towers from nothing ({artifacts} workers), wall "
+        + f"\n\nIssue 40's measure: `doit build` of the {ARTIFACTS} towers from nothing ({ARTIFACTS} workers), wall "
         "time less the builds' recorded `build_seconds`, per artifact; goal at most 1.0 s.\n\n"
         + common.table(["workers", "doit build (s)", "recorded (s)", "per artifact outside recorded phases (s)",
                         "goal"], build_rows)
