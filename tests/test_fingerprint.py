@@ -138,3 +138,30 @@ def test_a_shared_part_encoded_once_digests_as_the_whole(record: dict) -> None:
     plain = {key: ({k: (dict(shared) if v == "SHARED" else v) for k, v in value.items()} if isinstance(value, dict) else value)
              for key, value in plain.items()}
     assert digest_json_sharing(with_shared(record)) == digest_json(plain)
+
+
+CANONICAL_CASES = [
+    {"b": [1, 2.5, -0.0, 1e-7, 1e300, 12345678901234567890], "a": {"x": None, "y": True, "z": False}},
+    {"é": "ü\u2028\n\"\\", "": [], "nested": [{"k": "v"}, [[]]]},
+    [float("nan"), float("inf"), float("-inf")],
+    "text", 7, 0.1, None,
+]
+
+
+@pytest.mark.parametrize("value", CANONICAL_CASES)
+def test_canonical_json_is_the_text_json_dumps_writes(value, monkeypatch) -> None:
+    """Fingerprints, store entries and signatures hash this text: json's C encoder made once
+    writes what json.dumps(sort_keys=True, compact, ASCII) writes, and so does the encoder
+    a Python without it uses."""
+    import json
+
+    from edgebuild.core import hashing
+    from edgebuild.core.hashing import EncodedOnce, canonical_json
+
+    expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert canonical_json(value) == expected
+    if isinstance(value, dict):
+        assert EncodedOnce(value).text == expected
+    monkeypatch.setattr(hashing, "_CANONICAL", None)
+    assert canonical_json(value) == expected
+

@@ -71,3 +71,22 @@ def test_parameters_read_checkpoint_and_source_from_a_field_or_a_property() -> N
     fielded = Fielded(kind="fielded", checkpoint="qwen")
     assert fielded.checkpoint_names() == ["qwen"] and fielded.source_artifacts() == []
     assert Plain(kind="plain").verify_parameters() == {}
+
+
+def test_a_fingerprint_asked_first_is_the_records(tmp_path: Path, qwen_checkpoint: Path) -> None:
+    """The fingerprint is answered without making the record (`doit status` asks for no
+    more); the record made afterwards holds it, its fields hash to it, and it is made once."""
+    from edgebuild.run.workspace import Workspace
+
+    (tmp_path / "artifacts.yaml").write_text(
+        f"checkpoints:\n  qwen:\n    path: {qwen_checkpoint}\nartifacts:\n"
+        "  tower_{image_size}:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    matrix:\n"
+        "      image_size: [32, 64]\n"
+    )
+    workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
+    fingerprints = {name: workspace.artifact(name).fingerprint for name in ("tower_32", "tower_64")}
+    assert len(set(fingerprints.values())) == 2
+    for name, fingerprint in fingerprints.items():
+        record = workspace.artifact(name).record
+        assert record.fingerprint == fingerprint == record.hashes_to()
+        assert workspace.artifact(name).record is record

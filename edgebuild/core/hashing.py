@@ -26,13 +26,23 @@ def digest_bytes(data: bytes) -> str:
 
 
 def canonical_json(value: Any) -> str:
-    return _CANONICAL.encode(value)
+    return "".join(_CANONICAL(value, 0)) if _CANONICAL is not None else _CANONICAL_FALLBACK.encode(value)
 
 
 # json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True), the same
-# text, without making an encoder per call (a fingerprint encodes a few small values:
-# that set-up was a tenth of a 10,000-artifact `doit status`).
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+# text, from json's own C encoder made once: ``JSONEncoder.encode`` makes one per call,
+# half the time of encoding a record's parameters, and a 10,000-artifact `doit status`
+# encodes 20,000 such values. Made without the circular-reference check (``markers``
+# ``None``): what is hashed comes from JSON, YAML and model dumps, which hold no cycles
+# (one would be a RecursionError instead of a ValueError). A Python without the C
+# encoder keeps the encoder (same text).
+_CANONICAL_FALLBACK = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_CANONICAL = (
+    _c_make_encoder(None, _CANONICAL_FALLBACK.default, json.encoder.encode_basestring_ascii,  # type: ignore[attr-defined]
+                    None, ":", ",", True, False, True)
+    if _c_make_encoder is not None else None
+)
 
 
 def digest_json(value: Any) -> str:
@@ -50,28 +60,41 @@ class EncodedOnce(dict):  # type: ignore[type-arg]
         self.text = canonical_json(self)
 
 
-def digest_json_sharing(value: Any) -> str:
+def digest_json_sharing(value: dict[str, Any]) -> str:
     """:func:`digest_json` of ``value``, the same digest, where ``value`` (a dict) and the
     dicts it holds may hold :class:`EncodedOnce` values: their text is spliced in."""
-    return digest_bytes(_spliced_json(value, 0).encode())
+    return digest_bytes(_spliced_json(value, top=True).encode())
 
 
-def _spliced_json(value: Any, depth: int) -> str:
-    kind = type(value)
-    if kind is EncodedOnce:
-        return value.text
-    # A record's kind and format, as json writes them, without a call into the encoder.
-    if kind is str:
-        return _json_string(value)
-    if kind is int:
-        return int.__repr__(value)
-    # The top is spliced whenever it can be (a record: six keys); one level down only a dict
-    # that holds an encoded value (the inputs), else json's C encoder writes it whole.
-    if kind is dict and (depth == 0 or (depth == 1 and any(type(item) is EncodedOnce for item in value.values()))) \
-            and all(type(key) is str for key in value):
+def _spliced_json(value: dict[str, Any], top: bool) -> str:
+    """``canonical_json(value)``, with the text of each :class:`EncodedOnce` value spliced in:
+    at the top (a record: six keys) every value's, one level down those of a dict that holds
+    one (the inputs); json's C encoder writes everything else whole. Written flat, not as a
+    recursion over types: this runs once per fingerprint."""
+    for key in value:
+        if type(key) is not str:
+            # json writes other keys as strings, sorted as they were: not spliced.
+            return canonical_json(value)
+    parts = []
+    for key in sorted(value):
+        item = value[key]
+        kind = type(item)
+        if kind is EncodedOnce:
+            text = item.text
+        elif top and kind is dict and _holds_encoded(item):
+            text = _spliced_json(item, top=False)
+        else:
+            text = canonical_json(item)
         # As json.dumps(sort_keys=True) writes a dict: keys in order, each as a JSON string.
-        return "{" + ",".join([_json_string(key) + ":" + _spliced_json(value[key], depth + 1) for key in sorted(value)]) + "}"
-    return canonical_json(value)
+        parts.append(_json_string(key) + ":" + text)
+    return "{" + ",".join(parts) + "}"
+
+
+def _holds_encoded(value: dict[str, Any]) -> bool:
+    for item in value.values():
+        if type(item) is EncodedOnce:
+            return True
+    return False
 
 
 # A str as json.dumps(ensure_ascii=True) writes it, without the encoder's set-up per call

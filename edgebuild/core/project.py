@@ -149,7 +149,7 @@ class Artifact:
 
     @property
     def fingerprint(self) -> str:
-        return self.project.record(self).fingerprint
+        return self.project.fingerprint(self)
 
     @property
     def verify_fingerprint(self) -> str:
@@ -174,8 +174,12 @@ class BuildGraph:
         self.outputs_of = outputs_of
         self._handles = {name: Artifact(self, name) for name in manifest.artifacts}
         self._checkpoints: dict[str, Checkpoint] = {}
+        # Per artifact and its sources' output digests: the record's fields and fingerprint,
+        # and the record made (validated) from them once something asks for more than the
+        # fingerprint.
+        self._record_fields: dict[tuple[str, str], dict[str, Any]] = {}
         self._records: dict[tuple[str, str], BuildRecord] = {}
-        self._checkpoint_fingerprints: dict[tuple[Path, Any], tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._checkpoint_fingerprints: dict[tuple[Path, Any], tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]]] = {}
         self._config_leaves_memo: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._code_encoded: dict[int, tuple[dict[str, str], EncodedOnce]] = {}
         self._versions_encoded: dict[tuple[Any, ...], EncodedOnce] = {}
@@ -288,6 +292,24 @@ class BuildGraph:
         artifact = self.artifact(artifact)
         if self._frozen is not None:
             return self._frozen_record(artifact)
+        memo, fields = self._fields_of(artifact)
+        record = self._records.get(memo)
+        if record is None:
+            record = self._records[memo] = BuildRecord(**fields)
+        return record
+
+    def fingerprint(self, artifact: "str | Artifact") -> str:
+        """``record(artifact).fingerprint``, without making the record: whether an artifact
+        is built, stored or stale asks for its fingerprint only (validating the record's
+        fields was a tenth of a 10,000-artifact `doit status`)."""
+        artifact = self.artifact(artifact)
+        if self._frozen is not None:
+            return self._frozen_record(artifact).fingerprint
+        return self._fields_of(artifact)[1]["fingerprint"]
+
+    def _fields_of(self, artifact: Artifact) -> tuple[tuple[str, str], dict[str, Any]]:
+        """The memo key of ``artifact``'s record and the record's fields, its fingerprint
+        among them (:meth:`BuildRecord.new_fields`)."""
         params = artifact.params
         kind = artifact.kind
         checkpoints = self.checkpoints_for(params)
@@ -300,9 +322,10 @@ class BuildGraph:
         # may have been rebuilt since (by this process, a worker or another doit).
         source_roles = _roles("source", artifact.sources)
         sources = {role: self._source_key(artifact, source) for role, source in source_roles}
-        memo = (artifact.name, canonical_json(sources))
-        if memo in self._records:
-            return self._records[memo]
+        memo = (artifact.name, canonical_json(sources) if sources else "")
+        known = self._record_fields.get(memo)
+        if known is not None:
+            return memo, known
         # Inputs are keyed by the role they play, never by a manifest alias or a path:
         # the same content under another name is the same artifact. What the manifest
         # named is kept beside them (``inputs_named``), for explanations only.
@@ -349,7 +372,7 @@ class BuildGraph:
             named |= {role: source.name for role, source in source_roles}
         except OSError as error:
             raise FilesystemError.of(error, self.manifest.root, f"{artifact.name}: cannot read an input") from None
-        record = BuildRecord.create(
+        fields = self._record_fields[memo] = BuildRecord.new_fields(
             kind=params.kind,
             params=params.build_parameters(),
             inputs=inputs,
@@ -357,11 +380,7 @@ class BuildGraph:
             versions=self._encoded_versions(version_packages, versions, kind.extra_versions()),
             inputs_named=named, checkpoint_origins=checkpoint_origins, config_values=config_values,
         )
-        self._records[memo] = record
-        return record
-
-    def fingerprint(self, artifact: "str | Artifact") -> str:
-        return self.record(artifact).fingerprint
+        return memo, fields
 
     # --- frozen: fingerprints from the committed lock file ------------------------------
 
@@ -371,6 +390,7 @@ class BuildGraph:
         (``edgebuild/core/frozen.py``); ``None``: compute them again."""
         self._frozen = (entries, shown) if entries is not None else None
         self._records.clear()
+        self._record_fields.clear()
 
     @property
     def frozen(self) -> bool:
@@ -393,7 +413,7 @@ class BuildGraph:
     def _source_key(self, artifact: Artifact, source: Artifact) -> dict[str, Any]:
         """What ``artifact``'s fingerprint holds of ``source``: the digests of the files its
         current build wrote."""
-        fingerprint = self.record(source).fingerprint
+        fingerprint = self.fingerprint(source)
         outputs = self.built_outputs(source, fingerprint)
         if outputs is None and self.outputs_of is not None:
             outputs = self.outputs_of(source, fingerprint)
@@ -662,15 +682,18 @@ class BuildGraph:
                 grouped.setdefault(entry.file, []).append(entry)
             return grouped, {name: checkpoint.file(name) for name in sorted(selection.files)}
 
+        # Every artifact of a matrix after the first: one stat per file, nothing else.
+        key = (checkpoint.directory, selection)
+        memo = self._checkpoint_fingerprints.get(key)
+        if memo is not None:
+            paths, stats, fingerprint = memo
+            if _stat_keys(paths) == stats:
+                return fingerprint
         # Which tensors of which files, and which named files: from the checkpoint's index,
         # read once per process; the same for every artifact of a matrix.
         by_file, named_files = checkpoint.once(("fingerprint parts", selection), parts)
-        paths = (*by_file, *named_files.values())
-        key = (checkpoint.directory, selection)
+        paths = tuple(os.fspath(path) for path in (*by_file, *named_files.values()))
         before = _stat_keys(paths)
-        memo = self._checkpoint_fingerprints.get(key)
-        if memo is not None and memo[0] == before:
-            return memo[1]
         tensors: dict[str, Any] = {}
         for path, file_entries in by_file.items():
             digests = self.stat_cache.range_digests(path, [(entry.start, entry.end) for entry in file_entries], label=path.name)
@@ -688,7 +711,7 @@ class BuildGraph:
         fingerprint = EncodedOnce(parts)
         # Only what no write touched while it was read is remembered.
         if _stat_keys(paths) == before:
-            self._checkpoint_fingerprints[key] = (before, fingerprint)
+            self._checkpoint_fingerprints[key] = (paths, before, fingerprint)
         return fingerprint
 
     # --- files beside the manifest ------------------------------------------------------
@@ -703,7 +726,7 @@ class BuildGraph:
         self.stat_cache.save()
 
 
-def _stat_keys(paths: tuple[Path, ...]) -> tuple[Any, ...]:
+def _stat_keys(paths: tuple[str, ...]) -> tuple[Any, ...]:
     """Each path's stat as the stat cache keys it (``None`` for a path that is gone)."""
     keys = []
     for path in paths:

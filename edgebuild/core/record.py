@@ -98,9 +98,16 @@ class BuildRecord(BaseModel):
                versions: dict[str, str], **explanations: Any) -> "BuildRecord":
         """The record of a build about to happen, with its fingerprint; ``explanations``: the
         fields it keeps that are not hashed (``inputs_named``, ``config_values``, ...)."""
+        return cls(**cls.new_fields(kind, params, inputs, code, versions, **explanations))
+
+    @staticmethod
+    def new_fields(kind: str, params: dict[str, Any], inputs: dict[str, Any], code: dict[str, str],
+               versions: dict[str, str], **explanations: Any) -> dict[str, Any]:
+        """What :meth:`create` makes its record of, the fingerprint among them, not yet
+        validated: for a question about the fingerprint alone."""
         fingerprinted = {"format": RECORD_FORMAT, "kind": kind, "params": params, "inputs": inputs,
                          "code": code, "versions": versions}
-        return cls(**fingerprinted, **explanations, fingerprint=digest_json_sharing(fingerprinted))
+        return {**fingerprinted, **explanations, "fingerprint": digest_json_sharing(fingerprinted)}
 
     def hashes_to(self) -> str:
         """The fingerprint the record's inputs hash to; a record fetched from elsewhere

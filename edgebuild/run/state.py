@@ -172,14 +172,13 @@ def status(workspace: "Workspace", artifact: "Artifact | str", built_names: froz
     name = artifact.name
     built = read_record_or_none(artifact.directory) if built_names is None or name.casefold() in built_names else None
     try:
-        current = artifact.record
+        fingerprint = artifact.fingerprint
     except SourceNotBuilt as waiting:
         reason = (f"its source {waiting.source} is not built at its current fingerprint; this artifact's "
                   "fingerprint follows from the source's bytes")
         return ArtifactState(name, "missing" if built is None else "stale", reasons=(reason,))
     except EdgebuildError as error:
         return ArtifactState(name, "error", reasons=(str(error),))
-    fingerprint = current.fingerprint
     # What the store holds of the current fingerprint: a build to restore, or why it was refused.
     stored = "restorable from the store" if workspace.store.has(fingerprint) else None
     rejected = None if stored else workspace.store.rejection(fingerprint)
@@ -189,7 +188,7 @@ def status(workspace: "Workspace", artifact: "Artifact | str", built_names: froz
     if built is None:
         return ArtifactState(name, "missing", fingerprint, note=stored)
     if built.fingerprint != fingerprint:
-        return ArtifactState(name, "stale", fingerprint, tuple(explain(built.to_json(), current.to_json())), stored)
+        return ArtifactState(name, "stale", fingerprint, tuple(explain(built.to_json(), artifact.record.to_json())), stored)
     changed = changed_outputs(workspace, artifact, built)
     if changed:
         return ArtifactState(name, "stale", fingerprint,
