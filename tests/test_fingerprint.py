@@ -164,4 +164,3 @@ def test_canonical_json_is_the_text_json_dumps_writes(value, monkeypatch) -> Non
         assert EncodedOnce(value).text == expected
     monkeypatch.setattr(hashing, "_CANONICAL", None)
     assert canonical_json(value) == expected
-

@@ -73,10 +73,21 @@ def test_parameters_read_checkpoint_and_source_from_a_field_or_a_property() -> N
     assert Plain(kind="plain").verify_parameters() == {}
 
 
-def test_a_fingerprint_asked_first_is_the_records(tmp_path: Path, qwen_checkpoint: Path) -> None:
-    """The fingerprint is answered without making the record (`doit status` asks for no
-    more); the record made afterwards holds it, its fields hash to it, and it is made once."""
+def test_a_fingerprint_asked_first_is_the_records(tmp_path: Path, qwen_checkpoint: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fingerprint is answered without making (validating) the record: `doit status` asks
+    for no more. The record made afterwards holds it, its fields hash to it, and it is made once."""
+    from edgebuild.core.record import BuildRecord
     from edgebuild.run.workspace import Workspace
+
+    made: list[str] = []
+    validate = BuildRecord.__init__
+
+    def counted(self, **fields) -> None:
+        made.append(fields["fingerprint"])
+        validate(self, **fields)
+
+    monkeypatch.setattr(BuildRecord, "__init__", counted)
 
     (tmp_path / "artifacts.yaml").write_text(
         f"checkpoints:\n  qwen:\n    path: {qwen_checkpoint}\nartifacts:\n"
@@ -85,8 +96,9 @@ def test_a_fingerprint_asked_first_is_the_records(tmp_path: Path, qwen_checkpoin
     )
     workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     fingerprints = {name: workspace.artifact(name).fingerprint for name in ("tower_32", "tower_64")}
-    assert len(set(fingerprints.values())) == 2
+    assert len(set(fingerprints.values())) == 2 and made == []
     for name, fingerprint in fingerprints.items():
         record = workspace.artifact(name).record
         assert record.fingerprint == fingerprint == record.hashes_to()
         assert workspace.artifact(name).record is record
+    assert made == list(fingerprints.values())

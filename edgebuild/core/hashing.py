@@ -69,8 +69,8 @@ def digest_json_sharing(value: dict[str, Any]) -> str:
 def _spliced_json(value: dict[str, Any], top: bool) -> str:
     """``canonical_json(value)``, with the text of each :class:`EncodedOnce` value spliced in:
     at the top (a record: six keys) every value's, one level down those of a dict that holds
-    one (the inputs); json's C encoder writes everything else whole. Written flat, not as a
-    recursion over types: this runs once per fingerprint."""
+    one (the inputs); json's C encoder writes everything else whole, in one call per value
+    (this runs once per fingerprint: a walk of every value's type cost more than the hash)."""
     for key in value:
         if type(key) is not str:
             # json writes other keys as strings, sorted as they were: not spliced.

@@ -102,7 +102,7 @@ class BuildRecord(BaseModel):
 
     @staticmethod
     def new_fields(kind: str, params: dict[str, Any], inputs: dict[str, Any], code: dict[str, str],
-               versions: dict[str, str], **explanations: Any) -> dict[str, Any]:
+                   versions: dict[str, str], **explanations: Any) -> dict[str, Any]:
         """What :meth:`create` makes its record of, the fingerprint among them, not yet
         validated: for a question about the fingerprint alone."""
         fingerprinted = {"format": RECORD_FORMAT, "kind": kind, "params": params, "inputs": inputs,
