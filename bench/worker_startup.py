@@ -1,6 +1,6 @@
 """The fixed cost of a worker process: forked from the fork server vs a fresh interpreter.
 
-    .venv/bin/python bench/worker_startup.py [--repeats N]
+    .venv/bin/python bench/worker_startup.py [--repeats N] [--baseline REF [--baseline-path DIR] [--rounds N]]
 
 The fixed cost is everything a worker does outside an artifact's recorded phases:
 start, import torch, transformers and onnxruntime, open the project, fingerprint the
@@ -14,6 +14,12 @@ measure), then ``doit verify`` of them from nothing (eight builds and eight veri
 16 workers). The ways: fresh interpreters, the command's own fork server
 (``EDGEBUILD_FORK_SERVER=process``, the default on CI), and a shared fork server (the
 default elsewhere) that an earlier command started.
+
+``--baseline REF`` adds issue 40's measure against git REF's edgebuild, a server per
+command (where it is not met), in ``--rounds`` rounds that alternate the two: the 8 towers
+from nothing, per artifact outside the recorded phases. ``--baseline-path DIR`` goes first
+on the baseline's ``PYTHONPATH`` as well, for a library as REF had it (a directory that
+``pip install --no-deps --target DIR PACKAGE==VERSION`` filled).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+from noop_fingerprint import baseline_package  # noqa: E402
 
 EIGHT = """\
 checkpoints:
@@ -113,9 +120,45 @@ def _from_nothing(parent: Path, way: str, extra: dict[str, str]) -> dict[str, fl
     return seconds
 
 
+def against_baseline(parent: Path, baseline: dict[str, str], rounds: int) -> dict[str, list[float]]:
+    """Issue 40's measure with a server per command, now and with ``baseline`` (the
+    variables that import the baseline's edgebuild), alternating in each round: per
+    artifact, the wall time of ``doit build`` from nothing less what the builds recorded."""
+    ways = {"now": {"EDGEBUILD_FORK_SERVER": "process"},
+            "before": {"EDGEBUILD_FORK_SERVER": "process", **baseline}}
+    roots = {}
+    for way, extra in ways.items():
+        roots[way] = common.project_dir(parent / f"baseline-{way}", EIGHT)
+        common.run([common.DOIT, "build", "t64"], roots[way], {"EDGEBUILD_REMOTE_CACHE": "off", **extra})
+    per_artifact: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(rounds):
+        for way, extra in ways.items():
+            root = roots[way]
+            shutil.rmtree(root / "build")
+            shutil.rmtree(root / "cache" / "store", ignore_errors=True)
+            (root / "cache" / "doit.json").unlink(missing_ok=True)
+            started = time.perf_counter()
+            common.run([common.DOIT, "build"], root, {"EDGEBUILD_REMOTE_CACHE": "off", **extra})
+            wall = time.perf_counter() - started
+            recorded = sum(json.loads((directory / ".edgebuild.json").read_text())["build_seconds"]
+                           for directory in (root / "build").iterdir() if not directory.name.startswith("."))
+            per_artifact[way].append((wall - recorded) / ARTIFACTS)
+    return per_artifact
+
+
+def _installed_in(directory: Path) -> str:
+    """What ``pip install --target`` put in ``directory``, as "name version" (not its path:
+    the table goes into the repository)."""
+    found = sorted(" ".join(entry.name.removesuffix(".dist-info").rsplit("-", 1)) for entry in directory.glob("*.dist-info"))
+    return ", ".join(f"`{name}`" for name in found) or "a directory of packages"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--baseline", metavar="REF", help="also measure git REF's edgebuild, a server per command")
+    parser.add_argument("--baseline-path", metavar="DIR", help="put DIR first on the baseline's PYTHONPATH too")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds against the baseline")
     args = parser.parse_args()
     # Each way names its own; nothing here starts a shared server in the user's directory.
     os.environ["EDGEBUILD_FORK_SERVER"] = "process"
@@ -128,6 +171,11 @@ def main() -> None:
         os.chdir(root)
         times = fixed_costs(root, args.repeats)
         whole = end_to_end(parent)
+        compared = None
+        if args.baseline:
+            package = baseline_package(args.baseline, parent)
+            path = os.pathsep.join([*([args.baseline_path] if args.baseline_path else []), str(package)])
+            compared = against_baseline(parent, {"PYTHONPATH": path}, args.rounds)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
     forked, fresh = statistics.median(times["forked"]), statistics.median(times["fresh"])
@@ -173,6 +221,17 @@ def main() -> None:
         f"({per_artifact['shared']:.2f} s). The shared server had started in the `doit build` before (it generated "
         "the fixture), as it would have in a developer's earlier command.\n"
     )
+    if compared is not None:
+        now, before = statistics.median(compared["now"]), statistics.median(compared["before"])
+        listed = lambda values: ", ".join(f"{value:.2f}" for value in values)  # noqa: E731
+        markdown += (
+            f"\nAgainst `{args.baseline}`"
+            + (f" (with {_installed_in(Path(args.baseline_path))} first on its `PYTHONPATH`)" if args.baseline_path else "")
+            + f", a server per command, {args.rounds} alternated rounds of `doit build` of the {ARTIFACTS} towers "
+            f"from nothing: per artifact outside recorded phases, now {now:.2f} s ({listed(compared['now'])}), "
+            f"before {before:.2f} s ({listed(compared['before'])}), medians; "
+            f"{'met' if now <= 1.0 else 'not met'} now.\n"
+        )
     print(markdown)
     common.write_section("worker_startup", markdown)
 

@@ -482,6 +482,25 @@ def test_registration_is_checked() -> None:
             register(kind)
 
 
+def test_the_built_in_kinds_preimport_modules_that_exist() -> None:
+    """The fork server imports a kind's ``worker_imports``, ``build_imports`` and
+    ``build_warmups`` quietly (one that fails is left to the worker): a misspelt name would
+    only cost every worker its import time again, so each must be a module that is there."""
+    import importlib.util
+
+    from edgebuild.core.registry import get_kind
+    from edgebuild.kinds import BUILTIN_KINDS
+
+    missing = []
+    for name in BUILTIN_KINDS:
+        kind = get_kind(name)
+        for module in (*kind.worker_imports, *kind.build_imports, *kind.build_warmups):
+            if importlib.util.find_spec(module) is None:
+                missing.append(f"{name}: {module}")
+    assert missing == []
+    assert "transformers.models.qwen3_5.modeling_qwen3_5" in get_kind("qwen3_5_vision_tower").worker_imports
+
+
 def test_source_of_the_wrong_kind_is_an_error_before_anything_is_built(tmp_path: Path) -> None:
     path = write(
         tmp_path,

@@ -38,8 +38,9 @@ class ToolEnvironment:
 TOOL_ENVIRONMENTS = {
     "litert": ToolEnvironment(
         name="litert",
-        # torch as edgebuild pins it: the program the converter loads was saved by that torch.
-        packages=("torch==2.13.0", "litert-torch==0.10.0", "ai-edge-litert==2.3.0"),
+        # torch as edgebuild pins it: the program the converter loads was saved by that torch;
+        # ml_dtypes as edgebuild pins it (pyproject.toml: 0.7.0 takes 1.1 s to import).
+        packages=("torch==2.13.0", "litert-torch==0.10.0", "ai-edge-litert==2.3.0", "ml_dtypes==0.6.*"),
         module="litert_torch",
         setting="litert_python",
         directory=".venv-litert",

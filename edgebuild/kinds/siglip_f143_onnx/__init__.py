@@ -39,7 +39,8 @@ class SiglipF143Onnx(ArtifactKind):
     verify_module = "edgebuild.kinds.siglip_f143_onnx.verify"
     # Not measured at full size; an export plus onnxruntime sessions, like the tower.
     memory_factor = 3.0
-    worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS
+    # Its model's module too: the build exports SiglipVisionModel and the verification runs it.
+    worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS + ("transformers.models.siglip.modeling_siglip",)
     build_warmups = EXPORT_WARMUPS
     source_kinds = ("siglip_f143",)
     starter = Starter(
