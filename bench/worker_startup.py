@@ -16,7 +16,7 @@ measure), then ``doit verify`` of them from nothing (eight builds and eight veri
 default elsewhere) that an earlier command started.
 
 ``--baseline REF`` adds issue 40's measure against git REF's edgebuild, a server per
-command (where it is not met), in ``--rounds`` rounds that alternate the two: the 8 towers
+command (the slower default), in ``--rounds`` rounds that alternate the two: the 8 towers
 from nothing, per artifact outside the recorded phases. ``--baseline-path DIR`` goes first
 on the baseline's ``PYTHONPATH`` as well, for a library as REF had it (a directory that
 ``pip install --no-deps --target DIR PACKAGE==VERSION`` filled).
@@ -101,23 +101,29 @@ def _from_nothing(parent: Path, way: str, extra: dict[str, str]) -> dict[str, fl
     env = dict(os.environ, EDGEBUILD_REMOTE_CACHE="off", **extra)
     common.run([common.DOIT, "build", "t64"], root, env)  # the fixture, generated once per project
     for command, key in (("build", f"{way} build"), ("verify", way)):
-        shutil.rmtree(root / "build")
-        shutil.rmtree(root / "cache" / "store", ignore_errors=True)
-        (root / "cache" / "doit.json").unlink(missing_ok=True)
-        started = time.perf_counter()
-        result = common.run([common.DOIT, command], root, env)
-        seconds[key] = time.perf_counter() - started
-        assert result.returncode == 0, result.stdout + result.stderr
-        # What the builds and verifications themselves recorded; the rest is fixed cost.
-        recorded = 0.0
-        built = [directory for directory in (root / "build").iterdir() if not directory.name.startswith(".")]
-        assert len(built) == ARTIFACTS, f"doit {command} built {len(built)} artifacts, not {ARTIFACTS}"
-        for directory in built:
-            recorded += json.loads((directory / ".edgebuild.json").read_text())["build_seconds"]
-            if command == "verify":
-                recorded += json.loads((directory / "report.json").read_text())["metrics"]["verify_seconds"]
-        seconds[f"{key} recorded"] = recorded
+        seconds[key], seconds[f"{key} recorded"] = _timed_from_nothing(root, command, env)
     return seconds
+
+
+def _timed_from_nothing(root: Path, command: str, env: dict[str, str]) -> tuple[float, float]:
+    """``doit COMMAND`` in ``root`` with nothing built, stored or recorded by doit: its wall
+    time, and what its builds (and, for ``verify``, verifications) recorded."""
+    shutil.rmtree(root / "build")
+    shutil.rmtree(root / "cache" / "store", ignore_errors=True)
+    (root / "cache" / "doit.json").unlink(missing_ok=True)
+    started = time.perf_counter()
+    result = common.run([common.DOIT, command], root, env)
+    wall = time.perf_counter() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    # What the builds and verifications themselves recorded; the rest is fixed cost.
+    recorded = 0.0
+    built = [directory for directory in (root / "build").iterdir() if not directory.name.startswith(".")]
+    assert len(built) == ARTIFACTS, f"doit {command} built {len(built)} artifacts, not {ARTIFACTS}"
+    for directory in built:
+        recorded += json.loads((directory / ".edgebuild.json").read_text())["build_seconds"]
+        if command == "verify":
+            recorded += json.loads((directory / "report.json").read_text())["metrics"]["verify_seconds"]
+    return wall, recorded
 
 
 # The first worker of a process, which starts its server: a `build` worker on an up-to-date
@@ -155,14 +161,7 @@ def against_baseline(parent: Path, baseline: dict[str, str], rounds: int) -> dic
             result = common.run([sys.executable, "-c", FIRST_WORKER, str(root)], root,
                                 {"EDGEBUILD_REMOTE_CACHE": "off", **extra})
             per_artifact[f"{way} first"].append(float(result.stdout.split()[-1]))
-            shutil.rmtree(root / "build")
-            shutil.rmtree(root / "cache" / "store", ignore_errors=True)
-            (root / "cache" / "doit.json").unlink(missing_ok=True)
-            started = time.perf_counter()
-            common.run([common.DOIT, "build"], root, {"EDGEBUILD_REMOTE_CACHE": "off", **extra})
-            wall = time.perf_counter() - started
-            recorded = sum(json.loads((directory / ".edgebuild.json").read_text())["build_seconds"]
-                           for directory in (root / "build").iterdir() if not directory.name.startswith("."))
+            wall, recorded = _timed_from_nothing(root, "build", {"EDGEBUILD_REMOTE_CACHE": "off", **extra})
             per_artifact[way].append((wall - recorded) / ARTIFACTS)
     return per_artifact
 

@@ -85,3 +85,19 @@ def test_numbers_read_from_the_programs_constants_are_folded_before_conversion()
     torch.testing.assert_close(module(*example), expected)
     other = (torch.randn(2, 6),)
     torch.testing.assert_close(module(*other), Segments()(*other))
+
+
+def test_the_converters_environment_pins_torch_and_ml_dtypes_as_edgebuild_does() -> None:
+    """The converter loads a program that edgebuild's torch saved, and imports ml_dtypes
+    (0.7.0 takes a second to): its environment's pins are the ones pyproject.toml holds."""
+    import re
+    import tomllib
+
+    from edgebuild.ml.toolenv import TOOL_ENVIRONMENTS
+
+    from helpers import REPO
+
+    requirements = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {re.split(r"[=<>~!;\[ ]", requirement, maxsplit=1)[0]: requirement for requirement in requirements}
+    packages = TOOL_ENVIRONMENTS["litert"].packages
+    assert [pins[name] for name in ("torch", "ml_dtypes") if pins[name] not in packages] == []
