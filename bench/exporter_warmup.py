@@ -35,7 +35,7 @@ from edgebuild.run.forkserver import PRELOAD, _import_quietly
 
 for module in PRELOAD:
     __import__(module)
-_import_quietly(HfOnnx.worker_imports)
+_import_quietly(HfOnnx.process.worker_imports)
 import torch
 from transformers import CLIPVisionConfig, CLIPVisionModel
 from edgebuild.ml.onnx_tools import export_onnx
@@ -43,7 +43,7 @@ from edgebuild.ml.onnx_tools import export_onnx
 warm, forks, scratch = sys.argv[1] == "warm", int(sys.argv[2]), Path(sys.argv[3])
 started = time.perf_counter()
 if warm:
-    _import_quietly(HfOnnx.build_warmups)
+    _import_quietly(HfOnnx.process.build_warmups)
     assert "edgebuild.ml.exporter_warmup" in sys.modules, "the warm-up failed"
 warm_up = time.perf_counter() - started
 exports = []

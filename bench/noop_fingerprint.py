@@ -38,7 +38,7 @@ from edgebuild.run.workspace import Workspace
 root = Path(sys.argv[1])
 project = Workspace.open(root / "artifacts.yaml", root)
 started = time.perf_counter()
-fingerprint = project.fingerprint("tower_448_fp32")
+fingerprint = project.fingerprint(project.artifact("tower_448_fp32"))
 elapsed = time.perf_counter() - started
 print(json.dumps({"seconds": elapsed, "bytes": project.stat_cache.bytes_hashed, "fingerprint": fingerprint}))
 """

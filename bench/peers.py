@@ -243,8 +243,8 @@ def prepare(root: Path) -> Path:
     sys.path.insert(0, str(common.REPO))
     import numpy
 
-    from edgebuild.kinds.qwen3_5_tower_qdq.inputs import tower_inputs
-    from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
+    from edgebuild.models.qwen3_5.inputs import tower_inputs
+    from edgebuild.models.qwen3_5.inputs import TowerInputs
     from edgebuild.run.workspace import Workspace
 
     workspace = Workspace.open(root / "artifacts.yaml", root)

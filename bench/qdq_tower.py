@@ -44,8 +44,8 @@ def side_plain(root: Path, images: list[str]) -> dict:
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
     from edgebuild.core.checkpoint import Checkpoint
-    from edgebuild.kinds.qwen3_5_tower_qdq.inputs import tower_inputs
-    from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
+    from edgebuild.models.qwen3_5.inputs import tower_inputs
+    from edgebuild.models.qwen3_5.inputs import TowerInputs
     from edgebuild.ml.qdq import FeedsReader
 
     sampler = common.RssSampler()
@@ -89,11 +89,11 @@ def side_edgebuild(root: Path) -> dict:
             sampler.phase = "done"
 
     project = Workspace.open(root / "artifacts.yaml", root)
-    project.fingerprint("qdq")
+    project.fingerprint(project.artifact("qdq"))
     baseline = common.rss()
     sampler.phase = "inputs"
     started = time.perf_counter()
-    record = make_current(project, "qdq", log=log)
+    record = make_current(project, project.artifact("qdq"), log=log)
     build_s = time.perf_counter() - started
     sampler.running = False
     sampler.join()
@@ -150,7 +150,8 @@ def main() -> None:
 
     parameters = sum(entry.nbytes for entry in Checkpoint(checkpoint).select(("model.visual.",)).values()) // 2
     float32_bytes = parameters * 4
-    make_current(Workspace.open(root / "artifacts.yaml", root), "tower", log=lambda message: None)
+    workspace = Workspace.open(root / "artifacts.yaml", root)
+    make_current(workspace, workspace.artifact("tower"), log=lambda message: None)
     for side, output in (("plain", root / "plain"), ("edgebuild", root / "build" / "qdq")):
         if side in args.sides:
             common.run(["rm", "-rf", str(output)], common.REPO)

@@ -52,7 +52,7 @@ def write_checkpoint(directory: Path, layers: int) -> Path:
     from transformers import SiglipConfig, SiglipImageProcessor, SiglipVisionModel
 
     from edgebuild.core.fixtures import redraw_weights
-    from edgebuild.ml.siglip_fixtures import SIGLIP_TINY
+    from edgebuild.models.siglip.fixtures import SIGLIP_TINY
 
     directory.mkdir(parents=True, exist_ok=True)
     config = SiglipConfig(text_config=SIGLIP_TINY["text_config"], vision_config=dict(SO400M_VISION, num_hidden_layers=layers))
@@ -81,17 +81,17 @@ def run_side(side: str, root: Path, layers: int, images: int) -> dict:
     project = Workspace.open(root / "artifacts.yaml", root)
     # What a worker forked from the fork server has imported (the kind's worker_imports),
     # and SigLIP's modeling module: imports are not what either side is measured on.
-    for module in (*project.kind("so400m").worker_imports, "transformers.models.siglip.modeling_siglip"):
+    for module in (*project.artifact("so400m").kind.process.worker_imports, "transformers.models.siglip.modeling_siglip"):
         importlib.import_module(module)
     started = time.perf_counter()
     if side == "edgebuild":
-        record = make_current(project, "so400m", log=lambda message: None)
+        record = make_current(project, project.artifact("so400m"), log=lambda message: None)
         timings = record.build_info["timings"]
         passes = record.build_info["forward_passes"]
     else:
         import seed_pipeline
 
-        from edgebuild.ml.siglip import load_pixel_batches, load_vision_model
+        from edgebuild.models.siglip.model import load_pixel_batches, load_vision_model
 
         checkpoint = project.checkpoint("siglip")
         model, _ = load_vision_model(checkpoint, writable=True)

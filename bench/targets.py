@@ -69,16 +69,16 @@ def plain_module(checkpoint_dir: Path, image_size: int, for_program: bool) -> tu
     import torch
 
     from edgebuild.core.checkpoint import Checkpoint
-    from edgebuild.kinds.qwen3_5_tower.model import fixed_shape_tower_class, load_tower, sample_patches
-    from edgebuild.kinds.qwen3_5_tower.params import tower_geometry
-    from edgebuild.kinds.torch_export.families import _linear_patch_embedding
+    from edgebuild.models.qwen3_5.model import fixed_shape_tower_class, load_tower, sample_patches
+    from edgebuild.models.qwen3_5.geometry import tower_geometry
+    from edgebuild.models.qwen3_5.model import linear_patch_embedding
 
     checkpoint = Checkpoint(checkpoint_dir)
     geometry = tower_geometry(checkpoint.config_section("vision_config"), (image_size, image_size))
     tower = load_tower(checkpoint, torch.float32)
     if for_program:
         # What ExecuTorch and LiteRT need (no 5-D convolution); edgebuild does the same.
-        tower.patch_embed = _linear_patch_embedding(tower.patch_embed)
+        tower.patch_embed = linear_patch_embedding(tower.patch_embed)
     module = fixed_shape_tower_class()(tower, geometry).eval()
     (example,) = sample_patches(geometry, 1, 0)
     return module, example
@@ -108,8 +108,8 @@ def plain(target: str, checkpoint_dir: Path, image_size: int, out: Path) -> dict
             openvino.save_model(openvino.convert_model(program), str(out / FILES[target]), compress_to_fp16=False)
         else:
             # The converter's own environment (edgebuild's toolenv): the program crosses as a file.
-            from edgebuild.ml.programs import save_program
-            from edgebuild.ml.toolenv import tool_python
+            from edgebuild.targets.program import save_program
+            from edgebuild.targets.toolenv import tool_python
 
             import numpy
 

@@ -55,12 +55,12 @@ def run_side(root: Path, name: str, step: str) -> dict:
     started = time.perf_counter()
     if step == "build":
         sampler.phase = "load"
-        record = make_current(project, name, log=log)
+        record = make_current(project, project.artifact(name), log=log)
         result = {"timings": {key: record.build_info["timings"][f"{key.replace(' ', '_')}_s"]
                               for key in PHASES if key != "verify"}}
     else:
         sampler.phase = "verify"
-        report = verify_artifact(project, name, log=lambda message: None)
+        report = verify_artifact(project, project.artifact(name), log=lambda message: None)
         result = {"timings": {"verify": time.perf_counter() - started}, "passed": report.passed,
                   "max_abs": next(check.value for check in report.checks if check.name == "max_abs"),
                   "cosine": next(check.value for check in report.checks if check.name == "cosine")}

@@ -41,7 +41,7 @@ PLUGIN = {
     "__init__.py": '''
 from typing import Literal
 
-from edgebuild.plugin import ArtifactKind, ArtifactParams, TensorSelection
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Process, TensorSelection
 
 
 class NoteParams(ArtifactParams):
@@ -57,7 +57,7 @@ class Note(ArtifactKind):
     outputs = ("note.json",)
     build_module = "bench_note.build"
     verify_module = "bench_note.verify"
-    in_process = IN_PROCESS
+    process = Process(in_process=IN_PROCESS)
 
     def tensor_selection(self, params, checkpoint):
         return TensorSelection(prefixes=(), config_key="vision_config")

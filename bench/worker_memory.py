@@ -42,14 +42,14 @@ SIDE = textwrap.dedent('''
     mode, manifest, root = sys.argv[1:4]
     from edgebuild.run.workspace import Workspace
     project = Workspace.open(manifest, Path(root))
-    project.fingerprint("t")
+    project.fingerprint(project.artifact("t"))
     out = {"loaded": rss(), "torch_imported": "torch" in sys.modules}
     if mode == "in_process":
         from edgebuild.run.builder import make_current, verify_artifact
-        make_current(project, "t", log=lambda m: None)
+        make_current(project, project.artifact("t"), log=lambda m: None)
         out["after_build"] = rss()
         out["peak_after_build"] = hwm()
-        verify_artifact(project, "t", log=lambda m: None)
+        verify_artifact(project, project.artifact("t"), log=lambda m: None)
     else:
         from edgebuild.run.workers import run_worker
         run_worker("build", project, project.artifact("t"))
@@ -91,7 +91,7 @@ def measure(label: str, checkpoint: str) -> dict:
         # The fixture (and the stat cache) beforehand, in another process: generating it
         # imports torch, which a project on a real checkpoint never does in the parent.
         subprocess.run([sys.executable, "-c", f"from edgebuild.run.workspace import Workspace; from pathlib import Path; "
-                        f"p = Workspace.open({str(root / 'artifacts.yaml')!r}, Path({str(root)!r})); p.fingerprint('t'); p.save_caches()"],
+                        f"p = Workspace.open({str(root / 'artifacts.yaml')!r}, Path({str(root)!r})); p.fingerprint(p.artifact('t')); p.save_caches()"],
                        check=True, env=NO_REMOTE)
         done = subprocess.run([sys.executable, "-c", SIDE, mode, str(root / "artifacts.yaml"), str(root)],
                               capture_output=True, text=True, check=False, env=NO_REMOTE)

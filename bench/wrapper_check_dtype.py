@@ -25,8 +25,8 @@ SIDE = textwrap.dedent('''
     import torch
     from edgebuild.core.checkpoint import Checkpoint
     from edgebuild.kinds.qwen3_5_tower.build import _cast_weights, _check_wrapper
-    from edgebuild.kinds.qwen3_5_tower.model import fixed_shape_tower_class, load_tower, sample_patches
-    from edgebuild.kinds.qwen3_5_tower.params import tower_geometry
+    from edgebuild.models.qwen3_5.model import fixed_shape_tower_class, load_tower, sample_patches
+    from edgebuild.models.qwen3_5.geometry import tower_geometry
 
     def hwm():
         for line in open("/proc/self/status"):

@@ -202,7 +202,7 @@ class Project:
         cannot be read."""
         from edgebuild.run.diff import diff
 
-        result = diff(self._workspace, [artifact.name for artifact in self._handles(names)] if names else None, against)
+        result = diff(self._workspace, self._handles(names) if names else None, against)
         self._workspace.save_caches()
         return result
 

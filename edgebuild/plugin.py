@@ -1,11 +1,14 @@
 """The stable surface for authors of artifact kinds, built-in or from another package.
 
 A kind is a class with a name, a summary, a pydantic ``Params`` model, the files
-it writes and the modules that build and verify it::
+it writes, the formats it produces and consumes, and the modules that build and
+verify it::
 
-    from edgebuild.plugin import ArtifactKind, ArtifactParams, TensorSelection, VerifySettings
+    from edgebuild.plugin import ONNX_GRAPH, ArtifactKind, ArtifactParams, Process, TensorSelection, VerifySettings
 
-    class EncoderVerify(VerifySettings):     # vs_float and dataset gates, as every kind has
+    ONNX_GRAPH_TARGETS = tuple(target.name for target in ONNX_GRAPH.certificates)
+
+    class EncoderVerify(VerifySettings):     # vs_float, dataset and coverage gates, as every kind has
         cosine_min: float = 0.9999
 
     class EncoderParams(ArtifactParams):
@@ -14,18 +17,29 @@ it writes and the modules that build and verify it::
         image_size: int = 224
         verify: EncoderVerify = EncoderVerify()
 
-    class MyEncoder(ArtifactKind):
+    class MyEncoder(ArtifactKind[EncoderParams]):
         name = "my_encoder"
         summary = "my encoder -> fixed-shape ONNX"
         Params = EncoderParams
         outputs = ("model.onnx",)
-        build_module = "my_package.build"     # def build(context: BuildContext) -> dict
-        verify_module = "my_package.verify"   # def verify(context: VerifyContext) -> Verification
+        produces = (ONNX_GRAPH,)              # what another kind's source: may take; and the
+                                              # coverage certificates of those files
+        coverage_targets = ONNX_GRAPH_TARGETS  # certified by default (names of those certificates)
+        build_module = "my_package.build"     # def build(context: BuildContext[EncoderParams]) -> dict
+        verify_module = "my_package.verify"   # def verify(context: VerifyContext[EncoderParams]) -> Verification
                                               # (and optionally runner, float_model, ...:
                                               # edgebuild/core/runner.py)
+        process = Process(memory_factor=3.0)  # how its steps run (imports first, memory)
 
-        def tensor_selection(self, params, checkpoint):
+        def tensor_selection(self, params: EncoderParams, checkpoint):
             return TensorSelection(prefixes=("vision_model.",), config_key="vision_config")
+
+A target of its own declares a :class:`Format` that it produces, with the
+:class:`CoverageTarget` whose certificate (which nodes the target takes: a
+:class:`Certificate`) its files answer; the manifest then gates it like any other
+(``verify: {coverage: {TARGET: {min_fraction: ...}}}``). A target that lowers a
+model's ``torch.export`` program subclasses :class:`ProgramTarget` (its parameters
+:class:`TargetParams`, its judgement :func:`judge_target`).
 
 and one entry point in the plugin's ``pyproject.toml``::
 
@@ -62,31 +76,46 @@ from edgebuild.core.kind import (
     ArtifactKind,
     ArtifactParams,
     BuildContext,
+    CoverageTarget,
     Dtype,
     Fixture,
+    Format,
     InputFiles,
     InputSet,
+    Process,
     Starter,
     Strict,
     TensorSelection,
+    ToolEnvironment,
     Verification,
     VerifyContext,
 )
 from edgebuild.core.report import Check, format_number
-from edgebuild.core.runner import Feed, Inputs, Outputs, Runner, TensorSpec
-from edgebuild.core.thresholds import DatasetGate, OutputLimits, PerOutputLimits, VerifySettings
+from edgebuild.core.runner import Feed, Inputs, Outputs, Runner, TensorSpec, random_feeds
+from edgebuild.core.thresholds import CoverageGate, DatasetGate, OutputLimits, PerOutputLimits, VerifySettings
 from edgebuild.core.timing import Phases
 from edgebuild.errors import BuildRejected, CheckpointError, EdgebuildError, ExportError, NotRunnable, ParameterError
+from edgebuild.targets.base import ProgramTarget
+from edgebuild.targets.coverage import Certificate
+from edgebuild.targets.formats import ONNX_GRAPH, QDQ_GRAPH, TORCH_PROGRAM
+from edgebuild.targets.judging import judge_target
+from edgebuild.targets.params import TargetParams, TargetVerify
 
 __all__ = [
+    "ONNX_GRAPH",
+    "QDQ_GRAPH",
+    "TORCH_PROGRAM",
     "ArtifactContext",
     "ArtifactKind",
     "ArtifactParams",
     "BuildContext",
     "BuildRejected",
+    "Certificate",
     "Check",
     "Checkpoint",
     "CheckpointError",
+    "CoverageGate",
+    "CoverageTarget",
     "DatasetGate",
     "Dtype",
     "EdgebuildError",
@@ -94,6 +123,7 @@ __all__ = [
     "Feed",
     "Figure",
     "Fixture",
+    "Format",
     "InputFiles",
     "InputSet",
     "Inputs",
@@ -104,11 +134,16 @@ __all__ = [
     "PerOutputLimits",
     "Phases",
     "Plots",
+    "Process",
+    "ProgramTarget",
     "Runner",
     "Starter",
     "Strict",
+    "TargetParams",
+    "TargetVerify",
     "TensorSelection",
     "TensorSpec",
+    "ToolEnvironment",
     "Verification",
     "VerifyContext",
     "VerifySettings",
@@ -119,7 +154,9 @@ __all__ = [
     "format_number",
     "heatmap_svg",
     "histogram_svg",
+    "judge_target",
     "paired_log_bars_svg",
+    "random_feeds",
     "read_json_file",
     "redraw_weights",
     "stacked_bars_svg",

@@ -27,8 +27,8 @@ from typing import Any
 from edgebuild.cli.scaffold import DODO
 from edgebuild.core.fingerprint import code_digests, kind_code_packages
 from edgebuild.core.kind import ArtifactKind
-from edgebuild.core.project import VERIFICATION_MODULE
-from edgebuild.core.registry import check_kind, get_kind
+from edgebuild.core.project import verify_roots
+from edgebuild.core.registry import all_kinds, check_kind, get_kind
 from edgebuild.core.config import without_settings
 
 __all__ = ["TinyProject", "check_code_digests", "check_kind_contract", "check_registration", "check_starter_verifies"]
@@ -82,7 +82,7 @@ def check_code_digests(name: str) -> tuple[dict[str, str], dict[str, str]]:
     kind = get_kind(name)
     packages = kind_code_packages(kind)
     build = code_digests(kind.build_module, packages=packages)
-    verify = code_digests(kind.verify_module, VERIFICATION_MODULE, packages=packages)
+    verify = code_digests(*verify_roots(kind), packages=packages)
     for module, digest, what in ((kind.build_module, build, "build"), (kind.verify_module, verify, "verify")):
         path = module.replace(".", "/")
         if f"{path}.py" not in digest and f"{path}/__init__.py" not in digest:
@@ -114,11 +114,12 @@ def _source_kind_of(kind: ArtifactKind) -> ArtifactKind | None:
     wanted = entry.get("source")
     if wanted is None:
         return None
-    for source_kind in kind.source_kinds:
-        candidate = get_kind(source_kind)
+    takes = [candidate for candidate in all_kinds() if kind.takes_source_of(candidate)]
+    for candidate in takes:
         if candidate.starter is not None and wanted in _starter_entry(candidate):
             return candidate
-    raise AssertionError(f"kind {kind.name!r}: no starter of {kind.source_kinds} defines its source {wanted!r}")
+    raise AssertionError(f"kind {kind.name!r}: no starter of the kinds whose artifacts it takes "
+                         f"({', '.join(candidate.name for candidate in takes) or 'none'}) defines its source {wanted!r}")
 
 
 def _starter_chain(name: str) -> list[ArtifactKind]:

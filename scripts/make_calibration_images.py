@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/make_calibration_images.py
 
-The images come from ``edgebuild.ml.sample_images`` (``python -m edgebuild init``
+The images come from ``edgebuild.models.sample_images`` (``python -m edgebuild init``
 writes the same files into a new project); re-running reproduces the same bytes.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgebuild.ml.sample_images import write_sample_images
+from edgebuild.models.sample_images import write_sample_images
 
 ROOT = Path(__file__).resolve().parent.parent / "data"
 

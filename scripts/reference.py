@@ -159,16 +159,32 @@ def manifest_page() -> str:
 
 
 def kind_page(kind: Any) -> str:
+    from edgebuild.core.manifest import coverage_targets_schema
+
     schema = kind.Params.model_json_schema(ref_template="#/$defs/{model}")
     definitions = schema.get("$defs", {})
+    # The coverage targets this kind's artifacts can be certified for, each a key of its own.
+    coverage_targets_schema(definitions, [kind])
     lines = [f"# Kind `{kind.name}`", "", " ".join(kind.summary.split()) + ".", ""]
     if (REPO / "docs" / "kinds" / f"{kind.name}.md").exists():
         lines += [f"The guide to this kind is [its page](../../kinds/{kind.name}.md).", ""]
+    from edgebuild.core.registry import builtin_names, producers
+
+    factor = kind.process.memory_factor
+    makers = producers(kind, builtin_names())
+    takes = f"{_formats(kind.consumes)} (built-in kinds that write one: {', '.join(f'`{name}`' for name in makers)})"
+    certificates = [f"`{name}`{' (by default)' if name in kind.coverage_targets else ''}: {target.summary}"
+                    for name, target in kind.certificates().items()]
+    environments = [f"`{environment.name}` (`python -m edgebuild toolenv {environment.name}`)"
+                    for environment in kind.tool_environments]
     lines += ["| | |", "| --- | --- |",
               f"| outputs | {', '.join(f'`{output}`' for output in kind.outputs)} |",
-              f"| `source:` may name | {', '.join(f'`{name}`' for name in kind.source_kinds) or 'no source'} |",
+              f"| writes | {_formats(kind.produces) or 'nothing another kind reads'} |",
+              f"| `source:` takes | {takes if kind.consumes else 'no source'} |",
+              f"| coverage targets | {_cell('; '.join(certificates)) or 'none'} |",
               f"| tool versions in its fingerprints | {', '.join(f'`{name}`' for name in kind.tool_packages) or 'the common ones only'} |",
-              f"| memory factor (cluster sizing) | {kind.memory_factor if kind.memory_factor is not None else 'unset (3)'} |",
+              f"| tools in an environment of their own | {', '.join(environments) or 'none'} |",
+              f"| memory factor (cluster sizing) | {factor if factor is not None else 'unset (3)'} |",
               f"| fixtures | {', '.join(f'`{fixture.name}`' for fixture in kind.fixtures) or 'none'} |",
               "", "## Parameters", "",
               *properties_table(schema, definitions, skip=("kind",)),
@@ -177,6 +193,10 @@ def kind_page(kind: Any) -> str:
         lines += ["", "## Starter entry", "", f"What `python -m edgebuild init` writes for `{kind.name}`:", "",
                   "```yaml", "artifacts:", kind.starter.entry.rstrip("\n"), "```"]
     return HEADER + "\n".join(line for line in lines) + "\n"
+
+
+def _formats(formats: tuple[Any, ...]) -> str:
+    return " or ".join(f"{form.summary} (`{form.name}`)" for form in formats)
 
 
 def kinds_index(kinds: list[Any]) -> str:
@@ -261,9 +281,17 @@ def environment_page() -> str:
              "get them written out again). A value of the wrong shape stops the command with one line naming the "
              "variable. Kinds of value: `path` (relative to the directory the command starts in), `paths` "
              "(comma-separated), `location` (a directory or an fsspec URL), `switch` (`1`/`true`/`yes`/`on` or "
-             "`0`/`false`/`no`/`off`), `count`, `seconds`, `text`.", "",
+             "`0`/`false`/`no`/`off`), `count`, `seconds`, `text`, `tool paths` (one variable per tool, its name in the "
+             "variable's).", "",
              "| variable | value | what |", "| --- | --- | --- |"]
     lines += [f"| `{variable.name}` | {variable.type} | {_cell(variable.help)} |" for variable in VARIABLES]
+    from edgebuild.core.registry import all_kinds, builtin_names
+
+    tools = [(environment, kind) for kind in all_kinds(names=builtin_names()) for environment in kind.tool_environments]
+    lines += ["", "The tools of the built-in kinds that run in environments of their own:", "",
+              "| variable | kind | tool |", "| --- | --- | --- |"]
+    lines += [f"| `{environment.variable}` | `{kind.name}` | `{environment.module}` (default: `{environment.directory}` "
+              "beside the environment edgebuild runs in) |" for environment, kind in tools]
     lines += ["", "## Process-wide switches", "",
               "Not settings of a run: read where they act, by every process that inherits them (see "
               "[Processes](../concepts/processes.md)).", "",

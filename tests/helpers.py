@@ -295,13 +295,17 @@ def lay_out_siglip_inputs(root: Path, checkpoint: Path) -> Path:
 
 def kind_fixtures(name: str) -> set[str]:
     """The generated checkpoints an artifact of kind ``name`` can be built from: those its
-    kind declares, else those of the kinds its ``source:`` takes (a QDQ graph is built
-    from a tower, which is built from a Qwen3.5 fixture)."""
+    kind declares, else those of the kinds whose artifacts its ``source:`` takes (a QDQ
+    graph is built from a tower, which is built from a Qwen3.5 fixture)."""
     from edgebuild.core.registry import get_kind
 
     kind = get_kind(name)
     own = {fixture.name for fixture in kind.fixtures}
-    return own or set().union(*(kind_fixtures(source) for source in kind.source_kinds))
+    if own:
+        return own
+    from edgebuild.core.registry import all_kinds
+
+    return set().union(*(kind_fixtures(source.name) for source in all_kinds() if kind.takes_source_of(source)))
 
 
 def build_digest(kind_name: str) -> dict[str, str]:
@@ -316,11 +320,11 @@ def build_digest(kind_name: str) -> dict[str, str]:
 def verify_digest(kind_name: str) -> dict[str, str]:
     """The code digest of a kind's verification, as its verification fingerprint holds it."""
     from edgebuild.core.fingerprint import code_digests, kind_code_packages
-    from edgebuild.core.project import VERIFICATION_MODULE
+    from edgebuild.core.project import verify_roots
     from edgebuild.core.registry import get_kind
 
     kind = get_kind(kind_name)
-    return code_digests(kind.verify_module, VERIFICATION_MODULE, packages=kind_code_packages(kind))
+    return code_digests(*verify_roots(kind), packages=kind_code_packages(kind))
 
 
 # In every digest of every kind: the kind interface (with the bounded reader checkpoints are
@@ -332,11 +336,15 @@ JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/c
            # Along the chain and on data (edgebuild/run/chain.py), for every kind.
            "edgebuild/run/chain.py", "edgebuild/run/latency.py", "edgebuild/core/datasets.py", "edgebuild/core/inputs.py",
            "edgebuild/core/runner.py", "edgebuild/core/thresholds.py", "edgebuild/ml/agreement.py",
-           "edgebuild/ml/compare.py", "edgebuild/ml/datasets.py", "edgebuild/ml/images.py", "edgebuild/ml/runners.py",
+           "edgebuild/ml/compare.py", "edgebuild/ml/datasets.py", "edgebuild/ml/images.py", "edgebuild/targets/runners.py",
            "edgebuild/ml/statistics.py",
-           # Coverage certificates and their gates (edgebuild/run/coverage.py), for every kind.
-           "edgebuild/run/coverage.py", "edgebuild/ml/coverage.py", "edgebuild/ml/directml_kernels.py",
-           "edgebuild/ml/modules.py"]
+           # Coverage certificates and their gates (edgebuild/run/coverage.py), for every kind; each
+           # target's own certificate code is in the digests of the kinds whose formats carry it.
+           "edgebuild/run/coverage.py", "edgebuild/targets/coverage.py", "edgebuild/ml/modules.py"]
+# The certificates of an ONNX graph (targets/formats.py's ONNX_GRAPH): in the verify digest
+# of every kind that writes one.
+ONNX_CERTIFICATES = ["edgebuild/targets/formats.py", "edgebuild/targets/onnx_graph.py",
+                     "edgebuild/targets/directml_kernels.py"]
 # In every built-in kind's build digest: its parameters' verify settings (core/thresholds.py).
 VERIFY_SETTINGS = "edgebuild/core/thresholds.py"
 
@@ -354,7 +362,7 @@ def verify_along(workspace, name: str, **options):
     the chain rule), then ``name``; return ``name``'s report."""
     from edgebuild.run.builder import verify_artifact
 
-    *sources, artifact = workspace.order([name])
+    *sources, artifact = workspace.order([workspace.artifact(name)])
     for source in sources:
         verify_artifact(workspace, source, **options)
     return verify_artifact(workspace, artifact, **options)
@@ -370,9 +378,10 @@ def pretend_built(workspace, name: str, outputs: dict[str, str] | None = None) -
     from edgebuild.core.hashing import digest_bytes
     from edgebuild.core.record import OutputFile
 
-    record = workspace.record(name)
+    artifact = workspace.artifact(name)
+    record = artifact.record
     outputs = outputs if outputs is not None else {"model.onnx": digest_bytes(record.fingerprint.encode())}
-    directory = workspace.artifact(name).directory
+    directory = artifact.directory
     directory.mkdir(parents=True, exist_ok=True)
     def size(path: str) -> int:
         return (directory / path).stat().st_size if (directory / path).is_file() else 1
@@ -392,7 +401,7 @@ def vision_config_kind(package: str, kind: str, extra_build_module: bool = False
         "__init__.py": f'''
 from typing import Literal
 
-from edgebuild.plugin import ArtifactKind, ArtifactParams, TensorSelection
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Process, TensorSelection
 
 
 class VisionConfigParams(ArtifactParams):

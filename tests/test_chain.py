@@ -169,11 +169,12 @@ def _judged(workspace: Workspace, name: str, passed: bool) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "model.onnx").write_bytes(f"graph of {name}".encode())
     pretend_built(workspace, name, {"model.onnx": file_digest(directory / "model.onnx")})
-    Report(artifact=name, kind=workspace.artifact(name).kind.name, fingerprint=workspace.fingerprint(name),
+    artifact = workspace.artifact(name)
+    Report(artifact=name, kind=artifact.kind.name, fingerprint=artifact.fingerprint,
            checks=[Check.measure("cosine", 1.0 if passed else 0.5, ">=", 0.99)],
-           extra={"verify_fingerprint": workspace.verify_fingerprint(name),
-                  "verify": workspace.artifact(name).params.verify_parameters(),
-                  "verify_parts": workspace.verify_parts(name)}).write(directory)
+           extra={"verify_fingerprint": artifact.verify_fingerprint,
+                  "verify": artifact.params.verify_parameters(),
+                  "verify_parts": workspace.verify_parts(artifact)}).write(directory)
 
 
 @pytest.mark.parametrize("failing, said", [
@@ -187,15 +188,15 @@ def test_an_artifact_is_verified_only_with_its_whole_chain(tmp_path: Path, faili
     workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     for name in ("clip", "qdq", "npu"):
         _judged(workspace, name, passed=name != failing)
-    assert verification_state(workspace, "npu") is VerificationState.SOURCE_NOT_VERIFIED
-    state = status(workspace, "npu")
+    assert verification_state(workspace, workspace.artifact("npu")) is VerificationState.SOURCE_NOT_VERIFIED
+    state = status(workspace, workspace.artifact("npu"))
     assert (state.state, state.note, state.reasons, state.verified) == ("up to date", "source not verified", (said,), False)
     with pytest.raises(PublishError) as caught:
-        check_publishable(workspace, ["npu"])
+        check_publishable(workspace, [workspace.artifact("npu")])
     assert str(caught.value) == f"nothing published:\n  npu: {said}"
     # The ancestor passes again: its consumer counts, without being judged again.
     _judged(workspace, failing, passed=True)
-    assert verification_state(workspace, "npu") is VerificationState.VERIFIED
+    assert verification_state(workspace, workspace.artifact("npu")) is VerificationState.VERIFIED
 
 
 def test_status_says_why_a_build_is_judged_again(tmp_path: Path) -> None:
@@ -205,15 +206,15 @@ def test_status_says_why_a_build_is_judged_again(tmp_path: Path) -> None:
     workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     for name in ("clip", "qdq", "npu"):
         _judged(workspace, name, passed=True)
-    assert status(workspace, "npu").verified
+    assert status(workspace, workspace.artifact("npu")).verified
     (tmp_path / "artifacts.yaml").write_text(CHAIN.replace("  npu:\n    kind: qnn_context\n    source: qdq\n",
                                                           "  npu:\n    kind: qnn_context\n    source: qdq\n"
                                                           "    verify: {vs_float: {cosine_min: 0.995}}\n"))
     shutil.copy(tmp_path / "held_out" / "scene_100.png", tmp_path / "held_out" / "scene_102.png")
     workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
-    assert status(workspace, "qdq").reasons == (
+    assert status(workspace, workspace.artifact("qdq")).reasons == (
         "the files only verification reads changed (held-out inputs, or its sources' input files)",)
-    assert status(workspace, "npu").reasons == (
+    assert status(workspace, workspace.artifact("npu")).reasons == (
         "verify.vs_float.cosine_min None → 0.995",
         "the files only verification reads changed (held-out inputs, or its sources' input files)",
         "not verified while its source qdq is not verified at its current verification fingerprint")
@@ -374,7 +375,7 @@ def test_a_plugin_kind_made_from_a_source_is_judged_against_the_float_model(tmp_
         "__init__.py": '''
 from typing import Literal
 
-from edgebuild.plugin import ArtifactKind, ArtifactParams, VerifySettings
+from edgebuild.plugin import ONNX_GRAPH, ArtifactKind, ArtifactParams, VerifySettings
 
 
 class CopyVerify(VerifySettings):
@@ -394,7 +395,7 @@ class GraphCopy(ArtifactKind):
     outputs = ("model.onnx", "model.onnx.data")
     build_module = "vc_plugin.build"
     verify_module = "vc_plugin.verify"
-    source_kinds = ("hf_onnx",)
+    consumes = (ONNX_GRAPH,)
 ''',
         "build.py": '''
 import shutil

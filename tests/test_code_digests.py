@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.core.fingerprint import NEUTRAL_MODULES, _module_file, code_digests, kind_code_packages, package_roots
-from edgebuild.core.project import VERIFICATION_MODULE
+from edgebuild.core.project import verify_roots
 from edgebuild.core.registry import get_kind, kind_names
 
 from helpers import REPO, build_digest, made_once, verify_digest
@@ -27,7 +27,7 @@ KIND_INTERFACE = {"edgebuild/core/checkpoint.py", "edgebuild/core/kind.py"}
 # the chain and on data) and the report writer.
 JUDGING = {"edgebuild/core/report.py", "edgebuild/core/record.py", "edgebuild/run/verification.py",
            "edgebuild/run/chain.py", "edgebuild/run/latency.py", "edgebuild/run/coverage.py",
-           "edgebuild/ml/coverage.py", "edgebuild/ml/directml_kernels.py", "edgebuild/ml/modules.py"}
+           "edgebuild/targets/coverage.py", "edgebuild/ml/modules.py"}
 # Code that can change neither an artifact's bytes nor its verdict.
 NEVER_DIGESTED = {
     "edgebuild/__init__.py", "edgebuild/errors.py", "edgebuild/plugin.py", "edgebuild/tasks.py", "edgebuild/api.py",
@@ -86,9 +86,9 @@ def test_a_kind_module_of_another_kind_is_digested_only_for_its_file_names(kind:
 def test_imports_under_type_checking_are_not_followed() -> None:
     from edgebuild.core.fingerprint import module_imports
 
-    # model.py imports Checkpoint for annotations only; params.py and the plugin facade at run time.
-    assert module_imports("edgebuild.kinds.qwen3_5_tower.model") == {
-        "edgebuild.errors", "edgebuild.kinds.qwen3_5_tower.params"
+    # model.py imports Checkpoint for annotations only; the errors and its geometry at run time.
+    assert module_imports("edgebuild.models.qwen3_5.model") == {
+        "edgebuild.errors", "edgebuild.models.qwen3_5.geometry"
     }
 
 
@@ -115,12 +115,13 @@ def test_neutral_modules_exist() -> None:
 
 # --- the shape of the package ----------------------------------------------------------------
 
-# Lower layers never import higher ones: errors; core; cache and ml; plugin and kinds;
-# run; api and cli; the facades and ``python -m`` above all.
+# Lower layers never import higher ones: errors; core; cache and ml; the model half; the
+# target half; plugin and kinds; run; api and cli; the facades and ``python -m`` above all.
 LAYERS = [
     ("edgebuild.errors", 0), ("edgebuild.core", 1), ("edgebuild.cache", 2), ("edgebuild.ml", 2),
-    ("edgebuild.plugin", 3), ("edgebuild.kinds", 3), ("edgebuild.run", 4), ("edgebuild.api", 5),
-    ("edgebuild.cli", 5), ("edgebuild.testing", 6), ("edgebuild.tasks", 6), ("edgebuild.__main__", 6),
+    ("edgebuild.models", 3), ("edgebuild.targets", 4), ("edgebuild.plugin", 5), ("edgebuild.kinds", 5),
+    ("edgebuild.run", 6), ("edgebuild.api", 7), ("edgebuild.cli", 7), ("edgebuild.testing", 8),
+    ("edgebuild.tasks", 8), ("edgebuild.__main__", 8),
 ]
 
 
@@ -129,7 +130,7 @@ def _layer(module: str) -> int:
         if module == prefix or module.startswith(prefix + "."):
             return layer
     assert module == "edgebuild", module
-    return 7
+    return 9
 
 
 def _package_modules() -> list[str]:
@@ -207,10 +208,19 @@ def test_no_import_runs_upward_and_only_kinds_import_a_kind() -> None:
     assert upward == []
 
 
-def test_at_most_a_dozen_modules_at_the_top_of_the_package() -> None:
+def test_no_kind_imports_another_kind() -> None:
+    """A kind reads another's artifacts as a format (``produces``, ``consumes``), never its code."""
+    across = [f"{module} -> {target}" for module, targets in _import_graph().items()
+              if module.startswith("edgebuild.kinds.") for target in targets
+              if target.startswith("edgebuild.kinds.") and target.split(".")[2] != module.split(".")[2]]
+    assert across == []
+
+
+def test_at_most_fourteen_modules_at_the_top_of_the_package() -> None:
+    # A dozen, and the two halves kinds are declared on (models/, targets/).
     top = [path.name for path in PACKAGE_ROOT.iterdir()
            if path.name != "__init__.py" and (path.suffix == ".py" or (path / "__init__.py").is_file())]
-    assert len(top) <= 12, sorted(top)
+    assert len(top) <= 14, sorted(top)
 
 
 # --- editing code in a copy of the package ------------------------------------------------
@@ -222,7 +232,7 @@ import json, sys
 from pathlib import Path
 from edgebuild.core import fingerprint
 from edgebuild.core.hashing import digest_json
-from edgebuild.core.project import VERIFICATION_MODULE
+from edgebuild.core.project import verify_roots
 from edgebuild.core.registry import get_kind
 
 kinds = [get_kind(name) for name in json.loads(sys.argv[1])]
@@ -230,7 +240,7 @@ def digests():
     fingerprint._CODE_CACHE.clear()
     packages = fingerprint.kind_code_packages
     return {kind.name: [digest_json(fingerprint.code_digests(kind.build_module, packages=packages(kind))),
-                        digest_json(fingerprint.code_digests(kind.verify_module, VERIFICATION_MODULE, packages=packages(kind)))]
+                        digest_json(fingerprint.code_digests(*verify_roots(kind), packages=packages(kind)))]
             for kind in kinds}
 before = digests()
 changed = {}
@@ -255,13 +265,23 @@ def _importers(module_path: str, which: str) -> set[str]:
 
 
 ALL = set(KINDS)
+# The kinds that write an ONNX graph: their verifications compute its certificates.
+ONNX_GRAPHS = {"hf_onnx", "onnx_qdq", "qwen3_5_tower_qdq", "qwen3_5_vision_tower", "siglip_f143_onnx"}
 GENERIC_EDITS = [
     ("core/report.py", set(), ALL),
     ("run/verification.py", set(), ALL),
     ("run/latency.py", set(), ALL),
     ("run/coverage.py", set(), ALL),
-    ("ml/coverage.py", set(), ALL),
-    ("ml/directml_kernels.py", set(), ALL),
+    ("targets/coverage.py", set(), ALL),
+    # A target's certificate re-verifies the artifacts whose formats carry it, and no other.
+    ("targets/onnx_graph.py", set(), ONNX_GRAPHS),
+    ("targets/directml_kernels.py", set(), ONNX_GRAPHS),
+    ("kinds/executorch/coverage.py", set(), {"executorch"}),
+    ("kinds/openvino/coverage.py", set(), {"openvino"}),
+    # What targets share rebuilds the targets that use it; a target's own code, only that target.
+    ("targets/folding.py", {"executorch", "litert"}, set()),
+    ("kinds/litert/convert.py", {"litert"}, set()),
+    ("targets/judging.py", set(), {"executorch", "litert", "openvino"}),
     # The node -> module mapping: the QNN context names the nodes its compile refused with it.
     ("ml/modules.py", {"qnn_context"}, ALL),
     ("core/kind.py", ALL, ALL),
@@ -322,4 +342,4 @@ def test_digests_are_keyed_by_package_relative_paths() -> None:
         for path in (*build_digest(kind), *verify_digest(kind)):
             assert path.startswith("edgebuild/") and not Path(path).is_absolute()
     assert (REPO / "edgebuild").resolve() == PACKAGE_ROOT
-    assert code_digests(get_kind(KINDS[0]).verify_module, VERIFICATION_MODULE) == verify_digest(KINDS[0])
+    assert code_digests(*verify_roots(get_kind(KINDS[0]))) == verify_digest(KINDS[0])

@@ -313,7 +313,7 @@ AGE = r"\d+(\.\d)? (s|min) ago"
 @pytest.mark.slow
 def test_cache_lists_the_store_and_the_remote_and_gc_names_artifacts(verified_seed: Path, tmp_path: Path) -> None:
     project = clone_project(verified_seed, tmp_path / "clone")
-    fingerprint = project.project().fingerprint("t")
+    fingerprint = project.project().artifact("t").fingerprint
     remote = tmp_path / "remote"
     remote.mkdir()
     env = {"EDGEBUILD_REMOTE_CACHE": str(remote)}

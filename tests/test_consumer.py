@@ -52,12 +52,12 @@ def test_the_processor_file_it_carries_is_in_the_fingerprint(verified_seed: Path
     """The contract carries the checkpoint's processor settings, so a change to them makes
     the tower stale (its consumer.json would change) although the graph would not."""
     project = clone_project(verified_seed, tmp_path / "clone")
-    before = project.project().fingerprint("t")
+    before = project.project().artifact("t").fingerprint
     (processor_file,) = (project.root / "cache" / "fixtures").glob("qwen3_5_vl_tiny-*/preprocessor_config.json")
     config = json.loads(processor_file.read_text())
     config["image_mean"] = [0.48, 0.46, 0.41]
     processor_file.write_text(json.dumps(config))
-    assert project.project().fingerprint("t") != before
+    assert project.project().artifact("t").fingerprint != before
     status = project.doit("status")
     assert status.stdout.startswith("t  stale"), status.stdout
     assert "preprocessor_config.json" in status.stdout, status.stdout

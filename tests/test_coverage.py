@@ -15,9 +15,12 @@ from onnx import TensorProto, helper
 
 from edgebuild.core.manifest import load_manifest
 from edgebuild.core.registry import get_kind
-from edgebuild.core.thresholds import CoverageSettings
+from edgebuild.core.thresholds import CoverageSettings, coverage_context
 from edgebuild.errors import ManifestError, VerificationFailed
-from edgebuild.ml import coverage, modules
+from edgebuild.kinds.openvino.coverage import op_module
+from edgebuild.kinds.qnn_context.coverage import placement_certificate
+from edgebuild.ml import modules
+from edgebuild.targets import onnx_graph
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.run.coverage import judge_coverage
 from edgebuild.run.workspace import Workspace
@@ -26,7 +29,7 @@ from helpers import REPO, skip_unless_present
 
 QUIET = {"log": lambda message: None}
 # Metadata as torch's ONNX exporter writes it, under edgebuild's wrapper of the model.
-WRAPPER = "['edgebuild.kinds.hf_onnx.model.named_outputs_module.<locals>.Outputs', 'transformers.SomeModel', 'torch.nn.Linear']"
+WRAPPER = "['edgebuild.models.hf.named_outputs_module.<locals>.Outputs', 'transformers.SomeModel', 'torch.nn.Linear']"
 
 
 def _scopes(*modules: str) -> dict[str, str]:
@@ -53,16 +56,19 @@ def _seed_graph(allowzero: int, extra: list[onnx.NodeProto] = ()) -> onnx.ModelP
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
 
 
-def _hf_onnx_params(gates: str):
-    """Real hf_onnx parameters with ``verify: {coverage: ...}`` as a manifest writes it."""
-    return get_kind("hf_onnx").Params.model_validate(
+def _hf_onnx_params(gates: str, checked: bool = True):
+    """Real hf_onnx parameters with ``verify: {coverage: ...}`` as a manifest writes it (and,
+    ``checked``, as the manifest's loader checks it: against the kind's targets)."""
+    kind = get_kind("hf_onnx")
+    return kind.Params.model_validate(
         {"kind": "hf_onnx", "checkpoint": "clip", "model_class": "CLIPVisionModel",
-         "inputs": {"pixel_values": [1, 3, 64, 64]}, "verify": {"coverage": json.loads(gates)}})
+         "inputs": {"pixel_values": [1, 3, 64, 64]}, "verify": {"coverage": json.loads(gates)}},
+        context=coverage_context(kind) if checked else None)
 
 
-def _judge_graph(tmp_path: Path, model: onnx.ModelProto, gates: str):
+def _judge_graph(tmp_path: Path, model: onnx.ModelProto, gates: str, checked: bool = True):
     onnx.save(model, str(tmp_path / "model.onnx"))
-    return judge_coverage(get_kind("hf_onnx"), _hf_onnx_params(gates), tmp_path, **QUIET)
+    return judge_coverage(get_kind("hf_onnx"), _hf_onnx_params(gates, checked), tmp_path, **QUIET)
 
 
 def test_the_seeds_reshapes_fail_a_directml_gate_naming_them_and_pass_once_sanitized(tmp_path: Path) -> None:
@@ -127,11 +133,21 @@ def test_partitions_and_ops_never_on_cpu_are_gated(tmp_path: Path) -> None:
     assert "node_relu (Relu, blocks.0.mlp)" in checks["coverage.directml.never_on_cpu"].detail
 
 
-def test_a_gate_on_a_target_without_a_certificate_fails(tmp_path: Path) -> None:
-    result = _judge_graph(tmp_path, _seed_graph(allowzero=0), '{"qnn_htp": {"min_fraction": 1.0}}')
+def test_a_gate_on_a_target_the_kind_cannot_certify_is_a_manifest_error_naming_its_targets() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        _hf_onnx_params('{"qnn_htp": {"min_fraction": 1.0}}')
+    assert ("unknown coverage target 'qnn_htp'; this artifact's kind can be certified for nnapi, coreml, directml"
+            in str(caught.value))
+
+
+def test_a_gate_on_a_target_without_a_certificate_fails_when_judged(tmp_path: Path) -> None:
+    # Parameters made in Python, past the manifest's check: the gate is never silently dropped.
+    result = _judge_graph(tmp_path, _seed_graph(allowzero=0), '{"qnn_htp": {"min_fraction": 1.0}}', checked=False)
     (check,) = result.checks
     assert (check.name, check.passed) == ("coverage.qnn_htp.certificate", False)
-    assert "no context.json" in check.detail
+    assert check.detail == "a hf_onnx artifact has no certificate for 'qnn_htp' (its targets: nnapi, coreml, directml)"
 
 
 def test_no_gate_records_certificates_and_fails_nothing(tmp_path: Path) -> None:
@@ -143,14 +159,16 @@ def test_a_directml_node_of_an_opset_without_a_dml_kernel_falls_back() -> None:
     # Reshape-21 is registered; an opset-25 graph's Reshape (version 25) has no DML kernel.
     model = _seed_graph(allowzero=0)
     model.opset_import[0].version = 25
-    assert coverage.directml_certificate(model).nodes_taken == 1
+    assert onnx_graph.directml_certificate(model).nodes_taken == 1
 
 
 def test_gate_settings_are_checked_in_the_manifest(tmp_path: Path) -> None:
     for gates, message in (
         ("directml: {}", "coverage -> directml: expected at least one gate: min_fraction, max_partitions or never_on_cpu"),
         ("directml: {min_fraction: 1.5}", "coverage -> directml -> min_fraction: input should be less than or equal to 1"),
-        ("targets: [webgpu]", "coverage -> targets -> 0: input should be"),
+        ("targets: [webgpu]", "coverage: unknown coverage target 'webgpu'; this artifact's kind can be certified for "
+                              "nnapi, coreml, directml"),
+        ("nnapii: {min_fraction: 0.5}", "coverage: unknown coverage target 'nnapii' (did you mean 'nnapi'?)"),
     ):
         (tmp_path / "artifacts.yaml").write_text(
             "checkpoints:\n  clip: {fixture: clip_vision_tiny}\nartifacts:\n  a:\n    kind: hf_onnx\n    checkpoint: clip\n"
@@ -217,8 +235,8 @@ def test_an_exported_clip_carries_certificates_that_agree_with_the_usability_che
     from onnxruntime.tools.mobile_helpers.usability_checker import check_coreml_partitions, check_nnapi_partitions
 
     clip_project = _open(clip_root)
-    make_current(clip_project, "clip_64", **QUIET)
-    verify_artifact(clip_project, "clip_64", **QUIET)
+    make_current(clip_project, clip_project.artifact("clip_64"), **QUIET)
+    verify_artifact(clip_project, clip_project.artifact("clip_64"), **QUIET)
     report = json.loads((clip_root / "build" / "clip_64" / "report.json").read_text())
     certificates = report["coverage"]
     assert set(certificates) == {"nnapi", "coreml", "directml"}
@@ -245,13 +263,13 @@ def test_status_names_the_certificate_whose_tool_moved_and_the_build_stays(clip_
     from edgebuild.run.state import status
 
     project = _open(clip_root)
-    make_current(project, "clip_64", **QUIET)
-    verify_artifact(project, "clip_64", **QUIET)
+    make_current(project, project.artifact("clip_64"), **QUIET)
+    verify_artifact(project, project.artifact("clip_64"), **QUIET)
     now = version("onnxruntime")
     # The usability checker computes nnapi's and coreml's when judged; directml is edgebuild's table.
-    assert project.coverage_tools("clip_64") == {"nnapi": f"onnxruntime {now}", "coreml": f"onnxruntime {now}"}
-    assert project.verify_parts("clip_64")["coverage_tools"] == digest_json(project.coverage_tools("clip_64"))
-    assert status(project, "clip_64").reasons == ()
+    assert project.coverage_tools(project.artifact("clip_64")) == {"nnapi": f"onnxruntime {now}", "coreml": f"onnxruntime {now}"}
+    assert project.verify_parts(project.artifact("clip_64"))["coverage_tools"] == digest_json(project.coverage_tools(project.artifact("clip_64")))
+    assert status(project, project.artifact("clip_64")).reasons == ()
     # The report as an older onnxruntime would have left it beside the same build.
     path = clip_root / "build" / "clip_64" / "report.json"
     report = json.loads(path.read_text())
@@ -261,19 +279,21 @@ def test_status_names_the_certificate_whose_tool_moved_and_the_build_stays(clip_
     report["verify_fingerprint"] = "0" * 64
     path.write_text(json.dumps(report))
     state = _open(clip_root)
-    said = status(state, "clip_64")
-    assert said.state == "up to date" and said.fingerprint == project.fingerprint("clip_64")
+    said = status(state, state.artifact("clip_64"))
+    assert said.state == "up to date" and said.fingerprint == project.fingerprint(project.artifact("clip_64"))
     assert [reason for reason in said.reasons if reason.startswith("coverage ")] == [
         f"coverage {target}: onnxruntime 1.0.0 -> {now} (its certificate is computed again; the build is not)"
         for target in ("nnapi", "coreml")]
-    verify_artifact(state, "clip_64", **QUIET)
+    verify_artifact(state, state.artifact("clip_64"), **QUIET)
     assert json.loads(path.read_text())["coverage"]["nnapi"]["tool_version"] == now
-    assert status(_open(clip_root), "clip_64").reasons == ()
+    reopened = _open(clip_root)
+    assert status(reopened, reopened.artifact("clip_64")).reasons == ()
 
 
 @pytest.mark.slow
 def test_a_gate_the_clip_graph_misses_fails_with_nodes_and_modules(clip_root: Path) -> None:
-    make_current(_open(clip_root), "clip_64", **QUIET)
+    clip = _open(clip_root)
+    make_current(clip, clip.artifact("clip_64"), **QUIET)
     text = CLIP.replace("    outputs: [pooler_output]\n  clip_64_program:",
                         "    outputs: [pooler_output]\n    verify:\n      coverage:\n"
                         "        nnapi: {never_on_cpu: [LayerNormalization]}\n  clip_64_program:", 1)
@@ -281,7 +301,7 @@ def test_a_gate_the_clip_graph_misses_fails_with_nodes_and_modules(clip_root: Pa
     gated = _open(clip_root)
     try:
         with pytest.raises(VerificationFailed) as caught:
-            verify_artifact(gated, "clip_64", **QUIET)
+            verify_artifact(gated, gated.artifact("clip_64"), **QUIET)
     finally:
         (clip_root / "artifacts.yaml").write_text(CLIP)
     assert "coverage.nnapi.never_on_cpu" in str(caught.value)
@@ -297,10 +317,10 @@ def test_openvino_and_executorch_certificates_agree_with_the_tools_by_hand(clip_
     from executorch.devtools.backend_debug import get_delegation_info
     from executorch.exir import to_edge_transform_and_lower
 
-    from edgebuild.ml.programs import load_program
+    from edgebuild.targets.program import load_program
 
     clip_project = _open(clip_root)
-    for name in clip_project.order(["clip_64_ov", "clip_64_pte"]):
+    for name in clip_project.order([clip_project.artifact("clip_64_ov"), clip_project.artifact("clip_64_pte")]):
         make_current(clip_project, name, **QUIET)
         verify_artifact(clip_project, name, **QUIET)
     build = clip_root / "build"
@@ -316,7 +336,7 @@ def test_openvino_and_executorch_certificates_agree_with_the_tools_by_hand(clip_
     # recorded them (the CPU plugin takes every op here: the mapping is checked op by op).
     modules = json.loads((build / "clip_64_ov" / "openvino.json").read_text())["modules"]
     assert modules["native_layer_norm_1"] == "encoder.layers.0.layer_norm1"
-    mapped = {op.get_friendly_name(): coverage.openvino_op_module(op.get_friendly_name(), modules) for op in computing}
+    mapped = {op.get_friendly_name(): op_module(op.get_friendly_name(), modules) for op in computing}
     assert mapped["native_layer_norm_1/aten.native_layer_norm.default/MVN"] == "encoder.layers.0.layer_norm1"
     assert sum(module is not None for module in mapped.values()) > len(computing) // 2
 
@@ -339,7 +359,7 @@ def test_a_qnn_certificate_reads_the_placement_the_compile_recorded() -> None:
             "partitions": [{"provider": "QNNExecutionProvider", "nodes": 200, "ops": {"Conv": 200}},
                            {"provider": "CPUExecutionProvider", "nodes": 16, "ops": {"Gelu": 12, "Softmax": 4}},
                            {"provider": "QNNExecutionProvider", "nodes": 180, "ops": {"MatMul": 180}}]}
-    found = coverage.qnn_certificate(info)
+    found = placement_certificate(info)
     assert (found.nodes_total, found.nodes_taken, found.partitions) == (396, 380, 2)
     assert found.assumption.startswith("soc_model 60, HTP v73")
     assert [entry["op_type"] for entry in found.fallbacks].count("Gelu") == 12
@@ -366,7 +386,7 @@ def test_a_qnn_context_and_its_qdq_graph_carry_certificates_that_agree_with_the_
     shutil.copytree(REPO / "data" / "calibration", tmp_path / "data" / "calibration")
     (tmp_path / "artifacts.yaml").write_text(QNN)
     workspace = _open(tmp_path)
-    for name in workspace.order(["clip_64_qnn_x"]):
+    for name in workspace.order([workspace.artifact("clip_64_qnn_x")]):
         make_current(workspace, name, **QUIET)
         verify_artifact(workspace, name, **QUIET)
     build = tmp_path / "build"
@@ -402,5 +422,5 @@ def test_a_gate_is_in_the_verification_fingerprint_and_not_the_build(tmp_path: P
         "    outputs: [pooler_output]\n    verify:\n      coverage:\n        directml: {min_fraction: 1.0}\n"
         "  clip_64_program:", 1))
     after = _open(tmp_path)
-    assert before.fingerprint("clip_64") == after.fingerprint("clip_64")
-    assert before.verify_fingerprint("clip_64") != after.verify_fingerprint("clip_64")
+    assert before.fingerprint(before.artifact("clip_64")) == after.fingerprint(after.artifact("clip_64"))
+    assert before.verify_fingerprint(before.artifact("clip_64")) != after.verify_fingerprint(after.artifact("clip_64"))

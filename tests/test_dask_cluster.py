@@ -403,7 +403,7 @@ def test_a_worker_killed_in_the_middle_of_a_build(verified_seed: Path, tmp_path:
         assert "cluster: 1 of 1 built and verified" in output
         # The retried build gave the same bytes as the seed's.
         assert outputs_of(driver.root, "t") == outputs_of(verified_seed, "t")
-        assert RemoteCache.open(str(remote)).has(driver.project().fingerprint("t"))
+        assert RemoteCache.open(str(remote)).has(driver.project().artifact("t").fingerprint)
         assert "verify: 1 passed, 0 failed, 0 not run" in stdout
     else:
         assert process.returncode == 1, stdout + output

@@ -89,10 +89,10 @@ def test_the_fork_server_makes_xnnpacks_patterns_before_a_build_and_a_worker_for
     from edgebuild.kinds.executorch import Executorch
     from edgebuild.run.workers import worker_imports
 
-    assert Executorch.build_imports == ("edgebuild.kinds.executorch.prepare",)
+    assert Executorch.process.build_imports == ("edgebuild.kinds.executorch.prepare",)
     for mode in ("build", "export"):
-        assert worker_imports(Executorch, mode) == Executorch.worker_imports + Executorch.build_imports
-    assert worker_imports(Executorch, "verify") == Executorch.worker_imports
+        assert worker_imports(Executorch, mode) == Executorch.process.worker_imports + Executorch.process.build_imports
+    assert worker_imports(Executorch, "verify") == Executorch.process.worker_imports
     (tmp_path / "careless_plugin.py").write_text(CARELESS_PLUGIN)
     done = subprocess.run([sys.executable, "-c", PREPARE_THEN_FORK], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))})
@@ -103,10 +103,20 @@ def test_the_fork_server_makes_xnnpacks_patterns_before_a_build_and_a_worker_for
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
-    common = ["edgebuild/core/model_inputs.py", "edgebuild/kinds/torch_export/params.py", "edgebuild/kinds/torch_export/targets.py"]
-    assert_code_digests("executorch", build=[*common, "edgebuild/core/runner.py", "edgebuild/ml/programs.py", "edgebuild/kinds/executorch/build.py", "edgebuild/kinds/executorch/lowering.py", "edgebuild/kinds/executorch/params.py", "edgebuild/kinds/executorch/patterns.py",
-                                                "edgebuild/kinds/litert/convert.py"],
-                        verify=[*common, "edgebuild/ml/programs.py", "edgebuild/kinds/torch_export/judging.py", "edgebuild/kinds/executorch/params.py", "edgebuild/kinds/executorch/verify.py"])
+    common = [
+        "edgebuild/kinds/executorch/params.py", "edgebuild/models/fields.py", "edgebuild/models/inputs.py",
+        "edgebuild/targets/formats.py", "edgebuild/targets/params.py", "edgebuild/targets/program.py",
+    ]
+    assert_code_digests(
+        "executorch",
+        build=[*common,
+               "edgebuild/core/runner.py", "edgebuild/kinds/executorch/build.py",
+               "edgebuild/kinds/executorch/lowering.py", "edgebuild/kinds/executorch/patterns.py",
+               "edgebuild/targets/folding.py"],
+        verify=[*common,
+                "edgebuild/kinds/executorch/coverage.py", "edgebuild/kinds/executorch/verify.py",
+                "edgebuild/targets/judging.py"],
+    )
 
 
 def _tiny_tower_program(depth: int) -> tuple[object, object]:
@@ -115,10 +125,10 @@ def _tiny_tower_program(depth: int) -> tuple[object, object]:
     import torch
     from transformers.models.qwen3_5 import Qwen3_5VisionConfig, Qwen3_5VisionModel
 
-    from edgebuild.kinds.qwen3_5_tower.model import fixed_shape_tower_class, sample_patches
-    from edgebuild.kinds.qwen3_5_tower.params import tower_geometry
-    from edgebuild.kinds.torch_export.families import _linear_patch_embedding
-    from edgebuild.ml.qwen3_5_fixtures import QWEN3_5_VL_TINY
+    from edgebuild.models.qwen3_5.model import fixed_shape_tower_class, sample_patches
+    from edgebuild.models.qwen3_5.geometry import tower_geometry
+    from edgebuild.models.qwen3_5.model import linear_patch_embedding
+    from edgebuild.models.qwen3_5.fixtures import QWEN3_5_VL_TINY
 
     vision = dict(QWEN3_5_VL_TINY["vision_config"], depth=depth)
     torch.manual_seed(0)
@@ -126,7 +136,7 @@ def _tiny_tower_program(depth: int) -> tuple[object, object]:
     config._attn_implementation = "sdpa"
     tower = Qwen3_5VisionModel(config).float().eval()
     geometry = tower_geometry(vision, (64, 64))
-    tower.patch_embed = _linear_patch_embedding(tower.patch_embed)
+    tower.patch_embed = linear_patch_embedding(tower.patch_embed)
     wrapper = fixed_shape_tower_class()(tower, geometry).eval()
     (example,) = sample_patches(geometry, 1, 0)
     return torch.export.export(wrapper, (example,)), example

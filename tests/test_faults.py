@@ -97,7 +97,7 @@ def test_store_write_killed_leaves_the_build_and_blobs_that_gc_removes(verified_
                      r"verified\), as `doit status` says\n", killed.stdout + killed.stderr), killed.stdout + killed.stderr
     assert project.doit("status").stdout == "t  up to date (not verified)\n"
     state = Workspace.open(project.root / "artifacts.yaml", project.root)
-    assert not state.store.has(state.fingerprint("t"))
+    assert not state.store.has(state.fingerprint(state.artifact("t")))
     assert list(state.store.entries()) == []
     # The blobs were written, the entry naming them was not: no entry reaches them, and
     # gc removes them (once they are older than its grace for a write in progress).
@@ -110,7 +110,7 @@ def test_store_write_killed_leaves_the_build_and_blobs_that_gc_removes(verified_
     # Verifying keeps the verified build in the store.
     verified = project.doit("verify", env=NO_REMOTE)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert state.store.has(state.fingerprint("t"))
+    assert state.store.has(state.fingerprint(state.artifact("t")))
 
 
 @pytest.mark.slow

@@ -90,7 +90,7 @@ def test_a_fork_server_killed_under_its_worker_is_said_so_with_what_was_left(ver
         str(lost.value)), str(lost.value)
     again = Workspace.open(project.root / "artifacts.yaml", project.root,
                            Settings.from_environ().replace(remote_cache="off"))
-    assert verification_state(again, "t") is VerificationState.VERIFIED
+    assert verification_state(again, again.artifact("t")) is VerificationState.VERIFIED
 
 
 def test_workers_fork_from_a_shared_server_by_default_and_from_the_command_s_own_on_ci() -> None:

@@ -89,7 +89,7 @@ def test_parameters_are_checked_in_the_manifest(tmp_path: Path) -> None:
 
 def test_the_fingerprint_covers_every_tensor_or_only_the_prefixes(tmp_path: Path) -> None:
     workspace = _project(tmp_path)
-    record = workspace.record("clip_64")
+    record = workspace.record(workspace.artifact("clip_64"))
     tensors = record.inputs["checkpoint"]["tensors"]
     checkpoint = workspace.checkpoint("clip")
     assert sorted(tensors) == sorted(checkpoint.tensors)
@@ -97,14 +97,14 @@ def test_the_fingerprint_covers_every_tensor_or_only_the_prefixes(tmp_path: Path
     assert record.inputs["checkpoint"]["config_key"] is None
     narrowed = _project(tmp_path, ENCODERS.replace("    outputs: [pooler_output, last_hidden_state]\n",
                                                     "    outputs: [pooler_output]\n    tensor_prefixes: [encoder.]\n"))
-    assert sorted(narrowed.record("clip_64").inputs["checkpoint"]["tensors"]) == sorted(
+    assert sorted(narrowed.record(narrowed.artifact("clip_64")).inputs["checkpoint"]["tensors"]) == sorted(
         name for name in checkpoint.tensors if name.startswith("encoder."))
 
 
 def test_a_class_transformers_lacks_is_a_parameter_error(tmp_path: Path) -> None:
     workspace = _project(tmp_path, ENCODERS.replace("model_class: CLIPVisionModel", "model_class: CLIPVisonModel"))
     with pytest.raises(ParameterError) as caught:
-        workspace.fingerprint("clip_64")
+        workspace.fingerprint(workspace.artifact("clip_64"))
     assert str(caught.value) == (
         f"{tmp_path / 'artifacts.yaml'}:14:5: artifacts -> clip_64 -> model_class: 'CLIPVisonModel' is not a class "
         "transformers provides (did you mean 'CLIPVisionModel'?)"
@@ -125,7 +125,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
                                                ("dino_64", ["pooler_output"]), ("w2v_1600", ["last_hidden_state"]),
                                                ("siglip_64", ["pooler_output"])])
 def test_encoders_export_within_1e4_of_transformers(built: Workspace, name: str, outputs: list[str]) -> None:
-    report = verify_artifact(built, name, **QUIET)
+    report = verify_artifact(built, built.artifact(name), **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check for check in report.checks}
     for output in outputs:
@@ -141,7 +141,7 @@ def test_encoders_export_within_1e4_of_transformers(built: Workspace, name: str,
 
 @pytest.mark.slow
 def test_held_out_images_go_through_the_checkpoints_processor(built: Workspace) -> None:
-    report = verify_artifact(built, "clip_64", **QUIET)
+    report = verify_artifact(built, built.artifact("clip_64"), **QUIET)
     assert report.metrics["inputs"] == "2 random inputs and 2 batches of held-out images"
 
 
@@ -149,12 +149,12 @@ def test_held_out_images_go_through_the_checkpoints_processor(built: Workspace) 
 def test_an_output_the_model_lacks_and_tensors_outside_the_prefixes_are_refused(tmp_path: Path) -> None:
     workspace = _project(tmp_path, ENCODERS.replace("outputs: [pooler_output, last_hidden_state]", "outputs: [logits]"))
     with pytest.raises(ExportError) as caught:
-        make_current(workspace, "clip_64", **QUIET)
+        make_current(workspace, workspace.artifact("clip_64"), **QUIET)
     assert str(caught.value) == "outputs: CLIPVisionModel returns no 'logits'; it returns last_hidden_state, pooler_output"
     workspace = _project(tmp_path, ENCODERS.replace("outputs: [pooler_output, last_hidden_state]",
                                                     "outputs: [pooler_output]\n    tensor_prefixes: [encoder.]"))
     with pytest.raises(ExportError) as caught:
-        make_current(workspace, "clip_64", **QUIET)
+        make_current(workspace, workspace.artifact("clip_64"), **QUIET)
     assert "CLIPVisionModel reads embeddings." in str(caught.value)
     assert str(caught.value).endswith("outside tensor_prefixes ['encoder.']: add its prefix, or the fingerprint would not cover it")
     assert not workspace.artifact("clip_64").directory.exists()
@@ -172,20 +172,24 @@ def test_a_checkpoint_missing_a_tensor_is_refused(tmp_path: Path) -> None:
     save_file(weights, str(checkpoint / "model.safetensors"), metadata={"format": "pt"})
     workspace = _project(tmp_path, ENCODERS.replace("    fixture: clip_vision_tiny", f"    path: {checkpoint}"))
     with pytest.raises(CheckpointError) as caught:
-        make_current(workspace, "clip_64", **QUIET)
+        make_current(workspace, workspace.artifact("clip_64"), **QUIET)
     assert str(caught.value) == f"checkpoint 'clip' ({checkpoint}): lacks tensors the class needs of CLIPVisionModel: post_layernorm.bias"
 
 
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
-    from helpers import assert_code_digests
+    from helpers import assert_code_digests, ONNX_CERTIFICATES
 
-    common = ["edgebuild/kinds/hf_onnx/model.py", "edgebuild/kinds/hf_onnx/params.py", "edgebuild/core/model_inputs.py",
-              "edgebuild/ml/hf.py",
-              "edgebuild/ml/images.py", "edgebuild/ml/onnx_tools.py"]
+    common = [
+        "edgebuild/kinds/hf_onnx/params.py", "edgebuild/ml/onnx_tools.py", "edgebuild/models/hf.py",
+        "edgebuild/models/inputs.py",
+    ]
     assert_code_digests(
         "hf_onnx",
-        build=[*common, "edgebuild/kinds/hf_onnx/build.py"],
-        verify=[*common, "edgebuild/kinds/hf_onnx/verify.py"],
+        build=[*common,
+               "edgebuild/core/runner.py", "edgebuild/kinds/hf_onnx/build.py", "edgebuild/ml/images.py",
+               "edgebuild/targets/formats.py"],
+        verify=[*common, *ONNX_CERTIFICATES,
+                "edgebuild/kinds/hf_onnx/verify.py"],
     )
 
 
@@ -216,8 +220,8 @@ def test_a_dynamic_batch_is_exported_symbolic_and_verified_at_both_ends(tmp_path
     import transformers
 
     workspace = _project(tmp_path, DYNAMIC_BATCH)
-    make_current(workspace, "clip_dyn", **QUIET)
-    report = verify_artifact(workspace, "clip_dyn", **QUIET)
+    make_current(workspace, workspace.artifact("clip_dyn"), **QUIET)
+    report = verify_artifact(workspace, workspace.artifact("clip_dyn"), **QUIET)
     assert report.passed, report.summary()
     assert report.metrics["inputs"] == "4 random inputs at the smallest and at the largest dynamic sizes"
     directory = workspace.artifact("clip_dyn").directory
@@ -321,7 +325,7 @@ def test_an_export_after_the_exporter_warmed_up_writes_the_same_bytes(tmp_path: 
     from edgebuild.run.workers import worker_warmups
 
     for kind in (HfOnnx, Qwen3_5VisionTower, SiglipF143Onnx):
-        assert kind.build_warmups == EXPORT_WARMUPS
+        assert kind.process.build_warmups == EXPORT_WARMUPS
         assert worker_warmups(kind, "build") == worker_warmups(kind, "export") == EXPORT_WARMUPS
         assert worker_warmups(kind, "verify") == ()
     done = subprocess.run([sys.executable, "-c", WARM_UP_THEN_FORK, str(tmp_path)], capture_output=True, text=True,

@@ -112,14 +112,14 @@ def test_repo_at_a_commit_is_the_checkpoint_by_path(tmp_path: Path, hub_cache: P
     snapshot = cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
     by_hub = write_manifest(tmp_path / "hub", f"hf: org/tiny-qwen\nrevision: {COMMIT}\n")
     by_path = write_manifest(tmp_path / "path", f"path: {qwen_checkpoint}\n")
-    record = by_hub.record("t")
-    assert record.fingerprint == by_path.fingerprint("t")
-    assert record.inputs == by_path.record("t").inputs
+    record = by_hub.record(by_hub.artifact("t"))
+    assert record.fingerprint == by_path.fingerprint(by_path.artifact("t"))
+    assert record.inputs == by_path.record(by_path.artifact("t")).inputs
     assert record.inputs_named["checkpoint"] == f"checkpoint 'c' (org/tiny-qwen at {COMMIT[:12]})"
     assert record.to_json()["checkpoint_origins"] == {
         "checkpoint": {"hf": "org/tiny-qwen", "revision": COMMIT, "commit": COMMIT, "files": etags(snapshot, QWEN_FILES)}
     }
-    assert by_path.record("t").checkpoint_origins == {}
+    assert by_path.record(by_path.artifact("t")).checkpoint_origins == {}
 
 
 @pytest.mark.parametrize("revision", ["main", "v1.0", "refs/pr/1"])
@@ -128,7 +128,7 @@ def test_repo_at_a_ref_records_the_commit_it_resolved_to(
 ) -> None:
     cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT, refs=("main", "v1.0", "refs/pr/1"))
     line = "" if revision == "main" else f"revision: {revision}\n"  # main is the default
-    record = write_manifest(tmp_path, f"hf: org/tiny-qwen\n{line}").record("t")
+    record = write_manifest(tmp_path, f"hf: org/tiny-qwen\n{line}").artifact("t").record
     origin = record.checkpoint_origins["checkpoint"]
     assert (origin.hf, origin.revision, origin.commit) == ("org/tiny-qwen", revision, COMMIT)
     assert record.inputs_named["checkpoint"] == f"checkpoint 'c' (org/tiny-qwen at {revision} (commit {COMMIT[:12]}))"
@@ -136,9 +136,9 @@ def test_repo_at_a_ref_records_the_commit_it_resolved_to(
 
 def test_a_moved_ref_with_the_same_files_is_the_same_artifact(tmp_path: Path, hub_cache: Path, qwen_checkpoint: Path) -> None:
     cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
-    before = write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
+    before = write_manifest(tmp_path, "hf: org/tiny-qwen\n").artifact("t").record
     cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, OTHER_COMMIT)  # main moves on
-    after = write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
+    after = write_manifest(tmp_path, "hf: org/tiny-qwen\n").artifact("t").record
     assert after.fingerprint == before.fingerprint
     assert after.checkpoint_origins["checkpoint"].commit == OTHER_COMMIT
 
@@ -149,7 +149,7 @@ def test_a_revision_not_in_the_cache_is_one_error(tmp_path: Path, hub_cache: Pat
     cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
     project = write_manifest(tmp_path, f"hf: org/tiny-qwen\nrevision: {OTHER_COMMIT}\n")
     with pytest.raises(CheckpointError) as caught:
-        project.record("t")
+        project.record(project.artifact("t"))
     assert str(caught.value) == (
         f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: org/tiny-qwen at revision {OTHER_COMMIT} "
         f"is not in the Hugging Face cache ({hub_cache}); download it with: "
@@ -157,7 +157,7 @@ def test_a_revision_not_in_the_cache_is_one_error(tmp_path: Path, hub_cache: Pat
     )
     project = write_manifest(tmp_path, "hf: org/elsewhere\nrevision: dev\n")
     with pytest.raises(CheckpointError) as caught:
-        project.record("t")
+        project.record(project.artifact("t"))
     assert str(caught.value) == (
         f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: org/elsewhere at revision dev "
         f"is not in the Hugging Face cache ({hub_cache}); download it with: hf download org/elsewhere --revision dev"
@@ -171,7 +171,7 @@ def test_a_partial_download_names_every_missing_file(tmp_path: Path, hub_cache: 
     (snapshot / "model-00002-of-00002.safetensors").resolve().unlink()
     project = write_manifest(tmp_path, "hf: org/tiny-qwen\n")
     with pytest.raises(CheckpointError) as caught:
-        project.record("t")
+        project.record(project.artifact("t"))
     assert str(caught.value) == (
         f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: org/tiny-qwen at main (commit {COMMIT[:12]}) "
         f"lacks config.json, model-00002-of-00002.safetensors in the Hugging Face cache ({snapshot}); "
@@ -185,7 +185,7 @@ def test_a_file_only_the_kind_reads_is_checked_too(tmp_path: Path, hub_cache: Pa
     (snapshot / "preprocessor_config.json").unlink()
     project = write_manifest(tmp_path, f"hf: org/tiny-siglip\nrevision: {COMMIT}\n", artifact="siglip")
     with pytest.raises(CheckpointError) as caught:
-        project.record("q")
+        project.record(project.artifact("q"))
     assert str(caught.value) == (
         f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: org/tiny-siglip at {COMMIT[:12]} "
         f"lacks preprocessor_config.json in the Hugging Face cache ({snapshot}); "
@@ -195,8 +195,8 @@ def test_a_file_only_the_kind_reads_is_checked_too(tmp_path: Path, hub_cache: Pa
 
 def test_siglip_from_the_cache_is_the_checkpoint_by_path(tmp_path: Path, hub_cache: Path, siglip_checkpoint: Path) -> None:
     snapshot = cache_snapshot(hub_cache, "org/tiny-siglip", siglip_checkpoint, COMMIT)
-    record = write_manifest(tmp_path / "hub", "hf: org/tiny-siglip\n", artifact="siglip").record("q")
-    by_path = write_manifest(tmp_path / "path", f"path: {siglip_checkpoint}\n", artifact="siglip").record("q")
+    record = write_manifest(tmp_path / "hub", "hf: org/tiny-siglip\n", artifact="siglip").artifact("q").record
+    by_path = write_manifest(tmp_path / "path", f"path: {siglip_checkpoint}\n", artifact="siglip").artifact("q").record
     assert record.fingerprint == by_path.fingerprint
     files = ["config.json", "model.safetensors", "preprocessor_config.json"]
     assert record.checkpoint_origins["checkpoint"].files == etags(snapshot, files)
@@ -213,13 +213,13 @@ def test_lock_entry_and_provenance_name_the_repo_and_commit(tmp_path: Path, hub_
 
     snapshot = cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
     project = write_manifest(tmp_path, "hf: org/tiny-qwen\n")
-    record = project.record("t")
+    record = project.record(project.artifact("t"))
     # As if built: the record in place, no outputs to check.
     project.layout.artifact_dir("t").mkdir(parents=True)
     record.completed("t", {}, 0.0, {}).write(project.layout.artifact_dir("t"))
     expected = {"checkpoint": {"hf": "org/tiny-qwen", "revision": "main", "commit": COMMIT,
                                "files": etags(snapshot, QWEN_FILES)}}
-    entry = lock_entry(project, "t")
+    entry = lock_entry(project, project.artifact("t"))
     assert entry is not None and entry["checkpoint_origins"] == expected
     assert entry["fingerprint"] == record.fingerprint
     provenance = provenance_record(project, project.artifact("t"), record.completed("t", {}, 0.0, {}).to_json(), {}, None)
@@ -231,7 +231,7 @@ def test_resolving_a_path_checkpoint_never_imports_huggingface_hub(tmp_path: Pat
     write_manifest(tmp_path, f"path: {qwen_checkpoint}\n")
     code = (
         "import sys; from edgebuild.run.workspace import Workspace; "
-        f"print(Workspace.open({str(tmp_path / 'artifacts.yaml')!r}, {str(tmp_path)!r}).fingerprint('t')[:12]); "
+        f"print(Workspace.open({str(tmp_path / 'artifacts.yaml')!r}, {str(tmp_path)!r}).artifact('t').fingerprint[:12]); "
         "print('huggingface_hub' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -276,7 +276,7 @@ def test_doit_reports_a_missing_revision_in_one_line(tmp_path: Path, hub_cache: 
 def test_a_ref_with_a_trailing_newline_is_the_commit(tmp_path: Path, hub_cache: Path, qwen_checkpoint: Path) -> None:
     cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
     (hub_cache / "models--org--tiny-qwen" / "refs" / "main").write_text(COMMIT + "\n")
-    origin = write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t").checkpoint_origins["checkpoint"]
+    origin = write_manifest(tmp_path, "hf: org/tiny-qwen\n").artifact("t").record.checkpoint_origins["checkpoint"]
     assert origin.commit == COMMIT
 
 
@@ -299,7 +299,7 @@ def test_a_ref_that_is_not_a_commit_is_one_error(tmp_path: Path, hub_cache: Path
     else:
         ref.write_text(content)
     with pytest.raises(CheckpointError) as caught:
-        write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
+        write_manifest(tmp_path, "hf: org/tiny-qwen\n").artifact("t").record
     assert str(caught.value) == f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: {ref}: {found}"
 
 
@@ -308,7 +308,7 @@ def test_a_snapshot_that_leads_out_of_the_cache_is_refused(tmp_path: Path, hub_c
     snapshots.mkdir(parents=True)
     (snapshots / COMMIT).symlink_to(qwen_checkpoint)
     with pytest.raises(CheckpointError) as caught:
-        write_manifest(tmp_path, f"hf: org/tiny-qwen\nrevision: {COMMIT}\n").record("t")
+        write_manifest(tmp_path, f"hf: org/tiny-qwen\nrevision: {COMMIT}\n").artifact("t").record
     assert str(caught.value) == (
         f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: {snapshots / COMMIT} leads to {qwen_checkpoint}, "
         f"outside the cache's folder of org/tiny-qwen ({hub_cache / 'models--org--tiny-qwen'}); expected the snapshot "
@@ -322,12 +322,12 @@ def test_a_blob_whose_bytes_do_not_match_its_name_is_not_recorded(tmp_path: Path
     error naming it, not provenance that claims bytes the build did not read."""
     snapshot = cache_snapshot(hub_cache, "org/tiny-qwen", qwen_checkpoint, COMMIT)
     project = write_manifest(tmp_path, "hf: org/tiny-qwen\n")
-    assert project.record("t").checkpoint_origins["checkpoint"].files == etags(snapshot, QWEN_FILES)
+    assert project.record(project.artifact("t")).checkpoint_origins["checkpoint"].files == etags(snapshot, QWEN_FILES)
     shard = snapshot / "model-00001-of-00002.safetensors"
     blob = shard.resolve()
     flip_bits(blob, -1)  # inside the last tensor's bytes
     with pytest.raises(CheckpointError) as caught:
-        write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
+        write_manifest(tmp_path, "hf: org/tiny-qwen\n").artifact("t").record
     assert str(caught.value) == (
         f"{tmp_path / 'artifacts.yaml'}:3:5: checkpoints -> c -> hf: org/tiny-qwen at {COMMIT[:12]}: "
         f"model-00001-of-00002.safetensors links to the blob {blob.name} in the Hugging Face cache, whose bytes do not "
@@ -354,7 +354,7 @@ def test_check_deep_refuses_a_blob_the_build_would_refuse(tmp_path: Path, hub_ca
     refused = check()
     assert refused.returncode == 2
     with pytest.raises(CheckpointError) as built:
-        write_manifest(tmp_path, "hf: org/tiny-qwen\n").record("t")
+        write_manifest(tmp_path, "hf: org/tiny-qwen\n").artifact("t").record
     assert refused.stderr == f"edgebuild: error: {str(built.value).replace(str(tmp_path) + '/', '', 1)}\n"
     assert refused.stderr == (
         f"edgebuild: error: artifacts.yaml:3:5: checkpoints -> c -> hf: org/tiny-qwen at {COMMIT[:12]}: "

@@ -94,7 +94,7 @@ def test_runners_are_timed_in_turn_after_warmup_within_the_budget() -> None:
 
 
 def test_an_onnxruntime_session_timed_with_its_float_source(tmp_path: Path) -> None:
-    from edgebuild.ml.runners import onnx_runner
+    from edgebuild.targets.runners import onnx_runner
 
     artifact = onnx_runner(_tiny_graph(tmp_path / "a.onnx"))
     source = onnx_runner(_tiny_graph(tmp_path / "b.onnx", width=4096))

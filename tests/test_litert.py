@@ -22,7 +22,7 @@ def test_a_missing_converter_is_one_line_naming_the_command(tmp_path: Path, monk
     (tmp_path / "artifacts.yaml").write_text(CLIP)
     workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     with pytest.raises(ParameterError) as caught:
-        workspace.check("clip_tflite")
+        workspace.check(workspace.artifact("clip_tflite"))
     assert str(caught.value).endswith(
         f"artifacts -> clip_tflite -> kind: the litert kind converts with litert_torch runs in an environment of its "
         f"own, and there is none at {tmp_path / 'nowhere' / 'bin' / 'python'}: python -m edgebuild toolenv litert makes "
@@ -30,24 +30,34 @@ def test_a_missing_converter_is_one_line_naming_the_command(tmp_path: Path, monk
 
 
 def test_the_converters_versions_are_in_the_fingerprint(tmp_path: Path) -> None:
-    from edgebuild.ml.toolenv import tool_versions
+    from edgebuild.kinds.litert.environment import LITERT_CONVERTER
+    from edgebuild.targets.toolenv import tool_versions
 
     from helpers import pretend_built
 
     (tmp_path / "artifacts.yaml").write_text(CLIP)
     workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     pretend_built(workspace, "clip_et.torch_export")
-    versions = workspace.record("clip_tflite").versions
-    assert versions["litert:litert-torch"] == tool_versions("litert")["litert:litert-torch"] == "0.10.0"
+    versions = workspace.record(workspace.artifact("clip_tflite")).versions
+    assert versions["litert:litert-torch"] == tool_versions(LITERT_CONVERTER)["litert:litert-torch"] == "0.10.0"
     assert versions["ai-edge-litert"] == "2.3.0"
 
 
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
-    common = ["edgebuild/core/model_inputs.py", "edgebuild/kinds/torch_export/params.py", "edgebuild/kinds/torch_export/targets.py"]
-    assert_code_digests("litert", build=[*common, "edgebuild/core/runner.py", "edgebuild/kinds/litert/build.py", "edgebuild/kinds/litert/convert.py", "edgebuild/kinds/litert/params.py"],
-                        verify=[*common, "edgebuild/ml/programs.py", "edgebuild/kinds/torch_export/judging.py", "edgebuild/kinds/litert/params.py", "edgebuild/kinds/litert/verify.py"])
+    common = [
+        "edgebuild/kinds/litert/params.py", "edgebuild/models/fields.py", "edgebuild/models/inputs.py",
+        "edgebuild/targets/formats.py", "edgebuild/targets/params.py", "edgebuild/targets/program.py",
+    ]
+    assert_code_digests(
+        "litert",
+        build=[*common,
+               "edgebuild/core/runner.py", "edgebuild/kinds/litert/build.py", "edgebuild/kinds/litert/convert.py",
+               "edgebuild/kinds/litert/environment.py", "edgebuild/targets/folding.py"],
+        verify=[*common,
+                "edgebuild/kinds/litert/verify.py", "edgebuild/targets/judging.py"],
+    )
 
 
 def test_numbers_read_from_the_programs_constants_are_folded_before_conversion() -> None:
@@ -56,7 +66,7 @@ def test_numbers_read_from_the_programs_constants_are_folded_before_conversion()
     one piece are folded away; the module computes what it did; a read of an input stays."""
     import torch
 
-    from edgebuild.kinds.litert.convert import fold_constant_scalars
+    from edgebuild.targets.folding import fold_constant_scalars
 
     class Segments(torch.nn.Module):
         def __init__(self) -> None:
@@ -93,11 +103,11 @@ def test_the_converters_environment_pins_torch_and_ml_dtypes_as_edgebuild_does()
     import re
     import tomllib
 
-    from edgebuild.ml.toolenv import TOOL_ENVIRONMENTS
+    from edgebuild.kinds.litert.environment import LITERT_CONVERTER
 
     from helpers import REPO
 
     requirements = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     pins = {re.split(r"[=<>~!;\[ ]", requirement, maxsplit=1)[0]: requirement for requirement in requirements}
-    packages = TOOL_ENVIRONMENTS["litert"].packages
+    packages = LITERT_CONVERTER.packages
     assert [pins[name] for name in ("torch", "ml_dtypes") if pins[name] not in packages] == []

@@ -98,7 +98,8 @@ def test_tampered_output_fails_verification_by_name(verified_seed: Path, tmp_pat
     # Same size, one byte different, written in place.
     flip_bits(data, 1000)
     with pytest.raises(VerificationFailed) as caught:
-        verify_artifact(project.project(), "t", log=lambda message: None)
+        workspace = project.project()
+        verify_artifact(workspace, workspace.artifact("t"), log=lambda message: None)
     assert "t: verification failed: outputs_intact = 3 (limit == 4): changed since build: model.onnx.data" in str(caught.value)
     report = json.loads((project.root / "build" / "t" / "report.json").read_text())
     assert [check["name"] for check in report["checks"] if not check["passed"]] == ["outputs_intact"]

@@ -432,13 +432,15 @@ def test_dependency_cycle(tmp_path: Path, request: pytest.FixtureRequest) -> Non
         kind: Literal["test_chain"]
         source: str
 
+    link = kinds_base.Format("test_chain_link", "a test-only link")
+
     class Chain(kinds_base.ArtifactKind):
         name = "test_chain"
         summary = "test-only"
         Params = ChainParams
         outputs = ("x",)
         build_module = verify_module = "edgebuild.core.kind"
-        source_kinds = ("test_chain",)
+        produces = consumes = (link,)
 
     registry.register(Chain)
     request.addfinalizer(lambda: registry.unregister("test_chain"))
@@ -473,10 +475,11 @@ def test_registration_is_checked() -> None:
     class RightParams(kinds_base.ArtifactParams):
         kind: Literal["right"]
 
-    for attribute in ("worker_imports", "build_imports", "build_warmups"):
+    for attribute in ("worker_imports", "build_imports", "build_warmups", "quiet_loggers"):
         kind = type("Right", (kinds_base.ArtifactKind,), {
             "name": "right", "summary": "x", "Params": RightParams, "outputs": ("out.bin",),
-            "build_module": "edgebuild.core.kind", "verify_module": "edgebuild.core.kind", attribute: "torch"})
+            "build_module": "edgebuild.core.kind", "verify_module": "edgebuild.core.kind",
+            "process": kinds_base.Process(**{attribute: "torch"})})
         with pytest.raises(TypeError, match=f"artifact kind 'right': {attribute} must be a tuple of module names, "
                                             "found 'torch'"):
             register(kind)
@@ -494,11 +497,12 @@ def test_the_built_in_kinds_preimport_modules_that_exist() -> None:
     missing = []
     for name in BUILTIN_KINDS:
         kind = get_kind(name)
-        for module in (*kind.worker_imports, *kind.build_imports, *kind.build_warmups):
+        process = kind.process
+        for module in (*process.worker_imports, *process.build_imports, *process.build_warmups):
             if importlib.util.find_spec(module) is None:
                 missing.append(f"{name}: {module}")
     assert missing == []
-    assert "transformers.models.qwen3_5.modeling_qwen3_5" in get_kind("qwen3_5_vision_tower").worker_imports
+    assert "transformers.models.qwen3_5.modeling_qwen3_5" in get_kind("qwen3_5_vision_tower").process.worker_imports
 
 
 def test_source_of_the_wrong_kind_is_an_error_before_anything_is_built(tmp_path: Path) -> None:
@@ -509,8 +513,21 @@ def test_source_of_the_wrong_kind_is_an_error_before_anything_is_built(tmp_path:
         "  graph:\n    kind: siglip_f143_onnx\n    source: tower\n",
     )
     assert error_of(path) == (
-        f"{path}:11:5: artifacts -> graph -> source: 'tower' is a qwen3_5_vision_tower artifact; "
-        "a siglip_f143_onnx artifact takes a source of kind siglip_f143"
+        f"{path}:11:5: artifacts -> graph -> source: 'tower' is a qwen3_5_vision_tower artifact, which writes an ONNX "
+        "graph and a fixed-shape Qwen3.5 vision tower graph; a siglip_f143_onnx artifact takes a SigLIP encoder on the "
+        "F143 grid (a source of kind siglip_f143)"
+    )
+    # A target takes any kind that writes the format it consumes: a QNN context, any QDQ graph.
+    path = write(
+        tmp_path,
+        "checkpoints:\n  clip:\n    fixture: clip_vision_tiny\n"
+        "artifacts:\n  clip:\n    kind: hf_onnx\n    checkpoint: clip\n    model_class: CLIPVisionModel\n"
+        "    inputs: {pixel_values: [1, 3, 64, 64]}\n  ctx:\n    kind: qnn_context\n    source: clip\n",
+    )
+    assert error_of(path) == (
+        f"{path}:12:5: artifacts -> ctx -> source: 'clip' is a hf_onnx artifact, which writes an ONNX graph and an "
+        "exported ONNX graph with its inputs' signature; a qnn_context artifact takes a QDQ graph (a source of kind "
+        "onnx_qdq or qwen3_5_tower_qdq)"
     )
 
 

@@ -56,10 +56,10 @@ def test_parameters_are_checked_before_anything_is_built(tmp_path: Path) -> None
     workspace = _project(tmp_path, CHAIN.replace("    outputs: [pooler_output, last_hidden_state]\n",
                                                  "    outputs: [pooler_output]\n    dtype: fp16\n"))
     with pytest.raises(ParameterError, match="source 'clip' is a float16 graph; expected a float32 one"):
-        workspace.fingerprint("qdq")
+        workspace.fingerprint(workspace.artifact("qdq"))
     workspace = _project(tmp_path, CHAIN.replace("{pixel_values: [1, 3, 64, 64]}", "{pixel_values: [1, 4096]}"))
     with pytest.raises(ParameterError) as caught:
-        workspace.fingerprint("qdq")
+        workspace.fingerprint(workspace.artifact("qdq"))
     assert str(caught.value).endswith(
         "artifacts -> qdq -> calibration: images need a pixel_values input of shape [batch, channels, height, width], "
         "and source 'clip' takes pixel_values")
@@ -68,7 +68,7 @@ def test_parameters_are_checked_before_anything_is_built(tmp_path: Path) -> None
 def test_the_fingerprint_holds_the_graphs_bytes_and_the_image_processor(tmp_path: Path) -> None:
     workspace = _project(tmp_path)
     graph = pretend_built(workspace, "clip")
-    record = workspace.record("qdq")
+    record = workspace.record(workspace.artifact("qdq"))
     assert record.inputs["source"] == {"outputs": graph}
     assert record.inputs["checkpoint"]["tensors"] == {}
     assert set(record.inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
@@ -81,7 +81,7 @@ def test_the_fingerprint_holds_the_graphs_bytes_and_the_image_processor(tmp_path
 def test_the_clip_graph_quantizes_and_compiles(tmp_path: Path) -> None:
     workspace = _project(tmp_path)
     for name in ("clip", "qdq"):
-        make_current(workspace, name, **QUIET)
+        make_current(workspace, workspace.artifact(name), **QUIET)
     report = verify_along(workspace, "qdq", **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check for check in report.checks}
@@ -90,8 +90,8 @@ def test_the_clip_graph_quantizes_and_compiles(tmp_path: Path) -> None:
     assert checks["quantized_weights"].value == 19 and checks["unquantized_weights"].value == 0
     assert report.metrics["reference"] == "onnxruntime CPU, QDQ graph vs the float graph, 2 held_out inputs"
     skip_unless_present("qnn")
-    make_current(workspace, "npu", **QUIET)
-    compiled = verify_artifact(workspace, "npu", **QUIET)
+    make_current(workspace, workspace.artifact("npu"), **QUIET)
+    compiled = verify_artifact(workspace, workspace.artifact("npu"), **QUIET)
     assert compiled.passed, compiled.summary()
     assert {check.name: check.value for check in compiled.checks}["nodes_off_qnn"] == 0
 
@@ -109,7 +109,7 @@ def test_the_generic_recipe_and_tensors_files(tmp_path: Path) -> None:
                          .replace("    source: clip\n", "    source: clip\n    recipe: generic\n    activation_type: int8\n"
                                   "    weight_type: int8\n"))
     for name in ("clip", "qdq"):
-        make_current(workspace, name, **QUIET)
+        make_current(workspace, workspace.artifact(name), **QUIET)
     report = verify_along(workspace, "qdq", **QUIET)
     assert report.passed, report.summary()
     checks = {check.name: check.value for check in report.checks}
@@ -179,21 +179,23 @@ def test_a_graph_quantizes_where_the_working_directory_holds_model_onnx_data(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model.onnx.data").write_bytes(b"the project's own")
     for name in ("clip", "qdq"):
-        make_current(workspace, name, **QUIET)
+        make_current(workspace, workspace.artifact(name), **QUIET)
     assert verify_along(workspace, "qdq", **QUIET).passed
     assert (tmp_path / "model.onnx.data").read_bytes() == b"the project's own"
 
 
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
-    from helpers import assert_code_digests
+    from helpers import assert_code_digests, ONNX_CERTIFICATES
 
-    common = ["edgebuild/ml/graph_inputs.py", "edgebuild/kinds/onnx_qdq/params.py", "edgebuild/core/inputs.py",
-              "edgebuild/ml/hf.py", "edgebuild/ml/images.py", "edgebuild/ml/qdq.py", "edgebuild/ml/qdq_graph.py",
-              # qdq.py gives the quantized graph its data file's name through it.
-              "edgebuild/ml/onnx_tools.py"]
+    common = [
+        "edgebuild/kinds/onnx_qdq/params.py", "edgebuild/ml/onnx_tools.py", "edgebuild/ml/qdq.py",
+        "edgebuild/ml/qdq_graph.py", "edgebuild/models/graph_inputs.py", "edgebuild/models/hf.py",
+    ]
     assert_code_digests(
         "onnx_qdq",
-        build=[*common, "edgebuild/kinds/onnx_qdq/build.py"],
-        # The checks and the comparison only judge: in the verify digest alone.
-        verify=[*common, "edgebuild/kinds/onnx_qdq/verify.py", "edgebuild/ml/qdq_checks.py"],
+        build=[*common,
+               "edgebuild/core/inputs.py", "edgebuild/core/runner.py", "edgebuild/kinds/onnx_qdq/build.py",
+               "edgebuild/ml/images.py", "edgebuild/targets/formats.py"],
+        verify=[*common, *ONNX_CERTIFICATES,
+                "edgebuild/kinds/onnx_qdq/verify.py", "edgebuild/ml/qdq_checks.py"],
     )

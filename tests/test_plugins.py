@@ -279,7 +279,7 @@ def test_a_build_its_target_refused_is_not_tried_again_until_its_fingerprint_cha
 
 # An in_process kind, with a parameter (in the fingerprint) so that two artifacts are two builds.
 IN_PROCESS_KIND = PLUGIN["__init__.py"].replace(
-    '    verify_module = "vc_plugin.verify"\n', '    verify_module = "vc_plugin.verify"\n    in_process = True\n').replace(
+    '    verify_module = "vc_plugin.verify"\n', '    verify_module = "vc_plugin.verify"\n    process = Process(in_process=True)\n').replace(
     "    checkpoint: str\n", "    checkpoint: str\n    tag: int = 0\n")
 PID_BUILD = PLUGIN["build.py"].replace("    return {}\n", "    import os\n\n    return {\"pid\": os.getpid()}\n")
 PID_VERIFY = '''

@@ -43,7 +43,7 @@ def test_publish_twice_publishes_once(remote_url: str, verified_seed: Path, tmp_
     git(project.root, "add", "artifacts.yaml", "dodo.py")
     git(project.root, "commit", "-q", "-m", "manifest")
     commit = git(project.root, "rev-parse", "HEAD")
-    fingerprint = project.project().fingerprint("t")
+    fingerprint = project.project().artifact("t").fingerprint
     where = f"{remote_url}/t/{fingerprint}"
 
     first = project.doit("publish", "--to", remote_url)
@@ -127,7 +127,7 @@ def test_index_gathers_every_artifact_and_never_overwrites(verified_seed: Path, 
     project.manifest(TOWER_MANIFEST + "  t_copy:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 64\n")
     result = project.doit("publish", "t_copy", "--to", str(destination), "--allow-dirty")
     assert result.returncode == 0, result.stdout + result.stderr
-    fingerprint = project.project().fingerprint("t")
+    fingerprint = project.project().artifact("t").fingerprint
     index = json.loads((destination / "index.json").read_text())
     assert {name: list(rows) for name, rows in index["artifacts"].items()} == {"t": [fingerprint], "t_copy": [fingerprint]}
 
@@ -182,7 +182,7 @@ def test_publish_refuses_what_no_commit_describes(verified_seed: Path, tmp_path:
 
     allowed = project.doit("publish", "--to", str(destination), "--allow-dirty")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
-    fingerprint = project.project().fingerprint("t")
+    fingerprint = project.project().artifact("t").fingerprint
     provenance = json.loads((destination / "t" / fingerprint / "provenance.json").read_text())
     assert provenance["git"] == {"commit": commit, "dirty": True, "allow_dirty": True}
 
@@ -653,11 +653,12 @@ def test_an_untracked_input_file_is_an_uncommitted_change(tmp_path: Path, siglip
         "  q_onnx:\n    kind: siglip_f143_onnx\n    source: q\n")
     (root / ".gitignore").write_text("/ckpt/\n/cache/\n/build/\n")
     commit(root, ".gitignore", "artifacts.yaml", "images", "held_out")
-    assert check_work_tree(Workspace.open(root / "artifacts.yaml", root), names=["q_onnx"])["dirty"] is False
+    workspace = Workspace.open(root / "artifacts.yaml", root)
+    assert check_work_tree(workspace, artifacts=[workspace.artifact("q_onnx")])["dirty"] is False
 
     shutil.copy(sorted((root / "held_out").iterdir())[0], root / "images" / "zz [new].png")
     workspace = Workspace.open(root / "artifacts.yaml", root)
     # Read by q, which q_onnx is made from: publishing q_onnx alone is refused too.
     with pytest.raises(PublishError, match=r"uncommitted changes \(images/zz \[new\]\.png \(untracked\)\)"):
-        check_work_tree(workspace, names=["q_onnx"])
-    assert check_work_tree(workspace, allow_dirty=True, names=["q_onnx"])["dirty"] is True
+        check_work_tree(workspace, artifacts=[workspace.artifact("q_onnx")])
+    assert check_work_tree(workspace, allow_dirty=True, artifacts=[workspace.artifact("q_onnx")])["dirty"] is True

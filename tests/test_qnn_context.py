@@ -48,9 +48,9 @@ def test_the_qnn_sdk_version_is_in_this_kind_only(tmp_path: Path) -> None:
     project = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     pretend_built(project, "tower")
     pretend_built(project, "qdq")
-    assert "onnxruntime-qnn" in project.record("npu").versions
-    assert "onnxruntime-qnn" not in project.record("qdq").versions
-    assert project.record("npu").params == {"kind": "qnn_context", "soc_model": 60, "htp_arch": 73}
+    assert "onnxruntime-qnn" in project.record(project.artifact("npu")).versions
+    assert "onnxruntime-qnn" not in project.record(project.artifact("qdq")).versions
+    assert project.record(project.artifact("npu")).params == {"kind": "qnn_context", "soc_model": 60, "htp_arch": 73}
 
 
 @pytest.mark.slow
@@ -101,10 +101,18 @@ def test_simulation_is_skipped_above_the_threshold(tmp_path: Path) -> None:
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
+    common = [
+        "edgebuild/kinds/qnn_context/params.py", "edgebuild/kinds/qnn_context/qnn.py",
+        "edgebuild/targets/formats.py",
+    ]
     assert_code_digests(
         "qnn_context",
-        build=['edgebuild/kinds/qnn_context/build.py', 'edgebuild/kinds/qnn_context/compile.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/ml/modules.py'],
-        verify=['edgebuild/ml/compare.py', 'edgebuild/kinds/qnn_context/params.py', 'edgebuild/kinds/qnn_context/qnn.py', 'edgebuild/kinds/qnn_context/verify.py', 'edgebuild/ml/onnx_tools.py'],
+        build=[*common,
+               "edgebuild/kinds/qnn_context/build.py", "edgebuild/kinds/qnn_context/compile.py",
+               "edgebuild/ml/modules.py"],
+        verify=[*common,
+                "edgebuild/kinds/qnn_context/coverage.py", "edgebuild/kinds/qnn_context/verify.py",
+                "edgebuild/ml/onnx_tools.py"],
     )
 
 

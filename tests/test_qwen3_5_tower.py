@@ -9,8 +9,8 @@ import pytest
 
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError, ParameterError
-from edgebuild.kinds.qwen3_5_tower.model import fixed_shape_tower_class, load_tower, sample_patches
-from edgebuild.kinds.qwen3_5_tower.params import tower_geometry
+from edgebuild.models.qwen3_5.model import fixed_shape_tower_class, load_tower, sample_patches
+from edgebuild.models.qwen3_5.geometry import tower_geometry
 
 TINY_VISION = {"patch_size": 16, "spatial_merge_size": 2, "in_channels": 3, "temporal_patch_size": 2, "out_hidden_size": 96}
 
@@ -213,7 +213,7 @@ def test_the_fp8_release_has_the_plain_release_s_tower_fingerprint(tmp_path: Pat
 
     (tmp_path / "artifacts.yaml").write_text(FP8_MANIFEST)
     project = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
-    plain, fp8 = project.record("from_plain"), project.record("from_fp8")
+    plain, fp8 = project.record(project.artifact("from_plain")), project.record(project.artifact("from_fp8"))
     assert fp8.fingerprint == plain.fingerprint
     assert fp8.inputs == plain.inputs
     assert "quantization_config" in project.checkpoint("fp8").config
@@ -239,10 +239,16 @@ def test_the_tower_builds_from_the_fp8_release(verified_seed: Path, tmp_path: Pa
 
 
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
-    from helpers import assert_code_digests
+    from helpers import assert_code_digests, ONNX_CERTIFICATES
 
+    common = [
+        "edgebuild/kinds/qwen3_5_tower/params.py", "edgebuild/ml/onnx_tools.py",
+        "edgebuild/models/qwen3_5/geometry.py", "edgebuild/models/qwen3_5/model.py",
+    ]
     assert_code_digests(
         "qwen3_5_vision_tower",
-        build=['edgebuild/kinds/qwen3_5_tower/build.py', 'edgebuild/kinds/qwen3_5_tower/model.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/ml/onnx_tools.py'],
-        verify=['edgebuild/kinds/qwen3_5_tower/images.py', 'edgebuild/kinds/qwen3_5_tower/model.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower/verify.py', 'edgebuild/ml/onnx_tools.py'],
+        build=[*common,
+               "edgebuild/kinds/qwen3_5_tower/build.py"],
+        verify=[*common, *ONNX_CERTIFICATES,
+                "edgebuild/kinds/qwen3_5_tower/verify.py", "edgebuild/models/qwen3_5/images.py"],
     )

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from edgebuild.errors import CheckpointError
-from edgebuild.kinds.qwen3_5_tower.images import PatchPreprocessing, images_to_patches
+from edgebuild.models.qwen3_5.images import PatchPreprocessing, images_to_patches
 
 from helpers import REPO
 

@@ -15,9 +15,9 @@ from edgebuild.run.builder import make_current
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.core.project import SourceNotBuilt
 from edgebuild.errors import CheckpointError, ParameterError
-from edgebuild.kinds.qwen3_5_tower.images import images_to_patches, patch_preprocessing, read_preprocessor_config
-from edgebuild.kinds.qwen3_5_tower_qdq.inputs import tower_inputs
-from edgebuild.kinds.qwen3_5_tower_qdq.params import TowerInputs
+from edgebuild.models.qwen3_5.images import images_to_patches, patch_preprocessing, read_preprocessor_config
+from edgebuild.models.qwen3_5.inputs import tower_inputs
+from edgebuild.models.qwen3_5.inputs import TowerInputs
 from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
 
@@ -144,7 +144,7 @@ def test_a_preprocessor_that_does_not_fit_the_tower_is_refused(tmp_path: Path, q
     config = json.loads(path.read_text())
     path.write_text(json.dumps(config | {"merge_size": 4}))
     with pytest.raises(CheckpointError) as caught:
-        Workspace.open(root / "artifacts.yaml", root).fingerprint("q64")
+        Workspace.open(root / "artifacts.yaml", root).artifact("q64").fingerprint
     assert str(caught.value) == (
         f"{path}: merge_size: expected 2 (vision_config.spatial_merge_size of config.json), found 4"
     )
@@ -157,7 +157,7 @@ def test_sixteen_bit_types_need_a_source_at_opset_21(tmp_path: Path, qwen_checkp
     root = lay_out(tmp_path, qwen_checkpoint, opset=20)
     project = Workspace.open(root / "artifacts.yaml", root)
     with pytest.raises(ParameterError) as caught:
-        project.fingerprint("q64")
+        project.fingerprint(project.artifact("q64"))
     assert str(caught.value) == (
         f"{root / 'artifacts.yaml'}:14:3: artifacts -> q64 -> activation_type: uint16 needs opset 21 "
         "(16-bit QuantizeLinear/DequantizeLinear in ai.onnx), but source 't64' is exported at opset 20; "
@@ -166,7 +166,8 @@ def test_sixteen_bit_types_need_a_source_at_opset_21(tmp_path: Path, qwen_checkp
     # 8-bit activations and weights are standard Q/DQ at any opset the tower takes.
     (root / "artifacts.yaml").write_text(MANIFEST.format(opset=20).replace(
         "    source: t64\n", "    source: t64\n    activation_type: uint8\n"))
-    Workspace.open(root / "artifacts.yaml", root).check("q64")
+    workspace = Workspace.open(root / "artifacts.yaml", root)
+    workspace.check(workspace.artifact("q64"))
 
 
 def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoint: Path) -> None:
@@ -181,60 +182,60 @@ def test_staleness_follows_what_the_artifact_reads(tmp_path: Path, qwen_checkpoi
     before = load()
     # Made from the tower, the QDQ artifact is keyed by the tower's bytes: known once it is built.
     with pytest.raises(SourceNotBuilt):
-        before.fingerprint("q64")
+        before.fingerprint(before.artifact("q64"))
     tower_bytes = pretend_built(before, "t64")
     # The tower's fingerprint covers the image processor's file (it carries it in its
     # consumer.json); the QDQ artifact reads it from the checkpoint behind its source.
-    assert set(before.record("t64").inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
-    assert set(before.record("q64").inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
-    assert before.record("q64").inputs["checkpoint"]["tensors"] == {}
-    assert before.record("q64").inputs["source"] == {"outputs": tower_bytes}
-    assert before.record("q64").versions["onnxruntime"] == before.record("t64").versions["onnxruntime"]
-    first = before.record("q64")
+    assert set(before.record(before.artifact("t64")).inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
+    assert set(before.record(before.artifact("q64")).inputs["checkpoint"]["files"]) == {"preprocessor_config.json"}
+    assert before.record(before.artifact("q64")).inputs["checkpoint"]["tensors"] == {}
+    assert before.record(before.artifact("q64")).inputs["source"] == {"outputs": tower_bytes}
+    assert before.record(before.artifact("q64")).versions["onnxruntime"] == before.record(before.artifact("t64")).versions["onnxruntime"]
+    first = before.record(before.artifact("q64"))
 
     # An unrelated artifact changes: nothing here does.
     manifest.write_text(manifest.read_text().replace("image_size: [64, 128]", "image_size: [64, 96]"))
     unrelated = load()
-    assert unrelated.fingerprint("t64x128") != before.fingerprint("t64x128")
-    assert unrelated.fingerprint("q64") == before.fingerprint("q64")
+    assert unrelated.fingerprint(unrelated.artifact("t64x128")) != before.fingerprint(before.artifact("t64x128"))
+    assert unrelated.fingerprint(unrelated.artifact("q64")) == before.fingerprint(before.artifact("q64"))
 
     # Its source tower's parameters change: the QDQ artifact waits for the tower's new bytes...
     manifest.write_text(manifest.read_text().replace("    opset: 21\n", "    opset: 21\n    attn_implementation: eager\n"))
     source_changed = load()
-    assert source_changed.fingerprint("t64") != before.fingerprint("t64")
+    assert source_changed.fingerprint(source_changed.artifact("t64")) != before.fingerprint(before.artifact("t64"))
     with pytest.raises(SourceNotBuilt):
-        source_changed.fingerprint("q64")
+        source_changed.fingerprint(source_changed.artifact("q64"))
     # ... and when the tower is rebuilt to the same bytes, it is up to date (early cutoff) ...
     pretend_built(source_changed, "t64", tower_bytes)
-    assert load().fingerprint("q64") == first.fingerprint
+    assert load().artifact("q64").fingerprint == first.fingerprint
     # ... while other bytes make it stale, naming the source file that changed.
     pretend_built(source_changed, "t64", {"model.onnx": "0" * 64})
     source_changed = load()
-    assert source_changed.fingerprint("q64") != first.fingerprint
-    reasons = explain(first.to_json(), source_changed.record("q64").to_json())
+    assert source_changed.fingerprint(source_changed.artifact("q64")) != first.fingerprint
+    reasons = explain(first.to_json(), source_changed.record(source_changed.artifact("q64")).to_json())
     assert reasons == ["source artifact t64: model.onnx changed"]
 
     # The image processor changes: both are stale (the QDQ artifact reads it; the tower
     # carries it), the QDQ one for its own reading of it even with the tower's bytes unchanged.
-    previous = source_changed.record("q64")
+    previous = source_changed.record(source_changed.artifact("q64"))
     path = root / "ckpt" / "preprocessor_config.json"
     path.write_text(path.read_text().replace('"image_std": [\n    0.5', '"image_std": [\n    0.25'))
     processor_changed = load()
-    assert processor_changed.fingerprint("t64") != source_changed.fingerprint("t64")
+    assert processor_changed.fingerprint(processor_changed.artifact("t64")) != source_changed.fingerprint(source_changed.artifact("t64"))
     pretend_built(processor_changed, "t64", {"model.onnx": "0" * 64})
     processor_changed = load()
-    assert processor_changed.fingerprint("q64") != previous.fingerprint
-    assert explain(previous.to_json(), processor_changed.record("q64").to_json()) == [
+    assert processor_changed.fingerprint(processor_changed.artifact("q64")) != previous.fingerprint
+    assert explain(previous.to_json(), processor_changed.record(processor_changed.artifact("q64")).to_json()) == [
         f"checkpoint 'qwen' ({root / 'ckpt'}): preprocessor_config.json changed"
     ]
 
     # A held-out image changes: re-verify, never rebuild.
-    verify_before = processor_changed.verify_fingerprint("q64")
+    verify_before = processor_changed.verify_fingerprint(processor_changed.artifact("q64"))
     with open(root / "held_out" / "scene_100.png", "ab") as handle:
         handle.write(b"\0")
     held_out_changed = load()
-    assert held_out_changed.fingerprint("q64") == processor_changed.fingerprint("q64")
-    assert held_out_changed.verify_fingerprint("q64") != verify_before
+    assert held_out_changed.fingerprint(held_out_changed.artifact("q64")) == processor_changed.fingerprint(processor_changed.artifact("q64"))
+    assert held_out_changed.verify_fingerprint(held_out_changed.artifact("q64")) != verify_before
 
 
 # --- building and verifying --------------------------------------------------------------
@@ -311,10 +312,18 @@ def test_chunked_calibration_gives_the_bytes_of_one_quantize_call(built: Path) -
 
 
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
-    from helpers import assert_code_digests
+    from helpers import assert_code_digests, ONNX_CERTIFICATES
 
+    common = [
+        "edgebuild/kinds/qwen3_5_tower_qdq/params.py", "edgebuild/ml/onnx_tools.py", "edgebuild/ml/qdq.py",
+        "edgebuild/ml/qdq_graph.py", "edgebuild/models/qwen3_5/geometry.py", "edgebuild/models/qwen3_5/images.py",
+        "edgebuild/models/qwen3_5/inputs.py",
+    ]
     assert_code_digests(
         "qwen3_5_tower_qdq",
-        build=['edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/qwen3_5_tower/images.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/build.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/qdq.py', 'edgebuild/ml/qdq_graph.py'],
-        verify=['edgebuild/kinds/qwen3_5_tower/images.py', 'edgebuild/kinds/qwen3_5_tower/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/inputs.py', 'edgebuild/kinds/qwen3_5_tower_qdq/params.py', 'edgebuild/kinds/qwen3_5_tower_qdq/verify.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/qdq.py', 'edgebuild/ml/qdq_checks.py', 'edgebuild/ml/qdq_graph.py'],
+        build=[*common,
+               "edgebuild/core/inputs.py", "edgebuild/kinds/qwen3_5_tower_qdq/build.py",
+               "edgebuild/ml/images.py", "edgebuild/targets/formats.py"],
+        verify=[*common, *ONNX_CERTIFICATES,
+                "edgebuild/kinds/qwen3_5_tower_qdq/verify.py", "edgebuild/ml/qdq_checks.py"],
     )

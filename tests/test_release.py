@@ -45,7 +45,7 @@ def published_project(seed: Path, root: Path, destination: str, signing_key: Pat
                                                signing_key=f"{signing_key}.key" if signing_key else None)
     workspace = Workspace.open(project.root / "artifacts.yaml", project.root, settings)
     publish(workspace, ["t"], destination, log=lambda message: None)
-    return workspace, workspace.fingerprint("t")
+    return workspace, workspace.fingerprint(workspace.artifact("t"))
 
 
 @pytest.mark.slow

@@ -226,7 +226,7 @@ def test_commands_take_a_fifo_in_a_directory_remote_as_a_corrupt_entry(where: st
     output.parent.mkdir(parents=True)
     output.write_bytes(b"an exported graph")
     pretend_built(workspace, "t", {"model.onnx": file_digest(output)})
-    fingerprint = workspace.record("t").fingerprint
+    fingerprint = workspace.record(workspace.artifact("t")).fingerprint
     store = Store(tmp_path / "store")
     store.put(fingerprint, output.parent)
     remote = tmp_path / "remote"
@@ -534,7 +534,7 @@ def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str
                                                                   keys: dict[str, Path]) -> None:
     env = signing_env(keys, remote_url)
     first = clone_project(verified_seed, tmp_path / "first")
-    fingerprint = first.project().fingerprint("t")
+    fingerprint = first.project().artifact("t").fingerprint
     cache = RemoteCache.open(remote_url)
 
     # Verified before the remote was set: `doit verify` verifies again, which pushes.
@@ -591,7 +591,7 @@ def test_unverified_build_is_not_pushed(verified_seed: Path, tmp_path: Path) -> 
         + "    verify:\n      providers: [DmlExecutionProvider]\n"
         + f"remote_cache: {remote}\n"
     )
-    fingerprint = project.project().fingerprint("t")
+    fingerprint = project.project().artifact("t").fingerprint
     result = project.doit("verify", "t")
     assert result.returncode != 0
     assert "t: verification failed: provider:DmlExecutionProvider" in result.stdout + result.stderr

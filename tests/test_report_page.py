@@ -72,12 +72,12 @@ def _write_built(project: BuildGraph, name: str, files: dict[str, Any], checks: 
     directory.mkdir(parents=True, exist_ok=True)
     for relative, content in files.items():
         (directory / relative).write_text(content if isinstance(content, str) else json.dumps(content))
-    record = project.record(name)
+    record = project.artifact(name).record
     record.completed(name, {}, 1.0, output_manifest(directory)).write(directory)
     Report(
         artifact=name, kind=record.kind, fingerprint=record.fingerprint,
         checks=[Check.measure("outputs_intact", len(files), "==", len(files)), *checks], metrics=metrics,
-        extra={"verify_fingerprint": project.verify_fingerprint(name),
+        extra={"verify_fingerprint": project.artifact(name).verify_fingerprint,
                "verify": project.manifest.artifacts[name].verify_parameters()},
     ).write(directory)
 
@@ -143,7 +143,7 @@ def test_every_artifact_with_its_state_checks_and_plots(handmade: BuildGraph) ->
     sections = _sections(page)
     assert list(sections) == ["q", "q_onnx", "t"]
     for name in sections:
-        assert f"<code title=\"{handmade.fingerprint(name)}\">{handmade.fingerprint(name)[:12]}</code>" in sections[name]
+        assert f"<code title=\"{handmade.artifact(name).fingerprint}\">{handmade.artifact(name).fingerprint[:12]}</code>" in sections[name]
     assert '<span class="state good">verified</span>' in sections["q"]
     assert '<span class="state bad">verification failed</span>' in sections["t"]
     # A failed check is marked, with its value and limit.
@@ -259,11 +259,11 @@ def test_artifacts_not_built_or_with_unreadable_files_still_have_their_section(
 
 
 def test_a_stale_artifact_shows_its_builds_checks_as_that_builds(handmade: BuildGraph) -> None:
-    built = handmade.fingerprint("q")
+    built = handmade.fingerprint(handmade.artifact("q"))
     images = handmade.layout.root / "images"
     shutil.copy(sorted(images.iterdir())[0], images / "zz_more.png")  # one more calibration image
     project = Workspace.open(handmade.manifest.path, handmade.layout.root)
-    assert project.fingerprint("q") != built
+    assert project.fingerprint(project.artifact("q")) != built
     page = render_report_page(project, GENERATED_AT)
     section = _sections(page)["q"]
     assert '<span class="state warn">stale</span>' in section

@@ -54,7 +54,7 @@ def test_read_only_remote_api_and_cli_agree(verified_seed: Path, tmp_path: Path)
     assert "[t] pulled from the remote cache" in first.stderr
     assert "[u] built in" in first.stderr
     assert "read-only" in first.stderr and "verify: 2 passed, 0 failed, 0 not run" in first.stdout
-    fingerprint_u = reader.project().fingerprint("u")
+    fingerprint_u = reader.project().artifact("u").fingerprint
     assert not any(remote.rglob(f"{fingerprint_u}.json"))
 
     again = reader.doit("verify", "--remote-readonly", env=env)
@@ -129,7 +129,7 @@ def test_a_source_rebuilt_to_identical_bytes_rebuilds_nothing_after_it(tmp_path:
     first = project.doit("build", env={"EDGEBUILD_REMOTE_CACHE": "off"})
     assert first.returncode == 0, first.stderr
     assert "[t] built in" in first.stderr and "[q] built in" in first.stderr
-    before = {name: project.project().fingerprint(name) for name in ("t", "q")}
+    before = {name: project.project().artifact(name).fingerprint for name in ("t", "q")}
     tower_bytes = json.loads((project.root / "build" / "t" / ".edgebuild.json").read_text())["outputs"]
 
     copy = _package_copy(tmp_path / "copy")
@@ -146,7 +146,7 @@ def test_a_source_rebuilt_to_identical_bytes_rebuilds_nothing_after_it(tmp_path:
     assert json.loads((project.root / "build" / "t" / ".edgebuild.json").read_text())["outputs"] == tower_bytes
     after = subprocess.run(
         [sys.executable, "-c", "import sys; from edgebuild.run.workspace import Workspace; "
-         f"w = Workspace.open({str(project.root / 'artifacts.yaml')!r}); print(w.fingerprint('t'), w.fingerprint('q'))"],
+         f"w = Workspace.open({str(project.root / 'artifacts.yaml')!r}); print(w.fingerprint(w.artifact('t')), w.fingerprint(w.artifact('q')))"],
         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}, cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert after.returncode == 0, after.stderr

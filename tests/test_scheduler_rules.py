@@ -21,7 +21,7 @@ from pydantic import Field
 
 from edgebuild.core import registry
 from edgebuild.core.config import Settings
-from edgebuild.plugin import ArtifactKind, ArtifactParams
+from edgebuild.plugin import ArtifactKind, ArtifactParams, Format
 from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.run.executors.base import Executor, Job, Outcome, WorkerOffer
 from edgebuild.run.scheduler import Outcomes, needs_a_worker, needs_build, needs_verify, run
@@ -68,7 +68,7 @@ class Step(ArtifactKind):
     Params = StepParams
     outputs = ("made.txt",)
     build_module = verify_module = STEP_MODULE
-    source_kinds = (KIND,)
+    produces = consumes = (Format("step_file", "a step's small file"),)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -142,7 +142,7 @@ def test_a_worker_is_foreseen_for_what_is_neither_built_nor_stored_nor_verified(
     """What a build or verify command starts its fork server early for (``cli/common.py``):
     a worker will run. Restorable from the store, or verified already: none will."""
     workspace = open_workspace(tmp_path, CHAIN)
-    chain = workspace.order(["c"])
+    chain = workspace.order([workspace.artifact("c")])
     assert [artifact.name for artifact in chain] == ["a", "b", "c"]
     # Nothing built or stored: a's build needs one.
     assert needs_a_worker(workspace, chain, verifying=False)
@@ -157,7 +157,7 @@ def test_a_worker_is_foreseen_for_what_is_neither_built_nor_stored_nor_verified(
     assert not needs_a_worker(workspace, chain, verifying=True)
     # A new parameter: a build nobody has made.
     changed = open_workspace(tmp_path, CHAIN.replace("writes: a}", "writes: a2}"))
-    assert needs_a_worker(changed, changed.order(["c"]), verifying=False)
+    assert needs_a_worker(changed, changed.order([changed.artifact("c")]), verifying=False)
 
 def test_a_build_alone_verifies_nothing(tmp_path: Path) -> None:
     workspace = open_workspace(tmp_path, "a: {kind: scheduler_rules_step, writes: a}\n")
@@ -165,7 +165,7 @@ def test_a_build_alone_verifies_nothing(tmp_path: Path) -> None:
     assert calls == [("build", "a")]
     assert (outcomes.succeeded, outcomes.failed) == ({"a"}, {})
     assert outcomes.verification(["a"]) == {"passed": [], "failed": [], "not run": ["a"]}
-    assert verification_state(workspace, "a") is VerificationState.NOT_VERIFIED
+    assert verification_state(workspace, workspace.artifact("a")) is VerificationState.NOT_VERIFIED
 
 
 def test_an_artifact_built_at_its_fingerprint_is_only_verified(tmp_path: Path) -> None:
@@ -254,8 +254,8 @@ def test_a_failed_verification_blocks_the_verifications_made_from_it_by_name(tmp
     }
     assert outcomes.verification(["a", "b", "c"]) == {"passed": [], "failed": ["a"], "not run": ["b", "c"]}
     # Neither would count if judged: the chain rule, as the state says too.
-    assert verification_state(workspace, "a") is VerificationState.FAILED
-    assert verification_state(workspace, "b") is VerificationState.NOT_VERIFIED
+    assert verification_state(workspace, workspace.artifact("a")) is VerificationState.FAILED
+    assert verification_state(workspace, workspace.artifact("b")) is VerificationState.NOT_VERIFIED
 
 
 DIAMOND = """\
@@ -355,7 +355,8 @@ def test_the_cluster_driver_keeps_what_failed_and_what_was_not_run_as_the_schedu
         engines.append(EngineHere(workspace))
         return engines[0]
 
-    outcomes = run_on_cluster(workspace, ["c", "d"], "here", said.append, open_engine=open_here)
+    outcomes = run_on_cluster(workspace, [workspace.artifact("c"), workspace.artifact("d")], "here", said.append,
+                              open_engine=open_here)
     assert engines[0].ran == ["a", "b", "d"]
     assert outcomes.succeeded == {"a", "verify:a", "d", "verify:d"}
     assert outcomes.errors() == {"b": "b: build"}
@@ -391,8 +392,8 @@ def test_statuses_from_one_listing_say_what_each_artifact_s_own_look_up_says(tmp
     (workspace.layout.build_dir / "NEVER").mkdir()
     names = ["verified", "built", "stored", "refused", "never"]
 
-    listed = statuses(workspace, names)
-    alone = [status(workspace, name) for name in names]
+    listed = statuses(workspace, [workspace.artifact(name) for name in names])
+    alone = [status(workspace, workspace.artifact(name)) for name in names]
     assert listed == alone
     assert [(state.state, state.note) for state in listed] == [
         ("up to date", "verified"),
@@ -405,4 +406,4 @@ def test_statuses_from_one_listing_say_what_each_artifact_s_own_look_up_says(tmp
     # build/ not a directory: each artifact looks for itself, and nothing is built.
     shutil.rmtree(workspace.layout.build_dir)
     workspace.layout.build_dir.write_text("not a directory\n")
-    assert [state.state for state in statuses(workspace, names)] == ["missing"] * 5
+    assert [state.state for state in statuses(workspace, [workspace.artifact(name) for name in names])] == ["missing"] * 5

@@ -127,7 +127,7 @@ VALID = {
     "an ONNX export of a SigLIP artifact": HEAD + SIGLIP + "  o:\n    kind: siglip_f143_onnx\n    source: q\n    dtype: fp16\n",
     "coverage targets and gates": HEAD + TOWER + "    verify:\n      coverage:\n        targets: [nnapi, directml]\n"
     "        directml: {min_fraction: 1.0, max_partitions: 1, never_on_cpu: [Attention, MatMul]}\n"
-    "        qnn_htp: {max_partitions: 1}\n",
+    "        coreml: {max_partitions: 1}\n",
 }
 
 
@@ -196,10 +196,15 @@ INVALID = {
     "an unknown top-level key": ("artefacts: {}\n" + HEAD + TOWER, "unknown key 'artefacts'"),
     "artifacts as a list": ("artifacts: [t]\n", "artifacts: input should be a valid dictionary"),
     "an unknown coverage target": (
-        HEAD + TOWER + "    verify:\n      coverage:\n        targets: [webgpu]\n", "coverage -> targets -> 0"
+        HEAD + TOWER + "    verify:\n      coverage:\n        targets: [webgpu]\n", "unknown coverage target 'webgpu'"
     ),
     "a coverage gate on an unknown target": (
-        HEAD + TOWER + "    verify:\n      coverage:\n        webgpu: {min_fraction: 1.0}\n", "unknown key 'webgpu'"
+        HEAD + TOWER + "    verify:\n      coverage:\n        webgpu: {min_fraction: 1.0}\n",
+        "unknown coverage target 'webgpu'; this artifact's kind can be certified for nnapi, coreml, directml"
+    ),
+    "a coverage gate on another kind's target": (
+        HEAD + TOWER + "    verify:\n      coverage:\n        qnn_htp: {max_partitions: 1}\n",
+        "unknown coverage target 'qnn_htp'"
     ),
     "a coverage fraction above one": (
         HEAD + TOWER + "    verify:\n      coverage:\n        directml: {min_fraction: 2}\n", "less than or equal to 1"

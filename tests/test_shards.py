@@ -272,7 +272,7 @@ def test_read_only_remote_pulls_and_never_pushes(verified_seed: Path, tmp_path: 
     remote = tmp_path / "remote"
     remote.mkdir()
     project = clone_project(verified_seed, tmp_path / "pr")
-    fingerprint = project.project().fingerprint("t")
+    fingerprint = project.project().artifact("t").fingerprint
     env = {"EDGEBUILD_REMOTE_CACHE": str(remote)}
     # Not verified at this fingerprint yet (no report): it is judged, and would be pushed.
     (project.root / "build" / "t" / "report.json").unlink()

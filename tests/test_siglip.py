@@ -21,7 +21,7 @@ from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError
 from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
-from edgebuild.ml.siglip import (
+from edgebuild.models.siglip.model import (
     PREPROCESSOR_FILE,
     SIGLIP_LAYOUTS,
     VISION_PREFIX,
@@ -125,7 +125,7 @@ def test_every_layout_is_fingerprinted_over_exactly_what_is_read(layouts: dict, 
               images: ["{REPO / 'data' / 'calibration'}/*.png"]
         """))
     project = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
-    fingerprint = project.record("q").inputs["checkpoint"]
+    fingerprint = project.record(project.artifact("q")).inputs["checkpoint"]
     checkpoint = project.checkpoint("s")
     load_vision_model(checkpoint)
     assert checkpoint.tensors_read == set(fingerprint["tensors"])
@@ -242,7 +242,7 @@ def test_a_built_encoder_is_a_checkpoint_another_artifact_quantizes_and_exports(
             source: again
         """))
     project = Workspace.open(second / "artifacts.yaml", second)
-    assert set(project.record("again").inputs["checkpoint"]["tensors"]) == set(load_file(str(built / "model.safetensors")))
+    assert set(project.record(project.artifact("again")).inputs["checkpoint"]["tensors"]) == set(load_file(str(built / "model.safetensors")))
     for name in project.manifest.order():
         make_current(project, project.artifact(name), log=lambda message: None)
         report = verify_artifact(project, project.artifact(name), log=lambda message: None)

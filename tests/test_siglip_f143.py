@@ -15,7 +15,7 @@ from edgebuild.run.builder import make_current, verify_artifact
 from edgebuild.core.checkpoint import Checkpoint
 from edgebuild.errors import CheckpointError, ParameterError, VerificationFailed
 from edgebuild.kinds.siglip_f143 import load_packed
-from edgebuild.ml.siglip import load_pixel_batches, load_vision_model
+from edgebuild.models.siglip.model import load_pixel_batches, load_vision_model
 from edgebuild.core.manifest import load_manifest
 from edgebuild.core.project import BuildGraph
 from edgebuild.run.workspace import Workspace
@@ -110,7 +110,7 @@ def test_linears_reading_one_tensor_share_their_hessians(siglip_checkpoint: Path
     have their own."""
     from edgebuild.kinds.siglip_f143.calibration import Collector, encoder_linears
     from edgebuild.ml.quant.gptq import accumulate_block_hessians, empty_block_hessians
-    from edgebuild.ml.siglip import encoder_outputs
+    from edgebuild.models.siglip.model import encoder_outputs
 
     model, config = load_vision_model(Checkpoint(siglip_checkpoint), writable=True)
     modules = encoder_linears(model, config.num_hidden_layers)
@@ -203,7 +203,7 @@ def test_negative_damp_is_a_manifest_error(tmp_path: Path) -> None:
 def test_layer_count_out_of_range(root: Path) -> None:
     project = manifest(root, "layers: 3")
     with pytest.raises(ParameterError) as caught:
-        project.record("q")
+        project.record(project.artifact("q"))
     assert str(caught.value) == (
         f"{root / 'artifacts.yaml'}:13:5: artifacts -> q -> layers: 3 is outside the model "
         "(vision_config.num_hidden_layers = 2)"
@@ -216,7 +216,7 @@ def test_checkpoint_without_vision_model(root: Path) -> None:
     save_file({name: value for name, value in state.items() if not name.startswith("vision_model.")}, str(root / "ckpt" / "model.safetensors"))
     project = manifest(root)
     with pytest.raises(CheckpointError) as caught:
-        project.record("q")
+        project.record(project.artifact("q"))
     assert str(caught.value) == (
         f"checkpoint 'siglip' ({root / 'ckpt'}): not a SigLIP vision encoder: expected a tensor named "
         "vision_model.embeddings.patch_embedding.weight or embeddings.patch_embedding.weight, found neither among "
@@ -229,7 +229,7 @@ def test_calibration_glob_matching_nothing(root: Path) -> None:
     (root / "artifacts.yaml").write_text((root / "artifacts.yaml").read_text().replace("images/*.png", "imgs/*.png"))
     project = Workspace.open(root / "artifacts.yaml", root)
     with pytest.raises(CheckpointError) as caught:
-        project.record("q")
+        project.record(project.artifact("q"))
     assert str(caught.value) == (
         f"{root / 'artifacts.yaml'}:10:7: artifacts -> q -> calibration -> images: 'imgs/*.png' matches no file (relative to {root})"
     )
@@ -238,10 +238,19 @@ def test_calibration_glob_matching_nothing(root: Path) -> None:
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
+    common = [
+        "edgebuild/kinds/siglip_f143/packed.py", "edgebuild/kinds/siglip_f143/params.py",
+        "edgebuild/ml/mapped_safetensors.py", "edgebuild/ml/quant/f143.py", "edgebuild/ml/quant/kernels.py",
+        "edgebuild/models/hf.py", "edgebuild/models/siglip/f143.py", "edgebuild/models/siglip/model.py",
+    ]
     assert_code_digests(
         "siglip_f143",
-        build=['edgebuild/ml/hf.py', 'edgebuild/ml/compare.py', 'edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/build.py', 'edgebuild/kinds/siglip_f143/calibration.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/ml/mapped_safetensors.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/gptq.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
-        verify=['edgebuild/ml/hf.py', 'edgebuild/ml/compare.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/packed.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143/verify.py', 'edgebuild/ml/mapped_safetensors.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
+        build=[*common,
+               "edgebuild/core/hashing.py", "edgebuild/core/inputs.py", "edgebuild/core/runner.py",
+               "edgebuild/kinds/siglip_f143/build.py", "edgebuild/kinds/siglip_f143/calibration.py",
+               "edgebuild/ml/compare.py", "edgebuild/ml/quant/gptq.py", "edgebuild/ml/images.py"],
+        verify=[*common,
+                "edgebuild/kinds/siglip_f143/verify.py"],
     )
 
 

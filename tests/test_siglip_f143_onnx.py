@@ -125,18 +125,18 @@ def test_onnx_artifact_builds_and_verifies(root: Path) -> None:
 def test_changing_the_source_or_only_the_opset(root: Path) -> None:
     before = Workspace.open(root / "artifacts.yaml", root)
     pretend_built(before, "q")
-    first = before.fingerprint("q_onnx")
+    first = before.fingerprint(before.artifact("q_onnx"))
     (root / "artifacts.yaml").write_text(MANIFEST.format(damp=0.02, opset=21))
     damp = Workspace.open(root / "artifacts.yaml", root)
-    assert damp.fingerprint("q") != before.fingerprint("q")
+    assert damp.fingerprint(damp.artifact("q")) != before.fingerprint(before.artifact("q"))
     # Keyed by its source's bytes: the source's new build writes other bytes.
     pretend_built(damp, "q")
-    assert damp.fingerprint("q_onnx") != first
+    assert damp.fingerprint(damp.artifact("q_onnx")) != first
     (root / "artifacts.yaml").write_text(MANIFEST.format(damp=0.01, opset=22))
     opset = Workspace.open(root / "artifacts.yaml", root)
-    assert opset.fingerprint("q") == before.fingerprint("q")
+    assert opset.fingerprint(opset.artifact("q")) == before.fingerprint(before.artifact("q"))
     pretend_built(opset, "q")
-    assert opset.fingerprint("q_onnx") != first
+    assert opset.fingerprint(opset.artifact("q_onnx")) != first
 
 
 @pytest.mark.slow
@@ -151,10 +151,19 @@ def test_building_the_onnx_artifact_builds_its_source_first(project_dir, siglip_
 
 
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
-    from helpers import assert_code_digests
+    from helpers import assert_code_digests, ONNX_CERTIFICATES
 
+    common = [
+        "edgebuild/kinds/siglip_f143_onnx/model.py", "edgebuild/kinds/siglip_f143_onnx/params.py",
+        "edgebuild/ml/onnx_tools.py", "edgebuild/models/hf.py", "edgebuild/models/siglip/f143.py",
+        "edgebuild/models/siglip/model.py",
+    ]
     assert_code_digests(
         "siglip_f143_onnx",
-        build=['edgebuild/ml/hf.py', 'edgebuild/core/hashing.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143_onnx/build.py', 'edgebuild/kinds/siglip_f143_onnx/model.py', 'edgebuild/kinds/siglip_f143_onnx/params.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/quant/f143.py', 'edgebuild/ml/quant/kernels.py', 'edgebuild/ml/siglip.py'],
-        verify=['edgebuild/ml/hf.py', 'edgebuild/ml/images.py', 'edgebuild/core/inputs.py', 'edgebuild/kinds/siglip_f143/params.py', 'edgebuild/kinds/siglip_f143_onnx/model.py', 'edgebuild/kinds/siglip_f143_onnx/params.py', 'edgebuild/kinds/siglip_f143_onnx/verify.py', 'edgebuild/ml/onnx_tools.py', 'edgebuild/ml/siglip.py'],
+        build=[*common,
+               "edgebuild/core/hashing.py", "edgebuild/core/inputs.py", "edgebuild/core/runner.py",
+               "edgebuild/kinds/siglip_f143_onnx/build.py", "edgebuild/ml/quant/f143.py",
+               "edgebuild/ml/quant/kernels.py", "edgebuild/ml/images.py"],
+        verify=[*common, *ONNX_CERTIFICATES,
+                "edgebuild/kinds/siglip_f143_onnx/verify.py"],
     )

@@ -292,7 +292,7 @@ def test_a_poisoned_tower_is_refused_by_a_gather_and_replaced_by_a_signing_runne
 
     # The protected branch's runner verifies and pushes, signed.
     first = clone_project(verified_seed, tmp_path / "ci")
-    fingerprint = first.project().fingerprint(TOWER)
+    fingerprint = first.project().artifact(TOWER).fingerprint
     pushed = first.doit("verify", env=ci)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     assert re.search(rf"\[t\] remote cache: pushed {fingerprint[:12]} to {re.escape(remote)} \(7 files, signed by key ", pushed.stderr)

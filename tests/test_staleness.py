@@ -115,7 +115,7 @@ def test_only_what_changed_is_rebuilt(root: Path) -> None:
     # A visual tensor: both towers stale, with the tensor named; both re-export.
     patch_tensor_bytes(root / "ckpt", "model.visual.blocks.1.mlp.linear_fc1.weight")
     project = fresh(root)
-    state = status(project, "tower_a")
+    state = status(project, project.artifact("tower_a"))
     assert state.state == "stale"
     assert state.reasons == ("tensor model.visual.blocks.1.mlp.linear_fc1.weight changed",)
     logs = build_all(root)
@@ -124,8 +124,8 @@ def test_only_what_changed_is_rebuilt(root: Path) -> None:
     # An opset change: that artifact only.
     write_manifest(root, opset=20)
     project = fresh(root)
-    assert status(project, "tower_a").reasons == ("opset 21 → 20",)
-    assert status(project, "tower_b").state == "up to date"
+    assert status(project, project.artifact("tower_a")).reasons == ("opset 21 → 20",)
+    assert status(project, project.artifact("tower_b")).state == "up to date"
     logs = build_all(root)
     assert exported(logs["tower_a"]) and logs["tower_b"] == ["up to date"]
 
@@ -159,7 +159,7 @@ def test_deleting_build_restores_without_exporting(root: Path, monkeypatch: pyte
 def test_corrupt_store_entry_is_dropped_and_rebuilt(root: Path) -> None:
     build_all(root)
     project = fresh(root)
-    fingerprint = project.fingerprint("tower_a")
+    fingerprint = project.fingerprint(project.artifact("tower_a"))
     shutil.rmtree(root / "build")
     stored = project.store.files(fingerprint)["model.onnx.data"]
     # Same size, different bytes: only the digest can tell.
@@ -187,19 +187,19 @@ def test_a_matrix_reads_its_checkpoint_once_yet_sees_it_change(root: Path) -> No
     third = "  tower_c:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 96\n"
     (root / "artifacts.yaml").write_text(MANIFEST.format(description="first", opset=21) + third)
     project = fresh(root)
-    first = project.record("tower_a").inputs["checkpoint"]
+    first = project.record(project.artifact("tower_a")).inputs["checkpoint"]
     hashed = project.stat_cache.bytes_hashed
     assert hashed > 0
-    assert project.record("tower_b").inputs["checkpoint"] == first
+    assert project.record(project.artifact("tower_b")).inputs["checkpoint"] == first
     assert project.stat_cache.bytes_hashed == hashed
 
     tensor = "model.visual.blocks.0.attn.proj.weight"
     patch_tensor_bytes(root / "ckpt", tensor)
-    changed = project.record("tower_c").inputs["checkpoint"]
+    changed = project.record(project.artifact("tower_c")).inputs["checkpoint"]
     assert changed["tensors"][tensor]["digest"] != first["tensors"][tensor]["digest"]
     assert {name for name in first["tensors"] if changed["tensors"][name] != first["tensors"][name]} == {tensor}
     # What a new process computes.
-    assert fresh(root).record("tower_c").inputs["checkpoint"] == changed
+    assert fresh(root).artifact("tower_c").record.inputs["checkpoint"] == changed
 
 
 def test_explain_names_code_and_tool_versions() -> None:
@@ -280,7 +280,7 @@ def test_gc_keeps_current_and_drops_least_recently_used(root: Path) -> None:
     project = fresh(root)
     entries = {entry.fingerprint: entry for entry in project.store.entries()}
     assert len(entries) == 3
-    keep = {project.fingerprint("tower_a"), project.fingerprint("tower_b")}
+    keep = {project.fingerprint(project.artifact("tower_a")), project.fingerprint(project.artifact("tower_b"))}
     removed = project.store.gc(max_bytes=0, max_age_seconds=None, keep=keep).removed
     assert len(removed) == 1 and removed[0].fingerprint not in keep
     assert {entry.fingerprint for entry in project.store.entries()} == keep
@@ -325,13 +325,14 @@ def test_sigkill_mid_build_leaves_nothing_built(project_dir, qwen_checkpoint: Pa
     process.wait()
     project = fresh(project_dir.root)
     assert not is_built(project, project.artifact("tower_a"))
-    assert not project.store.has(project.fingerprint("tower_a"))
-    assert status(project, "tower_a").state == "missing"
+    assert not project.store.has(project.fingerprint(project.artifact("tower_a")))
+    assert status(project, project.artifact("tower_a")).state == "missing"
 
     again = project_dir.doit("build", "tower_a")
     assert again.returncode == 0, again.stderr
     assert "built in" in again.stderr
-    assert is_built(fresh(project_dir.root), "tower_a")
+    fresh_project = fresh(project_dir.root)
+    assert is_built(fresh_project, fresh_project.artifact("tower_a"))
     # The killed build's scratch directory is gone.
     assert not any(path.name.startswith("tower_a~") for path in scratch.iterdir())
 
@@ -346,4 +347,5 @@ def test_two_processes_build_once(project_dir, qwen_checkpoint: Path) -> None:
     stderr = "".join(error for _, error in outputs)
     assert stderr.count("built in") == 1
     assert stderr.count("[tower_a] up to date") == 1
-    assert is_built(fresh(project_dir.root), "tower_a")
+    fresh_project = fresh(project_dir.root)
+    assert is_built(fresh_project, fresh_project.artifact("tower_a"))

@@ -133,15 +133,15 @@ def test_a_second_build_runs_nothing_and_a_targets_code_stales_only_its_artifact
     again = project.doit("build")
     assert again.returncode == 0 and "built in" not in again.stdout + again.stderr
     workspace = Workspace.open(project.root / "artifacts.yaml", project.root)
-    digests = {name: set(workspace.record(name).code) for name in (*TARGETS, "clip_et.torch_export")}
+    digests = {name: set(workspace.artifact(name).record.code) for name in (*TARGETS, "clip_et.torch_export")}
     # Each target's build digest holds its own lowering and none of the others'.
     for name, own in (("clip_et", "executorch"), ("clip_tflite", "litert"), ("clip_ov", "openvino")):
         assert f"edgebuild/kinds/{own}/build.py" in digests[name]
         others = {f"edgebuild/kinds/{other}/build.py" for other in ("executorch", "litert", "openvino") if other != own}
         assert not digests[name] & others, name
         # The model's code is the export's, not the target's.
-        assert "edgebuild/kinds/torch_export/families.py" not in digests[name]
-    assert "edgebuild/kinds/torch_export/families.py" in digests["clip_et.torch_export"]
+        assert "edgebuild/models/families.py" not in digests[name]
+    assert "edgebuild/models/families.py" in digests["clip_et.torch_export"]
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ def test_a_dynamic_axis_asked_of_a_target_that_has_none_is_one_line(tmp_path: Pa
                                                           "    outputs: [pooler_output, last_hidden_state]\n    held_out", 1))
     workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
     with pytest.raises(ParameterError) as caught:
-        workspace.check("clip_tflite")
+        workspace.check(workspace.artifact("clip_tflite"))
     assert str(caught.value).endswith(
         "artifacts -> clip_tflite -> inputs: the litert target takes fixed shapes only, and 'clip_et.torch_export' "
         "declares dynamic axes; fix them, or export one model per shape")
@@ -81,13 +81,17 @@ def test_the_program_is_the_same_bytes_in_any_checkout(tmp_path: Path) -> None:
 def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     from helpers import assert_code_digests
 
-    model = ["edgebuild/core/model_inputs.py", "edgebuild/kinds/hf_onnx/model.py", "edgebuild/kinds/hf_onnx/params.py",
-             "edgebuild/kinds/qwen3_5_tower/images.py", "edgebuild/kinds/qwen3_5_tower/model.py",
-             "edgebuild/kinds/qwen3_5_tower/params.py", "edgebuild/kinds/torch_export/families.py",
-             "edgebuild/kinds/torch_export/params.py", "edgebuild/ml/hf.py", "edgebuild/ml/onnx_tools.py",
-             "edgebuild/ml/programs.py"]
+    common = [
+        "edgebuild/kinds/torch_export/params.py", "edgebuild/models/families.py", "edgebuild/models/family.py",
+        "edgebuild/models/fields.py", "edgebuild/models/hf.py", "edgebuild/models/inputs.py",
+        "edgebuild/models/qwen3_5/family.py", "edgebuild/models/qwen3_5/geometry.py",
+        "edgebuild/models/qwen3_5/images.py", "edgebuild/models/qwen3_5/model.py", "edgebuild/targets/formats.py",
+        "edgebuild/targets/program.py",
+    ]
     assert_code_digests(
         "torch_export",
-        build=[*model, "edgebuild/core/runner.py", "edgebuild/ml/images.py", "edgebuild/kinds/torch_export/build.py"],
-        verify=[*model, "edgebuild/kinds/torch_export/targets.py", "edgebuild/kinds/torch_export/verify.py"],
+        build=[*common,
+               "edgebuild/core/runner.py", "edgebuild/kinds/torch_export/build.py", "edgebuild/ml/images.py"],
+        verify=[*common,
+                "edgebuild/kinds/torch_export/verify.py"],
     )

@@ -82,7 +82,7 @@ def _covered_checkpoints(project: BuildGraph, name: str) -> list[tuple[object, d
     build and verification may read: its own, and those behind its sources. An artifact
     made from a source is keyed by the source's bytes, so what it reads of the checkpoint
     behind it must be in its own fingerprint, not only in the source's."""
-    record = project.record(name)
+    record = project.artifact(name).record
     nothing = {"tensors": {}, "files": {}}
     return [(checkpoint, record.inputs.get("checkpoint", nothing))
             for checkpoint in project.checkpoints_for(project.manifest.artifacts[name]).values()]
@@ -110,8 +110,8 @@ def test_every_file_read_by_build_and_verify_is_in_the_fingerprint(tmp_path: Pat
     project = Workspace.open(root / "artifacts.yaml", root)
     for name in project.manifest.order():
         # Fingerprinted first (its sources are built by now): what hashing opens is covered.
-        project.record(name)
-        project.verify_fingerprint(name)
+        project.artifact(name).record
+        project.artifact(name).verify_fingerprint
         _OPENED = []
         try:
             make_current(project, project.artifact(name), log=lambda message: None)
@@ -143,18 +143,18 @@ def test_a_changed_image_processor_makes_the_siglip_artifact_stale(tmp_path: Pat
     root = lay_out(tmp_path, siglip_checkpoint)
     project = Workspace.open(root / "artifacts.yaml", root)
     quantized_bytes = pretend_built(project, "quantized")
-    before = {name: project.fingerprint(name) for name in ("tower", "quantized", "graph")}
+    before = {name: project.artifact(name).fingerprint for name in ("tower", "quantized", "graph")}
     preprocessor = root / "ckpt" / "preprocessor_config.json"
     settings = json.loads(preprocessor.read_text())
     settings["image_mean"] = [0.4, 0.4, 0.4]
     preprocessor.write_text(json.dumps(settings))
     after = Workspace.open(root / "artifacts.yaml", root)
-    assert before["quantized"] != after.fingerprint("quantized")
-    assert before["tower"] == after.fingerprint("tower")
+    assert before["quantized"] != after.fingerprint(after.artifact("quantized"))
+    assert before["tower"] == after.fingerprint(after.artifact("tower"))
     # Even if the quantized encoder came out byte for byte the same, the graph is stale: its
     # verification runs held-out images through the processor itself.
     pretend_built(after, "quantized", quantized_bytes)
-    assert Workspace.open(root / "artifacts.yaml", root).fingerprint("graph") != before["graph"]
+    assert Workspace.open(root / "artifacts.yaml", root).artifact("graph").fingerprint != before["graph"]
 
 
 def test_siglip_checkpoint_without_image_processor_fails_before_building(tmp_path: Path, siglip_checkpoint: Path) -> None:
@@ -203,8 +203,8 @@ def test_two_checkouts_build_identical_bytes_and_share_through_the_remote(tmp_pa
         built = build_and_verify(first)
         other = Workspace.open(second / "artifacts.yaml", second)
         pairs = {"tower": "tower", "quantized": "renamed_quantized", "graph": "graph"}
-        assert {name: built.fingerprint(name) for name in pairs} == {
-            name: other.fingerprint(renamed) for name, renamed in pairs.items()
+        assert {name: built.artifact(name).fingerprint for name in pairs} == {
+            name: other.artifact(renamed).fingerprint for name, renamed in pairs.items()
         }
         messages: list[str] = []
         for name in other.manifest.order():
@@ -257,16 +257,16 @@ def test_symlinked_checkpoint_and_input_directories_are_the_same_artifact(
     first = Workspace.open(real / "artifacts.yaml", real)
     second = Workspace.open(linked.root / "artifacts.yaml", linked.root)
     for name in ("tower", "quantized"):
-        assert second.fingerprint(name) == first.fingerprint(name), name
-        assert second.record(name).inputs == first.record(name).inputs, name
-    assert second.record("quantized").inputs_named["files:calibration.images"][0].startswith("images/")
+        assert second.artifact(name).fingerprint == first.artifact(name).fingerprint, name
+        assert second.artifact(name).record.inputs == first.artifact(name).record.inputs, name
+    assert second.record(second.artifact("quantized")).inputs_named["files:calibration.images"][0].startswith("images/")
 
     # As if built in the linked project; then an image and the image processor change
     # in the real directories.
     for name in ("tower", "quantized"):
         directory = second.layout.artifact_dir(name)
         directory.mkdir(parents=True)
-        second.record(name).completed(name, {}, 0.0, {}).write(directory)
+        second.artifact(name).record.completed(name, {}, 0.0, {}).write(directory)
     image = sorted((real / "images").glob("*.png"))[0]
     image.write_bytes(image.read_bytes() + b"\0")
     preprocessor = real / "ckpt" / "preprocessor_config.json"

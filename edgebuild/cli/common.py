@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from doit.cmd_base import DoitCmdBase
 from doit.cmd_run import Run
@@ -26,6 +26,10 @@ from edgebuild.cli.option_errors import option_problem
 from edgebuild.errors import EdgebuildError
 from edgebuild.run.scheduler import Outcomes, needs_a_worker, verification_summary
 from edgebuild.run.workers import start_server_early
+
+if TYPE_CHECKING:
+    from edgebuild.core.project import Artifact
+    from edgebuild.run.workspace import Workspace
 
 JSON_OPTION = {"name": "as_json", "short": "", "long": "json", "type": bool, "default": False, "help": "print JSON"}
 FAIL_FAST_OPTION = {
@@ -65,7 +69,7 @@ def open_workspace(command: DoitCmdBase, params: Any) -> Any:
     return current_workspace()
 
 
-def selected(args: list[str], workspace: Any) -> list[str]:
+def selected(args: list[str], workspace: Workspace) -> list[str]:
     """The artifact names given (all, in manifest order, when none are); an unknown one
     is an error with the closest match."""
     names = [artifact.name for artifact in workspace.order()]
@@ -75,6 +79,11 @@ def selected(args: list[str], workspace: Any) -> list[str]:
         hint = f" (did you mean {match[0]!r}?)" if match else ""
         raise InvalidCommand(f"unknown artifact {unknown[0]!r}{hint}; `doit list` shows the artifacts")
     return args or names
+
+
+def handles(workspace: Workspace, names: list[str]) -> list[Artifact]:
+    """The artifacts ``names`` name (known names: :func:`selected` checked them)."""
+    return [workspace.artifact(name) for name in names]
 
 
 def options_first(args: list[str], options: list[Any]) -> list[str]:
@@ -160,7 +169,7 @@ class WorkspaceCommand(OneLineErrors, DoitCmdBase):
     def execute(self, params, args):  # noqa: D102 - doit's signature
         return self.run(open_workspace(self, params), params, args)
 
-    def run(self, workspace: Any, params: Any, args: list[str]) -> int:
+    def run(self, workspace: Workspace, params: Any, args: list[str]) -> int:
         raise NotImplementedError
 
 
@@ -270,14 +279,14 @@ class RecordingReporter:
         self.inner.complete_run()
 
 
-def _start_server_if_needed(workspace: Any, chosen: list[str], verifying: bool, processes: int) -> None:
+def _start_server_if_needed(workspace: Workspace, chosen: list[str], verifying: bool, processes: int) -> None:
     """The fork server started now, beside doit's planning, where a worker will be needed:
     the half second or so until the first fork comes off the seconds its imports take.
     Not with a remote cache, which the parent asks first and which usually answers, nor
     where nothing may be exported here (``pull_only``: a cluster run's driver)."""
     if workspace.remote_cache_spec is not None or workspace.settings.pull_only:
         return
-    artifacts = workspace.order(chosen)
+    artifacts = workspace.order(handles(workspace, chosen))
     if needs_a_worker(workspace, artifacts, verifying) and start_server_early(workspace, processes):
         # Time this process would spend waiting for the server: the judging code's
         # digests, which the lock file's refresh after the run needs, are taken now.
@@ -289,7 +298,7 @@ def _start_server_if_needed(workspace: Any, chosen: list[str], verifying: bool, 
             pass  # the lock file's refresh meets it again, and says so
 
 
-def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], tasks: list[str],
+def run_and_lock(command: Run, params: Any, workspace: Workspace, chosen: list[str], tasks: list[str],
                  verifying: bool = False, elsewhere: Outcomes | None = None) -> int:
     """doit's ``run`` of ``tasks``, then the lock file refreshed for ``chosen`` and
     what they depend on (the artifacts that are built at their current fingerprint).
@@ -322,7 +331,7 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
     try:
         # Frozen, the committed lock file is what the run read: it stays as it is.
         if not workspace.frozen:
-            update_lock(workspace, workspace.order(chosen))
+            update_lock(workspace, workspace.order(handles(workspace, chosen)))
         workspace.save_caches()
     except EdgebuildError as error:
         fail(str(error))
@@ -334,7 +343,7 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
         stream = sys.stderr if issubclass(RecordingReporter.base or object, JsonReporter) else sys.stdout
         # The artifacts asked for, and those they are made from whose verification failed
         # in this run (what held the others back).
-        names = list(dict.fromkeys([*chosen, *(artifact.name for artifact in workspace.order(chosen)
+        names = list(dict.fromkeys([*chosen, *(artifact.name for artifact in workspace.order(handles(workspace, chosen))
                                                 if outcomes.failed.get(artifact.name)
                                                 or outcomes.failed.get(f"verify:{artifact.name}"))]))
         for name in outcomes.verification(names)["not run"]:
@@ -349,14 +358,14 @@ def run_and_lock(command: Run, params: Any, workspace: Any, chosen: list[str], t
     return result
 
 
-def with_those_failed_elsewhere(workspace: Any, names: list[str], elsewhere: Outcomes) -> list[str]:
+def with_those_failed_elsewhere(workspace: Workspace, names: list[str], elsewhere: Outcomes) -> list[str]:
     """``names`` and the artifacts that failed or were not run ``elsewhere`` (on a cluster),
     dependencies first: what a verification summary counts."""
     wanted = set(names) | {task for task in elsewhere.failed if not task.startswith("verify:")}
-    return [artifact.name for artifact in workspace.order(sorted(wanted)) if artifact.name in wanted]
+    return [artifact.name for artifact in workspace.order(handles(workspace, sorted(wanted))) if artifact.name in wanted]
 
 
-def current_fingerprints(workspace: Any) -> dict[str, str]:
+def current_fingerprints(workspace: Workspace) -> dict[str, str]:
     """Artifact -> the fingerprint the manifest asks for now (artifacts in error, or whose
     sources are not built, left out)."""
     current = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from edgebuild.cli.common import JSON_OPTION, NamesAnywhere, WorkspaceCommand, fail, selected
+from edgebuild.cli.common import JSON_OPTION, NamesAnywhere, WorkspaceCommand, fail, handles, selected
 from edgebuild.errors import EdgebuildError
 
 
@@ -36,9 +36,9 @@ class Diff(NamesAnywhere, WorkspaceCommand):
     def run(self, workspace, params, args):  # noqa: D102
         from edgebuild.run.diff import diff, render
 
-        names = selected(args, workspace) if args else None
+        artifacts = handles(workspace, selected(args, workspace)) if args else None
         try:
-            result = diff(workspace, names, params["against"])
+            result = diff(workspace, artifacts, params["against"])
         except EdgebuildError as error:
             fail(str(error))
             return 2

@@ -11,7 +11,7 @@
                                           download a published artifact, checked and signed
     python -m edgebuild merge-locks [LOCK ...]
                                           CI: the lock files the shards wrote, as one; is it the committed one?
-    python -m edgebuild toolenv litert [DIR]
+    python -m edgebuild toolenv TOOL [DIR]
                                           make the environment a tool that cannot share edgebuild's runs in
 """
 
@@ -91,16 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("locks", nargs="*", type=Path, metavar="LOCK",
                        help="a lock file a shard wrote (doit verify --shard I/N)")
     toolenv = commands.add_parser(
-        "toolenv", help="make the environment of a tool that cannot share edgebuild's (LiteRT's converter): a virtual "
-        "environment beside edgebuild's, with the tool's packages",
+        "toolenv", help="make the environment of a tool that cannot share edgebuild's (a kind's converter): a "
+        "virtual environment beside edgebuild's, with the tool's packages",
     )
-    toolenv.add_argument("tool", nargs="?", choices=("litert",),
-                         help="the tool (or --needed: those the manifest's kinds need)")
+    toolenv.add_argument("tool", nargs="?", help="the tool, as a kind names it (--list lists them; or --needed: "
+                         "those the manifest's kinds need)")
     toolenv.add_argument("directory", nargs="?", type=Path, default=None, metavar="DIR",
-                         help="where (default: .venv-litert beside the environment edgebuild runs in; elsewhere, "
-                         "set EDGEBUILD_LITERT_PYTHON to DIR/bin/python)")
+                         help="where (default: .venv-TOOL beside the environment edgebuild runs in; elsewhere, "
+                         "set EDGEBUILD_<TOOL>_PYTHON to DIR/bin/python)")
     toolenv.add_argument("--needed", action="store_true",
                          help="make the environments the manifest's kinds need, that are not there (CI)")
+    toolenv.add_argument("--list", dest="list_tools", action="store_true",
+                         help="list the tools the installed kinds run in environments of their own, and exit")
     return parser
 
 
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             fetch_artifact(args.name, args.source, args.target, fingerprint=args.fingerprint, commit=args.commit,
                            trusted_keys=settings.trusted_key_paths, s3_endpoint=settings.s3_endpoint)
         elif args.command == "toolenv":
-            return _toolenv(parser, args.tool, args.directory, args.needed)
+            return _toolenv(parser, args.tool, args.directory, args.needed, args.list_tools)
         elif args.command == "keygen":
             from edgebuild.cache.signing import generate, key_id, load_public_key
 
@@ -165,29 +167,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _toolenv(parser: argparse.ArgumentParser, tool: str | None, directory: Path | None, needed: bool) -> int:
+def _toolenv(parser: argparse.ArgumentParser, tool: str | None, directory: Path | None, needed: bool,
+             list_tools: bool = False) -> int:
     """Make tool environment ``tool`` (at ``directory``), or with ``needed`` those the
-    manifest's kinds name that are not there yet."""
+    manifest's kinds name that are not there yet; with ``list_tools``, list them."""
     import subprocess
 
-    from edgebuild.ml.toolenv import make, missing_reason
+    from edgebuild.core.registry import all_kinds, get_kind
+    from edgebuild.targets.toolenv import make, missing_reason
 
+    if list_tools:
+        for kind in all_kinds(on_error=lambda error: None):
+            for environment in kind.tool_environments:
+                state = missing_reason(environment) or "made"
+                print(f"{environment.name}\t{kind.name}\t{environment.module}\t{state}")
+        return 0
     if needed == (tool is not None):
         parser.error("toolenv: give a tool, or --needed")
     if needed:
         from edgebuild.core.manifest import load_manifest
-        from edgebuild.core.registry import get_kind
 
         kinds = {params.kind for params in load_manifest().artifacts.values()}
-        tools = sorted({name for kind in kinds for name in get_kind(kind).tool_environments})
-        tools = [name for name in tools if missing_reason(name) is not None]
+        found = {environment.name: environment for kind in sorted(kinds) for environment in get_kind(kind).tool_environments}
+        environments = [environment for _, environment in sorted(found.items()) if missing_reason(environment) is not None]
     else:
-        tools = [str(tool)]
-    for name in tools:
+        known = {environment.name: environment for kind in all_kinds(on_error=lambda error: None)
+                 for environment in kind.tool_environments}
+        if tool not in known:
+            parser.error(f"toolenv: no installed kind runs a tool named {tool!r} in an environment of its own "
+                         f"(the tools: {', '.join(sorted(known)) or 'none'})")
+        environments = [known[str(tool)]]
+    for environment in environments:
         try:
-            print(make(name, directory))
+            print(make(environment, directory))
         except (OSError, subprocess.CalledProcessError) as error:
-            raise EdgebuildError(f"toolenv {name}: {error}") from None
+            raise EdgebuildError(f"toolenv {environment.name}: {error}") from None
     return 0
 
 

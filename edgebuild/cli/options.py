@@ -28,6 +28,7 @@ from doit.exceptions import InvalidCommand
 from edgebuild.errors import EdgebuildError
 
 if TYPE_CHECKING:
+    from edgebuild.run.workspace import Workspace
     from edgebuild.run.scheduler import Outcomes
 
 _REMOTE_READONLY = {
@@ -71,7 +72,7 @@ class Prepared:
     elsewhere: "Outcomes | None" = None
 
 
-def prepare(workspace: Any, params: Any, selected: list[str], verify: bool) -> Prepared:
+def prepare(workspace: Workspace, params: Any, selected: list[str], verify: bool) -> Prepared:
     """Apply the scaling options to ``selected`` of ``workspace`` before doit runs it: the
     settings they stand for, and the shard. The cluster run is :func:`on_cluster`, a step
     of its own."""
@@ -97,16 +98,17 @@ def prepare(workspace: Any, params: Any, selected: list[str], verify: bool) -> P
     return Prepared(selected)
 
 
-def on_cluster(workspace: Any, params: Any, prepared: Prepared) -> Prepared:
+def on_cluster(workspace: Workspace, params: Any, prepared: Prepared) -> Prepared:
     """``--dask ADDRESS``: build and verify what ``prepared`` selects on the cluster
     (``edgebuild/run/executors``); the local run then pulls, exporting nothing, what
     succeeded there. Nothing to do without the option or with nothing selected."""
     if not params.get("dask") or not prepared.selected:
         return prepared
+    from edgebuild.cli.common import handles
     from edgebuild.run.executors import run_on_cluster
 
     try:
-        outcomes = run_on_cluster(workspace, prepared.selected, params["dask"], _say)
+        outcomes = run_on_cluster(workspace, handles(workspace, prepared.selected), params["dask"], _say)
     except EdgebuildError as error:
         print(f"edgebuild: error: {error}", file=sys.stderr, flush=True)
         return Prepared([], 2)
@@ -116,7 +118,7 @@ def on_cluster(workspace: Any, params: Any, prepared: Prepared) -> Prepared:
     return Prepared(ready, max(prepared.status, 1 if outcomes.failed else 0), outcomes)
 
 
-def _freeze(workspace: Any) -> None:
+def _freeze(workspace: Workspace) -> None:
     if workspace.remote is None:
         raise InvalidCommand("--frozen pulls every artifact from the remote cache, and none is set (EDGEBUILD_REMOTE_CACHE)")
     if not workspace.remote.trust.configured:
@@ -127,7 +129,7 @@ def _freeze(workspace: Any) -> None:
     workspace.configure(frozen=True, pull_only=True)
 
 
-def _shard(workspace: Any, text: str, selected: list[str], verify: bool) -> list[str]:
+def _shard(workspace: Workspace, text: str, selected: list[str], verify: bool) -> list[str]:
     from edgebuild.run.shards import parse_shard, select_shard
 
     try:

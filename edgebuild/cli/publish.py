@@ -6,7 +6,8 @@ from __future__ import annotations
 from doit.cmd_run import Run
 from doit.exceptions import InvalidCommand
 
-from edgebuild.cli.common import FAIL_FAST_OPTION, NamesAnywhere, fail, open_workspace, run_and_lock, selected
+from edgebuild.cli.common import (FAIL_FAST_OPTION, NamesAnywhere, fail, handles, open_workspace, run_and_lock,
+                                  selected)
 from edgebuild.cli.options import PUBLISH_OPTIONS, prepare
 from edgebuild.errors import EdgebuildError, PublishError
 
@@ -37,11 +38,12 @@ class Publish(NamesAnywhere, Run):
             raise InvalidCommand("give --to DEST: a directory or an fsspec URL such as s3://bucket/artifacts")
         workspace = open_workspace(self, params)
         names = selected(args, workspace)
+        artifacts = handles(workspace, names)
         try:
             # Before anything is built: what would be published must be what is committed,
             # and the destination one that takes it (a bucket, outside the work tree, an
             # index this version merges into).
-            check_work_tree(workspace, allow_dirty=params["allow_dirty"], names=names)
+            check_work_tree(workspace, allow_dirty=params["allow_dirty"], artifacts=artifacts)
             check_destination(workspace, params["to"])
         except EdgebuildError as error:
             fail(str(error))
@@ -51,10 +53,10 @@ class Publish(NamesAnywhere, Run):
             return prepared.status
         result = run_and_lock(self, params, workspace, names, [f"verify:{name}" for name in names], verifying=True)
         try:
-            check_publishable(workspace, names)
+            check_publishable(workspace, artifacts)
             if result != 0:
                 raise PublishError("nothing published: a task failed (see above)")
-            publish(workspace, names, params["to"], log=lambda message: print(message, flush=True),
+            publish(workspace, artifacts, params["to"], log=lambda message: print(message, flush=True),
                     allow_dirty=params["allow_dirty"])
         except EdgebuildError as error:
             fail(str(error))

@@ -78,20 +78,24 @@ class InitResult:
 
 def _starters(plugins: bool = False, on_error: Callable[[Any], None] | None = None) -> list[tuple[str, Any]]:
     """``(kind name, starter)`` of every built-in kind (with ``plugins``: every installed
-    kind) with a starter, each kind after the kinds its ``source:`` takes: the starter
-    manifest reads top down. A plugin that does not load goes to ``on_error``."""
+    kind) with a starter, each kind after the kinds whose artifacts its ``source:`` takes
+    (what they produce, what it consumes): the starter manifest reads top down. A plugin
+    that does not load goes to ``on_error``."""
     from edgebuild.core.registry import all_kinds, builtin_names
 
     names = None if plugins else builtin_names()
     loaded = all_kinds(on_error=on_error or (lambda error: None), names=names)
     kinds = {kind.name: kind for kind in loaded if kind.starter is not None}
     ordered: list[str] = []
+    placing: set[str] = set()
 
     def place(name: str) -> None:
-        if name in ordered or name not in kinds:
+        if name in ordered or name in placing or name not in kinds:
             return
-        for source in kinds[name].source_kinds:
-            place(source)
+        placing.add(name)
+        for source in sorted(kinds):
+            if source != name and kinds[name].takes_source_of(kinds[source]):
+                place(source)
         ordered.append(name)
 
     for name in sorted(kinds):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from edgebuild.cli.common import JSON_OPTION, NamesAnywhere, WorkspaceCommand, selected
+from edgebuild.cli.common import JSON_OPTION, NamesAnywhere, WorkspaceCommand, handles, selected
 
 
 class Status(NamesAnywhere, WorkspaceCommand):
@@ -30,7 +30,7 @@ class Status(NamesAnywhere, WorkspaceCommand):
 
         names = selected(args, workspace)
         with collection_paused():
-            states = statuses(workspace, names)
+            states = statuses(workspace, handles(workspace, names))
         workspace.save_caches()
         if params["as_json"]:
             print(json.dumps([state.to_json() for state in states], indent=2))

@@ -20,9 +20,12 @@ import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from edgebuild.errors import EdgebuildError
+
+if TYPE_CHECKING:
+    from edgebuild.run.workspace import Workspace
 
 _WORKSPACES: dict[str, Any] = {}
 # The workspace the dodo file loaded: what `doit status`, `doit gc`, ... work on.
@@ -78,7 +81,7 @@ def current_workspace() -> Any:
     return _CURRENT[0] if _CURRENT else load_or_exit()
 
 
-def doit_config(workspace: Any) -> dict[str, Any]:
+def doit_config(workspace: Workspace) -> dict[str, Any]:
     dep_file = workspace.layout.cache_dir / "doit.json"
     # doit writes its state when it finishes, failed tasks included: a first run that
     # fails before anything made cache/ (a checkpoint not found) would end in doit's
@@ -160,7 +163,7 @@ def verify_subtasks_only_if(wanted: Callable[[], bool]) -> Iterator[None]:
         _VERIFY_SUBTASKS_WANTED.pop()
 
 
-def artifact_tasks(workspace: Any) -> Iterator[dict[str, Any]]:
+def artifact_tasks(workspace: Workspace) -> Iterator[dict[str, Any]]:
     """Two tasks an artifact (its build, ``verify:NAME``) and the ``verify`` group. doit
     makes each task from its dict before asking for the next, so the pause covers both;
     the tasks live until the command exits."""
@@ -168,7 +171,7 @@ def artifact_tasks(workspace: Any) -> Iterator[dict[str, Any]]:
         yield from _task_dicts(workspace, verify_subtasks=not _VERIFY_SUBTASKS_WANTED or _VERIFY_SUBTASKS_WANTED[-1]())
 
 
-def _task_dicts(workspace: Any, verify_subtasks: bool = True) -> Iterator[dict[str, Any]]:
+def _task_dicts(workspace: Workspace, verify_subtasks: bool = True) -> Iterator[dict[str, Any]]:
     from edgebuild.run.scheduler import verify_dependencies
 
     manifest_path = str(workspace.manifest.path)
@@ -230,7 +233,7 @@ def _verify_action(manifest_path: str, name: str) -> Any:
     return _run_action(workspace, lambda: {"verify_fingerprint": scheduler.verify(workspace, workspace.artifact(name))})
 
 
-def _run_action(workspace: Any, action: Callable[[], Any]) -> Any:
+def _run_action(workspace: Workspace, action: Callable[[], Any]) -> Any:
     """Run ``action``; an edgebuild error becomes doit's one-line task failure. The
     stat cache is saved either way (what was hashed stays hashed); failing to save it
     fails the task only when nothing failed before."""
@@ -246,7 +249,7 @@ def _run_action(workspace: Any, action: Callable[[], Any]) -> Any:
     return result
 
 
-def _save_caches(workspace: Any) -> None:
+def _save_caches(workspace: Workspace) -> None:
     """Save the stat cache where a failure to save is not the story (an up-to-date
     check, or after another error): the next action reports it if it persists."""
     try:

@@ -442,7 +442,7 @@ class Checkpoint:
 
     def _weight_files_without_index(self) -> list[Path]:
         # transformers' rule: without an index the weights are model.safetensors, and
-        # other SafeTensors files beside it (the packed copy in a built siglip_f143
+        # other SafeTensors files beside it (a packed copy of the weights in a built
         # directory, an adapter) are not part of the model. A directory of loose shards
         # without either is read whole.
         weights = self.directory / WEIGHTS_FILE

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ from typing import Any
 
 from edgebuild.errors import ConfigError
 
+# ``EDGEBUILD_<TOOL>_PYTHON``: one variable per tool environment (a kind declares those).
+TOOL = "<TOOL>"
+_TOOL_PYTHON = re.compile(r"EDGEBUILD_([A-Z0-9]+(?:_[A-Z0-9]+)*)_PYTHON")
 # ``EDGEBUILD_REMOTE_CACHE=off``: no remote cache, whatever the manifest says.
 REMOTE_CACHE_OFF = "off"
 _TRUE = ("1", "true", "yes", "on")
@@ -33,7 +37,8 @@ _FALSE = ("", "0", "false", "no", "off")
 @dataclass(frozen=True)
 class Variable:
     """One environment variable: its name, the :class:`Settings` field it sets, its type
-    (``path``, ``paths``, ``location``, ``switch``, ``count``, ``seconds`` or ``text``) and what it does."""
+    (``path``, ``paths``, ``location``, ``switch``, ``count``, ``seconds``, ``text``, or
+    ``tool paths``: one variable per tool, the tool's name in its own) and what it does."""
 
     name: str
     field: str
@@ -71,10 +76,10 @@ VARIABLES = (
     Variable("EDGEBUILD_CLUSTER_WAIT", "cluster_wait_seconds", "seconds",
              "How long --dask waits for a worker to join, or for one that offers what a waiting job needs "
              "(default 60)."),
-    Variable("EDGEBUILD_LITERT_PYTHON", "litert_python", "path",
-             "The Python of the environment that holds LiteRT's converter (litert-torch), which cannot share one "
-             "with model-signing (default: .venv-litert beside the environment edgebuild runs in, as "
-             "python -m edgebuild toolenv litert makes it)."),
+    Variable(f"EDGEBUILD_{TOOL}_PYTHON", "tool_pythons", "tool paths",
+             "The Python of the environment of its own that a kind's tool runs in, for a tool that cannot share "
+             "edgebuild's (default: .venv-<tool> beside the environment edgebuild runs in, as python -m edgebuild "
+             "toolenv TOOL makes it; python -m edgebuild toolenv --list lists the tools)."),
     Variable("EDGEBUILD_RETRY_REJECTED", "retry_rejected", "switch",
              "Try again a build its target's tool refused at the same fingerprint (a QNN compile that failed), "
              "instead of repeating the failure the store remembers."),
@@ -104,7 +109,8 @@ class Settings:
     jobs: int = 0
     s3_endpoint: str | None = None
     cluster_wait_seconds: float = 60.0
-    litert_python: str | None = None
+    # Tool environment name -> the Python named for it, absolute (``EDGEBUILD_<TOOL>_PYTHON``).
+    tool_pythons: tuple[tuple[str, str], ...] = ()
     job_output_to_worker_log: bool = True
     retry_rejected: bool = False
 
@@ -116,6 +122,11 @@ class Settings:
         check_process_switches(environ)
         values: dict[str, Any] = {}
         for variable in VARIABLES:
+            if variable.type == "tool paths":
+                found = {match.group(1).lower(): _absolute(text, cwd) for key, text in environ.items()
+                         if text and (match := _TOOL_PYTHON.fullmatch(key))}
+                values[variable.field] = tuple(sorted(found.items()))
+                continue
             text = environ.get(variable.name)
             if text is None or (text == "" and variable.type != "switch"):
                 continue
@@ -138,10 +149,19 @@ class Settings:
         defaults = Settings()
         for variable in VARIABLES:
             value = getattr(self, variable.field)
+            if variable.type == "tool paths":
+                for key in [key for key in environ if _TOOL_PYTHON.fullmatch(key)]:
+                    del environ[key]
+                environ.update({f"EDGEBUILD_{tool.upper()}_PYTHON": path for tool, path in value})
+                continue
             if value == getattr(defaults, variable.field):
                 environ.pop(variable.name, None)
             else:
                 environ[variable.name] = _format(value)
+
+    def tool_python(self, tool: str) -> str | None:
+        """The Python ``EDGEBUILD_<TOOL>_PYTHON`` names for tool environment ``tool``, if any."""
+        return dict(self.tool_pythons).get(tool)
 
     @property
     def remote_cache_disabled(self) -> bool:

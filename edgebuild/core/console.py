@@ -18,56 +18,62 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-# The exporter, its optimiser and the IR library under it.
+# The exporter, its optimiser and the IR library under it; torchao, which transformers
+# imports wherever it is installed, warns on import about GPU kernels a CPU machine does
+# not load; torch's pytree about its enums. (A kind adds the libraries its own steps run:
+# its ``Process.quiet_loggers``.)
 CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx", "torch.export", "torch._export", "torch._dynamo",
-                  "ort_format_model", "executorch", "nncf", "coremltools",
-                  # torchao (which ExecuTorch installs, and transformers then imports) warns on import
-                  # about GPU kernels a CPU machine does not load; torch's pytree about its enums.
                   "torchao", "torch.utils._pytree")
 # Packages whose warnings (deprecations, tracer notes) concern their own internals.
-CHATTY_PACKAGES = ("torch", "transformers", "onnxscript", "onnx_ir", "onnxruntime", "executorch", "openvino", "nncf",
-                   "coremltools", "torchao",
+CHATTY_PACKAGES = ("torch", "transformers", "onnxscript", "onnx_ir", "onnxruntime", "torchao",
                    # torch's pytree deprecation notes, raised where pickling reconstructs a spec.
                    "copyreg")
 
 
 class LibraryRootRecords(logging.Filter):
     """Drops what the libraries log below ERROR on the *root* logger (``logging.warning(...)``
-    names no logger, so no logger's level can quiet it): OpenVINO's PyTorch frontend logs a
+    names no logger, so no logger's level can quiet it): a converter's frontend that logs a
     traceback there for every decomposition it does not find, at every conversion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.packages: set[str] = set(CHATTY_PACKAGES)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR:
             return True
         path = record.pathname.replace(os.sep, "/")
-        return not any(f"/{package}/" in path for package in CHATTY_PACKAGES)
+        return not any(f"/{package}/" in path for package in self.packages)
 
 
 _ROOT_FILTER = LibraryRootRecords()
 
 
-def quiet_logging() -> None:
+def quiet_logging(libraries: tuple[str, ...] = ()) -> None:
     """The libraries' loggers at ERROR and their warnings ignored, without importing any of
     them (a logger's level holds for the library imported later): what a command's own
-    process does first, before a fixture or a check imports transformers (and torchao)."""
-    for name in CHATTY_LOGGERS:
+    process does first, before a fixture or a check imports transformers. ``libraries``:
+    more of them, by logger and package name (a kind's ``Process.quiet_loggers``)."""
+    for name in (*CHATTY_LOGGERS, *libraries):
         logging.getLogger(name).setLevel(logging.ERROR)
-    for package in CHATTY_PACKAGES:
-        warnings.filterwarnings("ignore", module=rf"{package}(\..*)?$")
+    for package in (*CHATTY_PACKAGES, *libraries):
+        warnings.filterwarnings("ignore", module=rf"{re.escape(package)}(\..*)?$")
+    _ROOT_FILTER.packages.update(libraries)
     logging.getLogger().addFilter(_ROOT_FILTER)  # once: a logger keeps a filter once
 
 
-def quiet_libraries(verbose: bool = False) -> None:
+def quiet_libraries(verbose: bool = False, libraries: tuple[str, ...] = ()) -> None:
     """Keep the libraries' warnings and log messages below ERROR off the terminal,
-    unless ``verbose`` (``Settings.verbose``: ``EDGEBUILD_VERBOSE=1``, ``-v 2``)."""
+    unless ``verbose`` (``Settings.verbose``: ``EDGEBUILD_VERBOSE=1``, ``-v 2``);
+    ``libraries``: those a kind's steps run besides edgebuild's own."""
     if verbose:
         return
-    quiet_logging()
+    quiet_logging(libraries)
     _quiet_onnxruntime()
 
 
 # Lines native libraries print to a worker's stdout or stderr themselves, past any Python
-# logging: the QNN SDK's thread-local note, onnxruntime's own log lines (ANSI-coloured,
+# logging: an NPU SDK's thread-local note, onnxruntime's own log lines (ANSI-coloured,
 # timestamped), onnxruntime's quantizer nagging about pre-processing on the root logger,
 # transformers' torchvision fallback. The relay drops them unless ``verbose``.
 LIBRARY_NOISE = (
@@ -75,9 +81,9 @@ LIBRARY_NOISE = (
     re.compile(r"^(\x1b\[[0-9;]*m)?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \[[VIWE]:onnxruntime:"),
     re.compile(r"^WARNING:root:Please consider (to run )?pre-processing before quantization"),
     re.compile(r"^\[transformers\] `\w+` requires torchvision \(not installed\); falling back to "),
-    # ExecuTorch's runtime reading CPU details; LiteRT's interpreter and converter (absl logging).
+    # Runtimes reading CPU details; TensorFlow Lite's interpreter and converter (absl logging).
     re.compile(r"^\[cpuinfo_utils\.cpp:\d+\] "),
-    re.compile(r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$"),
+    re.compile(r"^INFO: Created TensorFlow Lite \w+ delegate for CPU\.$"),
     re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"),
     re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w./]+:\d+\] "),
     re.compile(r"^Failed to load \S+/torchao/_C\w*\.\S+\.so: "),
@@ -90,7 +96,7 @@ def is_library_noise(line: str) -> bool:
 
 def _quiet_onnxruntime() -> None:
     """onnxruntime logs through its own C++ logger, straight to stderr, with ANSI colours:
-    constant-folding notes for float16 graphs, the QNN provider's remarks. Errors only,
+    constant-folding notes for float16 graphs, execution providers' remarks. Errors only,
     for every session this process opens afterwards."""
     import importlib.util
 
@@ -102,18 +108,20 @@ def _quiet_onnxruntime() -> None:
 
 
 @contextmanager
-def quieted(verbose: bool = False) -> Iterator[None]:
+def quieted(verbose: bool = False, libraries: tuple[str, ...] = ()) -> Iterator[None]:
     """:func:`quiet_libraries` for the duration of a block, then the logging levels
     and warning filters as they were: for a library call inside someone's program."""
-    loggers = {name: logging.getLogger(name).level for name in CHATTY_LOGGERS}
+    loggers = {name: logging.getLogger(name).level for name in (*CHATTY_LOGGERS, *libraries)}
     had_root_filter = _ROOT_FILTER in logging.getLogger().filters
+    packages = set(_ROOT_FILTER.packages)
     with warnings.catch_warnings():
-        quiet_libraries(verbose)
+        quiet_libraries(verbose, libraries)
         try:
             yield
         finally:
             for name, level in loggers.items():
                 logging.getLogger(name).setLevel(level)
+            _ROOT_FILTER.packages = packages
             if not had_root_filter:
                 logging.getLogger().removeFilter(_ROOT_FILTER)
 

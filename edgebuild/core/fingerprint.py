@@ -204,7 +204,7 @@ NEUTRAL_MODULES = frozenset(
     {"edgebuild", "edgebuild.errors", "edgebuild.kinds", "edgebuild.core.registry", "edgebuild.core.timing",
      "edgebuild.cache.references",
      # Where a tool that cannot share edgebuild's environment runs; its versions are in the fingerprint.
-     "edgebuild.ml.toolenv"}
+     "edgebuild.targets.toolenv"}
 )
 # Modules that only re-export: ``from edgebuild.plugin import BuildContext`` is followed
 # to the module that defines ``BuildContext``, so what a kind names is digested and

@@ -19,11 +19,14 @@ exactly those modules, so the code digested is the code that ran.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -140,7 +143,7 @@ class ArtifactParams(Strict):
 
     def implied_source(self) -> dict[str, Any] | None:
         """The manifest values of an artifact this one is made from without naming it (a
-        target that describes its model inline implies the ``torch_export`` of that model),
+        target that describes its model inline implies the export of that model's program),
         or ``None``. The manifest adds it as ``<name>.<kind>`` -- one for every artifact
         that implies the same values -- and makes it this artifact's ``source``."""
         return None
@@ -193,8 +196,11 @@ class TensorSelection:
     files: tuple[str, ...] = ()
 
 
+P = TypeVar("P", bound=ArtifactParams)
+
+
 @dataclass
-class ArtifactContext:
+class ArtifactContext(Generic[P]):
     """What a kind is handed: the artifact's parameters, its directory, and its inputs
     (its checkpoints and, transitively, those of its sources; the built directories of
     its source artifacts; the manifest's directory, for relative input paths).
@@ -223,10 +229,14 @@ class ArtifactContext:
     :ivar log: Say one line of progress (prefixed with the artifact's name; shown by
         ``doit build`` and ``doit verify``).
     :ivar checkpoint: The one checkpoint of an artifact that names exactly one.
+    :ivar source: The built directory of the one source of an artifact made from exactly one.
+
+    Generic over the kind's ``Params``: a build module annotates its context as
+    ``BuildContext[MyParams]`` and reads ``context.params`` as ``MyParams``.
     """
 
     name: str
-    params: ArtifactParams
+    params: P
     out_dir: Path
     checkpoints: dict[str, Checkpoint]
     sources: dict[str, Path]
@@ -238,9 +248,14 @@ class ArtifactContext:
         (name,) = self.params.checkpoint_names()
         return self.checkpoints[name]
 
+    @property
+    def source(self) -> Path:
+        (name,) = self.params.source_artifacts()
+        return self.sources[name]
+
 
 @dataclass
-class BuildContext(ArtifactContext):
+class BuildContext(ArtifactContext[P]):
     """For ``build``: ``out_dir`` is a fresh temporary directory, renamed into place only
     after ``build`` returned.
 
@@ -252,7 +267,7 @@ class BuildContext(ArtifactContext):
 
 
 @dataclass
-class VerifyContext(ArtifactContext):
+class VerifyContext(ArtifactContext[P]):
     """For ``verify``: ``out_dir`` is the built directory, read-only.
 
     :ivar build_info: What ``build`` returned (kept in the build record): timings and any
@@ -274,9 +289,121 @@ class Verification:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-class ArtifactKind:
+# A coverage target's name, as the manifest writes it under ``verify: {coverage: ...}``.
+TARGET_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class CoverageTarget:
+    """A target whose coverage certificate (which nodes of an artifact it takes) can be
+    computed here, from the files of a format (``Format.certificates``).
+
+    :ivar name: As the manifest names it (``verify: {coverage: {targets: [NAME], NAME: {...}}}``).
+    :ivar summary: The target and who answers for it, one line (the manifest's reference says it).
+    :ivar certify: ``"module:function"``: ``function(directory, memo) -> Certificate`` for a
+        built directory (``memo``: a dict the certificates of one artifact share, for a
+        graph read once); ``LookupError`` when the artifact holds nothing the target can be
+        asked about. The module is in the verification fingerprint of every kind whose
+        format carries the target.
+    :ivar tool_packages: Distributions that compute the certificate when the artifact is
+        judged (a new version re-verifies); one that reads what the build recorded names none.
+    :ivar vocabulary: What ``never_on_cpu`` names for this target.
+    """
+
+    name: str
+    summary: str
+    certify: str
+    tool_packages: tuple[str, ...] = ()
+    vocabulary: str = "op types"
+
+
+@dataclass(frozen=True)
+class Format:
+    """What an artifact is as files that another kind reads: a kind declares the formats it
+    ``produces`` and those it ``consumes`` (what its ``source:`` may be), so that kinds name
+    formats, never each other. A format carries the coverage certificates its files can
+    answer (an ONNX graph: the static tables of what each mobile runtime takes).
+
+    :ivar name: Unique among formats, as messages name it.
+    :ivar summary: What it is, in a few words ("an ONNX graph", "a torch.export program").
+    :ivar files: The files every artifact of the format holds (beside any others).
+    """
+
+    name: str
+    summary: str
+    files: tuple[str, ...] = ()
+    certificates: tuple[CoverageTarget, ...] = ()
+
+
+@dataclass(frozen=True)
+class Process:
+    """How the engine runs a kind's steps: where, with what imported first, at what memory.
+
+    :ivar worker_imports: Modules a worker of this kind imports that take seconds
+        (``transformers.modeling_utils`` does): the fork server imports them once, when the
+        first worker of the kind starts, so every later worker of a run starts with them.
+        Nothing else changes: a module that fails to import there is imported (and fails)
+        in the worker, as without it.
+    :ivar build_imports: Modules the fork server imports, after those, before it forks a
+        *build* worker (not a verification): for work a build does once per process and
+        keeps, that importing the module does (a delegate's pattern graphs, seconds). The build
+        must still do it itself where it is not done (a fresh interpreter).
+    :ivar build_warmups: Modules the fork server imports just *after* it forks a build worker:
+        for work the first build in a process pays and later ones reuse (torch's ONNX exporter
+        warmed up). The worker just forked does not wait for it; the ones forked later start
+        with it. Never where workers start as fresh interpreters. What it does must not
+        change what a build writes.
+    :ivar in_process: Build and verify in the command's own process instead of a worker of
+        their own: for steps that load no model (small files read and written), where a
+        worker's start (0.2 to 1 s) would be most of the step. A crash in native code then
+        ends the command: leave it False for anything that loads a model or runs a converter.
+    :ivar memory_factor: Peak memory of its build or verification (the larger) over the
+        float32 size of the weights it reads, measured: sizes cluster tasks (``None``: 3,
+        a safe guess).
+    :ivar quiet_loggers: The loggers (and packages, for their Python warnings) of the
+        libraries its steps run that talk about their own internals: kept off the terminal
+        in its workers unless ``EDGEBUILD_VERBOSE=1``.
+    """
+
+    worker_imports: tuple[str, ...] = ()
+    build_imports: tuple[str, ...] = ()
+    build_warmups: tuple[str, ...] = ()
+    in_process: bool = False
+    memory_factor: float | None = None
+    quiet_loggers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolEnvironment:
+    """A tool that cannot share edgebuild's environment (its pins clash with another
+    dependency's), run in a virtual environment of its own beside it: what that
+    installs, the module that shows the tool is there, its directory beside edgebuild's
+    environment, and the distributions whose versions go into the fingerprints of what
+    it makes. ``python -m edgebuild toolenv NAME`` makes it; ``EDGEBUILD_<NAME>_PYTHON``
+    names another Python for it.
+    """
+
+    name: str
+    packages: tuple[str, ...]
+    module: str
+    directory: str
+    versions: tuple[str, ...]
+
+    @property
+    def variable(self) -> str:
+        """The environment variable that names its Python."""
+        return f"EDGEBUILD_{self.name.upper()}_PYTHON"
+
+
+# The class attributes that ``process`` replaced (read for one release, with a warning).
+PROCESS_ATTRIBUTES = ("worker_imports", "build_imports", "build_warmups", "in_process", "memory_factor")
+
+
+class ArtifactKind(Generic[P]):
     """One kind of artifact. Subclasses set the class variables; the registry
-    (``edgebuild/core/registry.py``) checks them when it loads the kind, built-in or plugin."""
+    (``edgebuild/core/registry.py``) checks them when it loads the kind, built-in or plugin.
+    Generic over its ``Params``: ``class MyKind(ArtifactKind[MyParams])`` has its hooks
+    handed ``MyParams``."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
@@ -286,48 +413,48 @@ class ArtifactKind:
     # Modules with a ``build(context) -> dict`` and a ``verify(context) -> Verification``.
     build_module: ClassVar[str]
     verify_module: ClassVar[str]
-    # The kinds a ``source:`` may name (checked in the manifest, before anything is built).
+    # What its artifacts are, as files other kinds read (and the coverage certificates
+    # those files answer); what a ``source:`` of it must be (any kind producing one of them:
+    # checked in the manifest, before anything is built).
+    produces: ClassVar[tuple[Format, ...]] = ()
+    consumes: ClassVar[tuple[Format, ...]] = ()
+    # Deprecated (one release): the kinds a ``source:`` may name, by name. Declare ``consumes``.
     source_kinds: ClassVar[tuple[str, ...]] = ()
+    # How the engine runs its steps (imports, in process or in a worker, memory).
+    process: ClassVar[Process] = Process()
     # Packages beyond fingerprint.TOOL_PACKAGES whose versions can change this kind's
     # bytes (a compiler only this kind runs): in its fingerprint, and no other kind's.
     tool_packages: ClassVar[tuple[str, ...]] = ()
-    # Peak memory of its build or verification (the larger) over the float32 size of the
-    # weights it reads, measured: sizes cluster tasks (``None``: 3, a safe guess).
-    memory_factor: ClassVar[float | None] = None
     # Packages besides edgebuild and the kind's own whose source code the code digests
     # follow (a helper library of the plugin's that changes what it builds).
     code_packages: ClassVar[tuple[str, ...]] = ()
-    # Modules a worker of this kind imports that take seconds (``transformers.modeling_utils``
-    # does): the fork server imports them once, when the first worker of the kind starts,
-    # so every later worker of a run starts with them. Nothing else changes: a module
-    # that fails to import there is imported (and fails) in the worker, as without it.
-    worker_imports: ClassVar[tuple[str, ...]] = ()
-    # Modules the fork server imports, after those, before it forks a *build* worker (not
-    # a verification): for work a build does once per process and keeps, that importing
-    # the module does (the executorch kind's makes XNNPACK's pattern graphs, seconds).
-    # The build must still do it itself where it is not done (a fresh interpreter).
-    build_imports: ClassVar[tuple[str, ...]] = ()
-    # Modules the fork server imports just *after* it forks a build worker of this kind:
-    # for work the first build in a process pays and later ones reuse, that importing the
-    # module does (the exporting kinds' warms torch's ONNX exporter up, seconds). The worker
-    # just forked does not wait for it, nor gain by it; the ones forked later start with it.
-    # Never where workers start as fresh interpreters. What it does must not change what a
-    # build writes (a test of the kind's should say so: a build with it and one without).
-    build_warmups: ClassVar[tuple[str, ...]] = ()
-    # Build and verify in the command's own process instead of a worker process of their
-    # own: for a kind whose steps load no model (they read and write small files), where
-    # a worker's start (0.2 to 1 s) would be most of the step. Its modules are then
-    # imported into the command's process and what they allocate stays until it ends,
-    # and a crash in native code ends the command: leave it False for anything that
-    # loads a model or runs a converter.
-    in_process: ClassVar[bool] = False
-    # Environments of their own that its tools run in (``edgebuild/ml/toolenv.py``), by
-    # name: ``python -m edgebuild toolenv --needed`` makes those a manifest's kinds need.
-    tool_environments: ClassVar[tuple[str, ...]] = ()
-    # The targets whose coverage certificates (``edgebuild/ml/coverage.py``: which nodes a
-    # target takes) its verification computes by default; ``verify: {coverage: {targets:
-    # [...]}}`` overrides them per artifact.
+    # Environments of their own that its tools run in: ``python -m edgebuild toolenv NAME``
+    # makes one, ``toolenv --needed`` those a manifest's kinds need.
+    tool_environments: ClassVar[tuple[ToolEnvironment, ...]] = ()
+    # The coverage targets (of its formats' certificates) its verification certifies by
+    # default; ``verify: {coverage: {targets: [...]}}`` overrides them per artifact.
     coverage_targets: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        old = {name: cls.__dict__[name] for name in PROCESS_ATTRIBUTES if name in cls.__dict__}
+        if old:
+            warnings.warn(f"artifact kind {cls.__qualname__}: {', '.join(old)} "
+                          f"{'is' if len(old) == 1 else 'are'} deprecated and read for one release only; declare "
+                          f"process = Process({', '.join(f'{name}=...' for name in old)})", DeprecationWarning, stacklevel=2)
+            cls.process = dataclasses.replace(cls.process, **old)
+        if "source_kinds" in cls.__dict__ and cls.__dict__["source_kinds"]:
+            warnings.warn(f"artifact kind {cls.__qualname__}: source_kinds is deprecated and read for one release only; "
+                          "declare the formats it consumes (consumes = (...))", DeprecationWarning, stacklevel=2)
+
+    def certificates(self) -> dict[str, CoverageTarget]:
+        """The coverage targets its artifacts can be certified for, by name: those of the
+        formats it produces, in their order."""
+        return {target.name: target for form in self.produces for target in form.certificates}
+
+    def takes_source_of(self, kind: "ArtifactKind") -> bool:
+        """Whether an artifact of ``kind`` may be this kind's ``source:``."""
+        return any(form in self.consumes for form in kind.produces) or kind.name in self.source_kinds
 
     # --- optional hooks --------------------------------------------------------------
     # The entry ``python -m edgebuild init`` writes for this kind, with what it needs.
@@ -343,7 +470,7 @@ class ArtifactKind:
     # (in the kind's fingerprints: upgrading a plugin can change what it builds).
     distribution: ClassVar[tuple[str, str] | None] = None
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection | None:
+    def tensor_selection(self, params: P, checkpoint: Checkpoint) -> TensorSelection | None:
         """Which part of ``checkpoint`` the artifact reads itself; ``None`` if it reads none.
         A kind that accepts several checkpoint layouts decides here, from the checkpoint,
         which one it is looking at.
@@ -355,7 +482,7 @@ class ArtifactKind:
         in the source's fingerprint, what this artifact reads there is in its own."""
         return None
 
-    def consumer_preprocessing(self, params: ArtifactParams) -> dict[str, Any]:
+    def consumer_preprocessing(self, params: P) -> dict[str, Any]:
         """What a deployment job must do to an input, beyond the image processor's file and
         the graph's declared inputs, to feed this artifact (``preprocessing`` of the
         ``consumer.json`` every build writes; see ``edgebuild/core/consumer.py``): the image
@@ -368,27 +495,27 @@ class ArtifactKind:
         environment of its own): in its fingerprints, like ``tool_packages``'. None by default."""
         return {}
 
-    def code_roots(self, params: ArtifactParams) -> tuple[str, ...]:
+    def code_roots(self, params: P) -> tuple[str, ...]:
         """Modules beyond ``build_module`` that can change this artifact's bytes, chosen by its
         parameters (a model family from another package): its build fingerprint follows
         their imports too. None by default."""
         return ()
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, "Checkpoint"]) -> None:
+    def check_parameters(self, params: P, checkpoints: dict[str, "Checkpoint"]) -> None:
         """Raise :class:`~edgebuild.errors.ParameterError` for parameters this checkpoint
         cannot honour. Called before anything is built or written."""
 
-    def check_sources(self, params: ArtifactParams, sources: dict[str, ArtifactParams]) -> None:
+    def check_sources(self, params: P, sources: dict[str, ArtifactParams]) -> None:
         """Raise :class:`~edgebuild.errors.ParameterError` (with the key at fault) for
         parameters the source artifacts' own parameters rule out (a 16-bit type for a
         graph exported below opset 21). Called before anything is built or written."""
 
-    def build(self, context: BuildContext) -> dict[str, Any]:
+    def build(self, context: BuildContext[P]) -> dict[str, Any]:
         """Write the outputs into ``context.out_dir``; return what the record keeps
         (``timings`` and other build information; none of it goes into a payload file)."""
         return importlib.import_module(self.build_module).build(context)
 
-    def verify(self, context: VerifyContext) -> Verification:
+    def verify(self, context: VerifyContext[P]) -> Verification:
         return importlib.import_module(self.verify_module).verify(context)
 
     def headline(self, check_names: list[str]) -> str | None:

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from edgebuild.core.config import Settings
 from edgebuild.core.console import terminal_unsafe
 from edgebuild.core.kind import ArtifactParams, PrintableText, Strict
-from edgebuild.core.registry import all_kinds, builtin_names, get_kind, kind_names, plugin_names
+from edgebuild.core.registry import all_kinds, builtin_names, get_kind, kind_names, plugin_names, producers
+from edgebuild.core.thresholds import coverage_context
 from edgebuild.core.yamlsource import KeyPath, SourceMap, format_key_path, load_yaml
 from edgebuild.errors import ManifestError, PluginError
 DEFAULT_MANIFEST = "artifacts.yaml"
@@ -387,9 +388,12 @@ def manifest_json_schema(on_error: Any = None, plugins: bool = True) -> dict[str
                     "if": {"required": ["matrix"]},
                     "then": {"$ref": f"#/$defs/{model.__name__}Matrix"},
                     "else": {"$ref": f"#/$defs/{model.__name__}"},
+                    # The coverage targets of this kind's formats, of those every kind's.
+                    "allOf": [_kind_coverage_targets(kind)],
                 },
             }
         )
+    coverage_targets_schema(definitions, kinds)
     definitions = {key: _interpolation_allowed(value) for key, value in definitions.items()}
     document["properties"] = {key: _interpolation_allowed(value) for key, value in document["properties"].items()}
     definitions["Interpolation"] = {
@@ -418,6 +422,38 @@ def manifest_json_schema(on_error: Any = None, plugins: bool = True) -> dict[str
     document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     document["title"] = "edgebuild manifest"
     return document
+
+
+def _kind_coverage_targets(kind: Any) -> dict[str, Any]:
+    """What ``verify.coverage`` of an artifact of ``kind`` (or of each entry of a matrix's
+    ``verify``) may name: the targets of its own formats' certificates, as the loader holds it."""
+    targets = list(kind.certificates())
+    coverage = {
+        "properties": {"targets": {"anyOf": [
+            {"type": "array", "items": {"anyOf": [{"enum": targets}, {"$ref": "#/$defs/Interpolation"}]}},
+            {"type": "null"}, {"$ref": "#/$defs/Interpolation"}]}},
+        "propertyNames": {"enum": ["targets", *targets]},
+    }
+    verify = {"properties": {"coverage": coverage}}
+    return {"properties": {"verify": verify, "matrix": {"properties": {"verify": {"items": verify}}}}}
+
+
+def coverage_targets_schema(definitions: dict[str, Any], kinds: list[Any]) -> None:
+    """``verify.coverage`` names the targets of the kinds' certificates: those the loaded
+    kinds declare, each a key of its own with its summary (each artifact's own kind's
+    narrow them further: :func:`_kind_coverage_targets`)."""
+    settings = definitions.get("CoverageSettings")
+    if settings is None:
+        return
+    targets = {target.name: target for kind in kinds for target in kind.certificates().values()}
+    gate = settings.pop("additionalProperties", {"$ref": "#/$defs/CoverageGate"})
+    settings["properties"]["targets"]["anyOf"][0]["items"] = {"enum": list(targets)}
+    for name, target in targets.items():
+        settings["properties"][name] = {
+            "anyOf": [gate, {"type": "null"}], "default": None,
+            "description": f"Gates on {target.summary}; never_on_cpu names {target.vocabulary}.",
+        }
+    settings["additionalProperties"] = False
 
 
 _SCALAR_TYPES = {"integer", "number", "boolean", "null"}
@@ -510,7 +546,7 @@ def _without_interpolation(schema: Any) -> Any:
 def _add_implied_sources(artifacts: dict[str, ArtifactParams], origin: dict[str, str], source: SourceMap,
                          errors: list[str]) -> None:
     """Add the artifacts that others imply (``ArtifactParams.implied_source``: a target
-    describing its model inline implies the model's ``torch_export``) as ``<name>.<kind>``,
+    describing its model inline implies its model's program export) as ``<name>.<kind>``,
     one for all artifacts that imply the same values, and make each its implier's source."""
     from edgebuild.core.hashing import canonical_json
 
@@ -556,12 +592,13 @@ def _validate_artifact(name: str, template: str, values: dict[str, Any], source:
             f"{kind!r}; expected one of {', '.join(map(repr, kind_names()))}{hint}"
         )
     try:
-        model = get_kind(kind).Params
+        loaded = get_kind(kind)
     except PluginError as error:
         # The plugin this artifact needs is broken; one that no artifact names is never loaded.
         raise ManifestError(f"{source.where((*path, 'kind'))}: artifacts -> {label} -> kind: {error}") from None
+    model = loaded.Params
     try:
-        return model.model_validate(values)
+        return model.model_validate(values, context=coverage_context(loaded))
     except ValidationError as error:
         raise _manifest_error(error, source, path, model, label=("artifacts", label)) from None
 
@@ -587,12 +624,16 @@ def _check_references(manifest: Manifest, origin: dict[str, str]) -> None:
                     f"undeclared artifact {dependency!r}{hint}"
                 )
                 continue
-            accepted = get_kind(params.kind).source_kinds
-            found = manifest.artifacts[dependency].kind
-            if found not in accepted:
+            consumer = get_kind(params.kind)
+            found = get_kind(manifest.artifacts[dependency].kind)
+            if not consumer.takes_source_of(found):
+                writes = " and ".join(form.summary for form in found.produces) or "nothing another kind reads"
+                wanted = " or ".join(form.summary for form in consumer.consumes) or "no source"
+                makers = producers(consumer)
                 errors.append(
                     f"{source.where((*path, 'source'))}: artifacts -> {name} -> source: {dependency!r} is a "
-                    f"{found} artifact; a {params.kind} artifact takes a source of kind {' or '.join(accepted)}"
+                    f"{found.name} artifact, which writes {writes}; a {params.kind} artifact takes {wanted}"
+                    + (f" (a source of kind {' or '.join(makers)})" if makers else "")
                 )
     for default in manifest.defaults:
         if default not in manifest.artifacts:

@@ -44,12 +44,22 @@ from edgebuild.core.manifest import Manifest
 from edgebuild.core.record import BuildRecord, CheckpointOrigin, config_leaves, read_record_or_none
 from edgebuild.core.registry import get_kind
 from edgebuild.core.statcache import StatCache
-from edgebuild.core.thresholds import COVERAGE_TOOL_PACKAGES, coverage_targets, dataset_gate
+from edgebuild.core.thresholds import coverage_targets, dataset_gate
 from edgebuild.errors import CheckpointError, EdgebuildError, FilesystemError, ManifestError, ParameterError
 
 # The builder's verify path: with the kind's verify module, the code a verification
 # fingerprint covers (a module name, not an import: the engine that runs it sits above).
 VERIFICATION_MODULE = "edgebuild.run.verification"
+
+
+
+def verify_roots(kind: ArtifactKind[Any]) -> tuple[str, ...]:
+    """The modules whose code (and what they import) judges an artifact of ``kind``: its
+    verify module, the engine's verification, and the modules that compute the coverage
+    certificates of the formats it produces (each target's own code)."""
+    certificates = sorted({target.certify.partition(":")[0] for target in kind.certificates().values()})
+    return (kind.verify_module, VERIFICATION_MODULE, *certificates)
+
 
 # The packages whose versions can change what a chain's float model computes.
 FLOAT_MODEL_PACKAGES = ("torch", "transformers")
@@ -165,7 +175,7 @@ class BuildGraph:
     beside the manifest (``root`` overrides the directory), never in the cwd, so that
     a command run from anywhere finds the same builds.
 
-    Methods that take an artifact take an :class:`Artifact`, or its name."""
+    Methods that take an artifact take an :class:`Artifact` (:meth:`artifact` makes one of a name)."""
 
     def __init__(self, manifest: Manifest, root: Path | None = None, outputs_of: OutputsResolver | None = None) -> None:
         self.manifest = manifest
@@ -189,10 +199,9 @@ class BuildGraph:
 
     # --- artifacts ----------------------------------------------------------------
 
-    def artifact(self, name: "str | Artifact") -> Artifact:
-        """The handle of artifact ``name`` (``KeyError`` for a name the manifest lacks)."""
-        if isinstance(name, Artifact):
-            return name
+    def artifact(self, name: str) -> Artifact:
+        """The handle of artifact ``name`` (``KeyError`` for a name the manifest lacks): where
+        a name from the command line or the Python API becomes an :class:`Artifact`."""
         return self._handles[name]
 
     @property
@@ -200,9 +209,9 @@ class BuildGraph:
         """Every artifact, in manifest order."""
         return list(self._handles.values())
 
-    def order(self, names: "list[str] | list[Artifact] | None" = None) -> list[Artifact]:
-        """``names`` and everything they depend on, dependencies first."""
-        selected = None if names is None else [str(name) for name in names]
+    def order(self, artifacts: "list[Artifact] | None" = None) -> list[Artifact]:
+        """``artifacts`` (default: all) and everything they depend on, dependencies first."""
+        selected = None if artifacts is None else [artifact.name for artifact in artifacts]
         return [self._handles[name] for name in self.manifest.order(selected)]
 
     # --- inputs -----------------------------------------------------------------
@@ -282,14 +291,13 @@ class BuildGraph:
 
     # --- fingerprints -------------------------------------------------------------
 
-    def kind(self, artifact: "str | Artifact") -> ArtifactKind:
-        return self.artifact(artifact).kind
+    def kind(self, artifact: Artifact) -> ArtifactKind:
+        return artifact.kind
 
-    def record(self, artifact: "str | Artifact") -> BuildRecord:
+    def record(self, artifact: Artifact) -> BuildRecord:
         """The build record of ``artifact`` before its build (memoised per process, and
         per the bytes of its sources). :class:`SourceNotBuilt` while a source's bytes
         are unknown."""
-        artifact = self.artifact(artifact)
         if self._frozen is not None:
             return self._frozen_record(artifact)
         memo, fields = self._fields_of(artifact)
@@ -298,11 +306,10 @@ class BuildGraph:
             record = self._records[memo] = BuildRecord(**fields)
         return record
 
-    def fingerprint(self, artifact: "str | Artifact") -> str:
+    def fingerprint(self, artifact: Artifact) -> str:
         """``record(artifact).fingerprint``, without making the record: whether an artifact
         is built, stored or stale asks for its fingerprint only (validating the record's
         fields was a tenth of a 10,000-artifact `doit status`)."""
-        artifact = self.artifact(artifact)
         if self._frozen is not None:
             return self._frozen_record(artifact).fingerprint
         return self._fields_of(artifact)[1]["fingerprint"]
@@ -451,10 +458,9 @@ class BuildGraph:
         except ValueError:
             return str(spelled)
 
-    def kind_inputs(self, artifact: "str | Artifact") -> dict[str, Any]:
+    def kind_inputs(self, artifact: Artifact) -> dict[str, Any]:
         """What a kind's build and verify are handed about ``artifact`` (the common part of
         ``BuildContext`` and ``VerifyContext``)."""
-        artifact = self.artifact(artifact)
         return {
             "name": artifact.name,
             "params": artifact.params,
@@ -463,13 +469,12 @@ class BuildGraph:
             "input_root": self.manifest.root,
         }
 
-    def check(self, artifact: "str | Artifact") -> None:
+    def check(self, artifact: Artifact) -> None:
         """Everything about ``artifact`` that can go wrong before its build: its
         checkpoints open, their config and tensors suit its parameters (the kind's
         ``check_parameters``), every input file exists, and each Hugging Face blob it reads
         holds the bytes its name says (hashed, as the build's fingerprint would: the same
         error). Nothing else is hashed."""
-        artifact = self.artifact(artifact)
         params = artifact.params
         try:
             checkpoints = self.checkpoints_for(params)
@@ -505,23 +510,22 @@ class BuildGraph:
             keys = [error.key] if error.key else []
             raise ParameterError(f"{artifact.where(*keys)}: {error}", error.key) from None
 
-    def verify_code(self, artifact: "str | Artifact") -> dict[str, str]:
+    def verify_code(self, artifact: Artifact) -> dict[str, str]:
         """Digests of the code that judges ``artifact``."""
-        kind = self.artifact(artifact).kind
-        return code_digests(kind.verify_module, VERIFICATION_MODULE, packages=kind_code_packages(kind))
+        kind = artifact.kind
+        return code_digests(*verify_roots(kind), packages=kind_code_packages(kind))
 
-    def verify_fingerprint(self, artifact: "str | Artifact") -> str:
+    def verify_fingerprint(self, artifact: Artifact) -> str:
         """The digest of what a verdict on ``artifact`` depends on (:meth:`verify_identity`)."""
         return digest_json(self.verify_identity(artifact))
 
-    def verify_identity(self, artifact: "str | Artifact") -> dict[str, Any]:
+    def verify_identity(self, artifact: Artifact) -> dict[str, Any]:
         """What a verdict on ``artifact`` depends on, by part: its build, its thresholds, the
         judging code, the files only verification reads and the input files of its sources
         (a verification may measure on its source's held-out images) and, along its chain
         (``edgebuild/run/chain.py``), the judging code of every artifact it is made from,
         the input files of those further up, and the float model at the root; and the
         dataset of a dataset gate, by content. ``doit diff`` names a changed part."""
-        artifact = self.artifact(artifact)
         identity: dict[str, Any] = {
             "build": self.fingerprint(artifact),
             "verify": artifact.params.verify_parameters(),
@@ -557,27 +561,28 @@ class BuildGraph:
             identity["coverage_tools"] = tools
         return identity
 
-    def coverage_tools(self, artifact: "str | Artifact") -> dict[str, str]:
+    def coverage_tools(self, artifact: Artifact) -> dict[str, str]:
         """``target -> "package version"`` of each package that computes one of the
         artifact's coverage certificates when it is judged: a new version recomputes the
         certificate (a verification), and rebuilds nothing unless the build uses it too."""
-        artifact = self.artifact(artifact)
-        wanted = {target: COVERAGE_TOOL_PACKAGES[target] for target in coverage_targets(artifact.kind, artifact.params)
-                  if target in COVERAGE_TOOL_PACKAGES}
-        versions = tool_versions(tuple(sorted(set(wanted.values()))))
-        return {target: f"{package} {versions[package]}" for target, package in wanted.items()}
+        known = artifact.kind.certificates()
+        wanted = {target: known[target].tool_packages for target in coverage_targets(artifact.kind, artifact.params)
+                  if target in known and known[target].tool_packages}
+        versions = tool_versions(tuple(sorted({package for packages in wanted.values() for package in packages})))
+        return {target: ", ".join(f"{package} {versions[package]}" for package in packages)
+                for target, packages in wanted.items()}
 
-    def verify_parts(self, artifact: "str | Artifact") -> dict[str, str]:
+    def verify_parts(self, artifact: Artifact) -> dict[str, str]:
         """A digest of each part of :meth:`verify_identity` but the build and the thresholds:
         what a report and a lock entry keep, so that "why is it judged again" names the
         part that moved."""
         return {part: digest_json(value) for part, value in self.verify_identity(artifact).items()
                 if part not in ("build", "verify")}
 
-    def lineage(self, artifact: "str | Artifact") -> list[Artifact]:
+    def lineage(self, artifact: Artifact) -> list[Artifact]:
         """``artifact``, its source, the source's source, ...: the chain it is made along, up
         to its root (an artifact made from no source, or from several)."""
-        chain = [self.artifact(artifact)]
+        chain = [artifact]
         while len(sources := chain[-1].sources) == 1:
             chain.append(sources[0])
         return chain
@@ -588,13 +593,12 @@ class BuildGraph:
         kind = artifact.kind
         return code_digests(kind.verify_module, packages=kind_code_packages(kind))
 
-    def float_identity(self, root: "str | Artifact") -> dict[str, Any]:
+    def float_identity(self, root: Artifact) -> dict[str, Any]:
         """What the float model of a chain rooted at ``root`` computes from, by content: the
         part of its checkpoints the root reads, its parameters, the code of the root kind's
         verify module (its ``float_model``), the torch and transformers versions. Not the
         root's export code nor onnxruntime's version: an upgrade of those keeps the float
         model's outputs (``cache/references``)."""
-        root = self.artifact(root)
         record = self.record(root)
         versions = tool_versions(_version_packages(root.kind))
         return {
@@ -605,21 +609,19 @@ class BuildGraph:
             "versions": {package: versions.get(package) for package in FLOAT_MODEL_PACKAGES},
         }
 
-    def dataset_identity(self, artifact: "str | Artifact", gate: Any) -> dict[str, Any]:
+    def dataset_identity(self, artifact: Artifact, gate: Any) -> dict[str, Any]:
         """A dataset gate's set, by content (``edgebuild/core/datasets.py``)."""
         from edgebuild.core.datasets import dataset_files, dataset_identity
 
-        artifact = self.artifact(artifact)
         files = dataset_files(gate, self.manifest.root, artifact.where("verify", "dataset"))
         return dataset_identity(gate, files, self.stat_cache.file_digest)
 
-    def input_paths(self, artifact: "str | Artifact") -> list[Path]:
+    def input_paths(self, artifact: Artifact) -> list[Path]:
         """Every input file ``artifact`` and its sources read (build and verification, a
         dataset gate's own files included), as the manifest reaches them: what a commit
         must hold to say what produced it."""
-        artifact = self.artifact(artifact)
         paths: list[Path] = []
-        for each in self.order([artifact.name]):
+        for each in self.order([artifact]):
             for verify_only in (False, True):
                 for role, patterns in each.params.input_patterns(verify_only).items():
                     paths += expand_inputs(patterns, self.manifest.root, each.where(*role.split(".")))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Callable
 
-from edgebuild.core.kind import ArtifactKind, ArtifactParams, Fixture
+from edgebuild.core.kind import TARGET_NAME, ArtifactKind, ArtifactParams, Fixture, Format, Process, ToolEnvironment
 from edgebuild.errors import PluginError
 
 ENTRY_POINT_GROUP = "edgebuild.kinds"
@@ -122,25 +122,81 @@ def check_kind(cls: type[ArtifactKind], name: str) -> None:
         raise TypeError(f"{cls.__qualname__}.Params.kind must be Literal[{cls.name!r}], found {allowed!r}")
     if not isinstance(cls.outputs, tuple) or not cls.outputs or not all(isinstance(output, str) for output in cls.outputs):
         raise TypeError(f"artifact kind {cls.name!r}: outputs must be a non-empty tuple of file names")
-    for attribute in ("worker_imports", "build_imports", "build_warmups"):
-        imports = getattr(cls, attribute)
-        if not isinstance(imports, tuple) or not all(isinstance(module, str) and module for module in imports):
-            raise TypeError(f"artifact kind {cls.name!r}: {attribute} must be a tuple of module names, found {imports!r}")
-    if not isinstance(cls.in_process, bool):
-        raise TypeError(f"artifact kind {cls.name!r}: in_process must be True or False, found {cls.in_process!r}")
+    check_process(cls)
     for attribute in ("build_module", "verify_module"):
         module = getattr(cls, attribute)
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
+        if not _module_exists(module):
             raise TypeError(f"artifact kind {cls.name!r}: {attribute} {module!r} does not exist")
-    if "source" in cls.Params.model_fields and not cls.source_kinds:
-        raise TypeError(f"artifact kind {cls.name!r} has a 'source' but declares no source_kinds")
+    check_formats(cls)
+    if "source" in cls.Params.model_fields and not (cls.consumes or cls.source_kinds):
+        raise TypeError(f"artifact kind {cls.name!r} has a 'source' but declares nothing it consumes "
+                        "(consumes = (FORMAT, ...))")
+    environments = cls.tool_environments
+    if not isinstance(environments, tuple) or not all(isinstance(item, ToolEnvironment) for item in environments):
+        raise TypeError(f"artifact kind {cls.name!r}: tool_environments must be a tuple of "
+                        f"edgebuild.plugin.ToolEnvironment, found {environments!r}")
     for fixture in cls.fixtures:
         if not isinstance(fixture, Fixture):
             raise TypeError(f"artifact kind {cls.name!r}: fixtures must be edgebuild.plugin.Fixture, found {fixture!r}")
+
+
+def check_process(cls: type[ArtifactKind]) -> None:
+    """The kind's ``process`` declaration: a :class:`Process` of the right types."""
+    process = cls.process
+    if not isinstance(process, Process):
+        raise TypeError(f"artifact kind {cls.name!r}: process must be edgebuild.plugin.Process, found {process!r}")
+    for attribute in ("worker_imports", "build_imports", "build_warmups", "quiet_loggers"):
+        imports = getattr(process, attribute)
+        if not isinstance(imports, tuple) or not all(isinstance(module, str) and module for module in imports):
+            raise TypeError(f"artifact kind {cls.name!r}: {attribute} must be a tuple of module names, found {imports!r}")
+    if not isinstance(process.in_process, bool):
+        raise TypeError(f"artifact kind {cls.name!r}: in_process must be True or False, found {process.in_process!r}")
+    factor = process.memory_factor
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
+        raise TypeError(f"artifact kind {cls.name!r}: memory_factor must be a positive number or None, found {factor!r}")
+
+
+def check_formats(cls: type[ArtifactKind]) -> None:
+    """What the kind produces and consumes are formats, the certificates of those it produces
+    are named and findable, and the targets it certifies by default are among them: an
+    unknown target is an error here, never a certificate quietly left out."""
+    for attribute in ("produces", "consumes"):
+        formats = getattr(cls, attribute)
+        if not isinstance(formats, tuple) or not all(isinstance(form, Format) for form in formats):
+            raise TypeError(f"artifact kind {cls.name!r}: {attribute} must be a tuple of edgebuild.plugin.Format, "
+                            f"found {formats!r}")
+    known: dict[str, str] = {}
+    for form in cls.produces:
+        for target in form.certificates:
+            if not TARGET_NAME.fullmatch(target.name) or target.name == "targets":
+                raise TypeError(f"artifact kind {cls.name!r}: format {form.name!r} has a coverage target named "
+                                f"{target.name!r}; expected lower case, digits and '_' (and not 'targets')")
+            module, _, function = target.certify.partition(":")
+            if not function or not _module_exists(module):
+                raise TypeError(f"artifact kind {cls.name!r}: coverage target {target.name!r}: certify "
+                                f"{target.certify!r} is not 'module:function' of a module that exists")
+            if known.setdefault(target.name, target.certify) != target.certify:
+                raise TypeError(f"artifact kind {cls.name!r}: two formats it produces declare coverage target "
+                                f"{target.name!r} differently")
+    unknown = [target for target in cls.coverage_targets if target not in known]
+    if not isinstance(cls.coverage_targets, tuple) or unknown:
+        raise TypeError(f"artifact kind {cls.name!r}: coverage_targets names "
+                        f"{', '.join(map(repr, unknown)) or repr(cls.coverage_targets)}, which no format it produces "
+                        f"certifies (its targets: {', '.join(known) or 'none'}: declare the certificate on a format "
+                        "in produces)")
+
+
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def producers(consumer: ArtifactKind, names: list[str] | None = None) -> list[str]:
+    """The kinds (of ``names``; default: built-in and installed, those that load) whose
+    artifacts ``consumer`` takes as a source: for a message, when one that is not was named."""
+    return [kind.name for kind in all_kinds(on_error=lambda error: None, names=names) if consumer.takes_source_of(kind)]
 
 
 def all_kinds(on_error: Callable[[PluginError], None] | None = None, names: list[str] | None = None) -> list[ArtifactKind]:

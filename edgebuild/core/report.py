@@ -20,8 +20,8 @@ simulator of the device (the QNN HTP simulator), which is not timed.
 ``report.md`` is the same checks as a table.
 
 ``coverage``, where a certificate was computed (docs/concepts/coverage.md), maps each
-target (``nnapi``, ``coreml``, ``directml``, ``openvino_cpu``, ``xnnpack``, ``qnn_htp``)
-to its certificate: ``target``, ``tool`` and ``tool_version`` (what answered),
+target (as the artifact's kind's formats name it) to its certificate: ``target``,
+``tool`` and ``tool_version`` (what answered),
 ``assumption`` (the architecture, feature level or static table assumed),
 ``nodes_total``, ``nodes_taken``, ``fraction``, ``partitions`` and ``fallbacks`` (every
 node the target does not take: ``node``, ``op_type`` and ``module``, the model module it

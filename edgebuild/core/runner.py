@@ -18,12 +18,17 @@ verification fingerprint like the rest of the module)::
 
 A :class:`Runner` takes feeds (input name -> NumPy array, one dict per run of the
 fixed-shape graph) and returns outputs (output name -> array) for each.
+
+:func:`random_feeds` is the one rule for seeded random inputs: every kind, target and
+the chain's judgement draws them from it, so that the same seed is the same inputs
+wherever an artifact is run (and a user can draw them again: ``docs/concepts/verification.md``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 if TYPE_CHECKING:
     import numpy
@@ -92,3 +97,32 @@ class Inputs:
     feeds: list[Feed]
     description: str
     labels: list[int] | None = None
+
+
+def random_feeds(specs: Sequence[TensorSpec], count: int, seed: "int | numpy.random.Generator",
+                 vocabulary: int | None = None, floats: Literal["normal", "uniform"] = "normal") -> list[Feed]:
+    """``count`` seeded feeds for ``specs``, from NumPy's default generator (``seed``, or a
+    generator to go on drawing from): floating inputs from N(0, 1) (``floats="uniform"``:
+    uniform in [-1, 1], about the range of normalised pixels); token ids (``*_ids``, but
+    token type ids) uniform below ``vocabulary`` when it is known, else zero; booleans and
+    masks (``*_mask``) all true, all ones -- an all-zero attention mask would attend to
+    nothing; other integers zero. A dimension the spec leaves open is 1."""
+    import numpy
+
+    generator = seed if isinstance(seed, numpy.random.Generator) else numpy.random.default_rng(seed)
+    feeds = []
+    for _ in range(count):
+        feed = {}
+        for spec in specs:
+            shape = tuple(1 if dim is None else dim for dim in spec.shape)
+            if spec.dtype.startswith("float"):
+                values = generator.standard_normal(shape) if floats == "normal" else generator.uniform(-1.0, 1.0, shape)
+                feed[spec.name] = values.astype(spec.dtype)
+            elif spec.dtype == "bool" or spec.name.endswith("_mask"):
+                feed[spec.name] = numpy.ones(shape, dtype=spec.dtype)
+            elif vocabulary and spec.name.endswith("_ids") and "token_type" not in spec.name:
+                feed[spec.name] = generator.integers(0, vocabulary, shape).astype(spec.dtype)
+            else:
+                feed[spec.name] = numpy.zeros(shape, dtype=spec.dtype)
+        feeds.append(feed)
+    return feeds

@@ -215,7 +215,7 @@ PARTS_SINCE = ("coverage_tools",)
 
 def coverage_tool_changes(certificates: Any, tools: dict[str, str]) -> list[str]:
     """Each certificate a report holds whose tool is at another version now, in words
-    (``coverage nnapi: onnxruntime 1.31.0 -> 1.32.0 ...``); ``tools``: target -> "package
+    (``coverage TARGET: onnxruntime 1.31.0 -> 1.32.0 ...``); ``tools``: target -> "package
     version" now (``BuildGraph.coverage_tools``)."""
     reasons = []
     for target, now in tools.items():

@@ -12,11 +12,12 @@ the one given for every output.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
-from edgebuild.core.kind import Strict
+from edgebuild.core.kind import TARGET_NAME, Strict
 
 METRIC_FIELDS = ("cosine_min", "max_rel", "max_abs", "mean_abs")
 
@@ -156,15 +157,11 @@ class LatencySettings(Strict):
 
 
 # --- Coverage: which nodes each target takes, and gates on it (edgebuild/run/coverage.py) ----
+# Which targets there are is the kinds' to say (the certificates of the formats they
+# produce): the manifest is checked against the artifact's kind when it is loaded (the
+# ``coverage_targets`` validation context, :func:`coverage_context`).
 
-# The targets a coverage certificate can be computed for (edgebuild/ml/coverage.py).
-CoverageTarget = Literal["nnapi", "coreml", "directml", "openvino_cpu", "xnnpack", "qnn_htp"]
-COVERAGE_TARGETS: tuple[str, ...] = ("nnapi", "coreml", "directml", "openvino_cpu", "xnnpack", "qnn_htp")
-# The package that computes a target's certificate when the artifact is judged. The others
-# read what the build recorded (xnnpack: the delegation summary; qnn_htp: the provider's
-# placement), whose tools are in the build's fingerprint, or edgebuild's own table (directml,
-# in the judging code).
-COVERAGE_TOOL_PACKAGES: dict[str, str] = {"nnapi": "onnxruntime", "coreml": "onnxruntime", "openvino_cpu": "openvino"}
+COVERAGE_CONTEXT = "coverage_targets"
 
 
 class CoverageGate(Strict):
@@ -180,7 +177,7 @@ class CoverageGate(Strict):
     )
     never_on_cpu: list[str] = Field(
         default_factory=list,
-        description="Op types (in the target's own vocabulary: ONNX op types for nnapi, coreml and directml) that "
+        description="Op types (in the target's own vocabulary: ONNX op types for an ONNX graph's targets) that "
                     "must never fall back.",
     )
 
@@ -192,27 +189,36 @@ class CoverageGate(Strict):
 
 
 class CoverageSettings(Strict):
-    """Which coverage certificates an artifact gets, and gates on them, by target."""
+    """Which coverage certificates an artifact gets, and gates on them, by target: any other
+    key is a target's name, its value the gates on that target's certificate
+    (``TARGET: {min_fraction: 0.9}``). The targets are those the artifact's kind can be
+    certified for (its formats' certificates)."""
 
-    targets: list[CoverageTarget] | None = Field(
+    model_config = ConfigDict(extra="allow")
+    # The gates, by target, as the manifest gives them (pydantic validates each extra key's value).
+    __pydantic_extra__: dict[str, CoverageGate] = Field(init=False)  # type: ignore[assignment]
+
+    targets: list[str] | None = Field(
         default=None,
         description="The targets to certify (unset: the kind's defaults; a gated target is always certified).",
     )
-    nnapi: CoverageGate | None = Field(default=None, description="Gates on NNAPI (onnxruntime's usability checker).")
-    coreml: CoverageGate | None = Field(
-        default=None, description="Gates on Core ML MLProgram (onnxruntime's usability checker).")
-    directml: CoverageGate | None = Field(
-        default=None, description="Gates on DirectML (the static table of onnxruntime's DML kernels).")
-    openvino_cpu: CoverageGate | None = Field(
-        default=None, description="Gates on OpenVINO's CPU plugin (query_model on the IR).")
-    xnnpack: CoverageGate | None = Field(
-        default=None, description="Gates on ExecuTorch's XNNPACK delegate (the delegation summary).")
-    qnn_htp: CoverageGate | None = Field(
-        default=None, description="Gates on the QNN HTP backend (the provider's placement at compile time).")
+
+    @model_validator(mode="after")
+    def _known_targets(self, info: ValidationInfo) -> "CoverageSettings":
+        known = (info.context or {}).get(COVERAGE_CONTEXT)
+        named = [*(self.targets or ()), *self.gates()]
+        for target in named:
+            if not isinstance(target, str) or not TARGET_NAME.fullmatch(target):
+                raise ValueError(f"expected a target's name (lower case, digits, '_'), found {target!r}")
+            if known is not None and target not in known:
+                hint = difflib.get_close_matches(target, list(known), n=1, cutoff=0.6)
+                raise ValueError(f"unknown coverage target {target!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                                 + f"; this artifact's kind can be certified for {', '.join(known) or 'none'}")
+        return self
 
     def gates(self) -> dict[str, CoverageGate]:
-        """The gated targets, in the order of :data:`COVERAGE_TARGETS`."""
-        return {target: gate for target in COVERAGE_TARGETS if (gate := getattr(self, target)) is not None}
+        """The gated targets, in the order the manifest gives them."""
+        return dict(self.__pydantic_extra__ or {})
 
 
 class VerifySettings(Strict):
@@ -258,7 +264,14 @@ def coverage_settings(params: Any) -> CoverageSettings:
 
 def coverage_targets(kind: Any, params: Any) -> list[str]:
     """The targets certified for an artifact: the manifest's list or its kind's
-    ``coverage_targets``, and every gated target, in the order of :data:`COVERAGE_TARGETS`."""
+    ``coverage_targets``, and every gated target, in the order the kind's formats declare
+    them (any other after them, as named)."""
     settings = coverage_settings(params)
-    wanted = set(settings.targets if settings.targets is not None else kind.coverage_targets) | set(settings.gates())
-    return [target for target in COVERAGE_TARGETS if target in wanted]
+    wanted = [*(settings.targets if settings.targets is not None else kind.coverage_targets), *settings.gates()]
+    order = list(kind.certificates())
+    return sorted(dict.fromkeys(wanted), key=lambda target: order.index(target) if target in order else len(order))
+
+
+def coverage_context(kind: Any) -> dict[str, Any]:
+    """The validation context that checks ``verify.coverage``'s targets against ``kind``'s."""
+    return {COVERAGE_CONTEXT: tuple(kind.certificates())}

@@ -20,7 +20,7 @@ same two steps run apart:
 
 For ``minmax`` the ranges are the same numbers a single ``quantize`` call computes
 (min of minima, max of maxima), so the graph is the same bytes (checked by
-``tests/test_qwen3_5_tower_qdq.py``; measured on the full-size tower too).
+the tower's QDQ tests; measured on the full-size tower too).
 ``entropy`` and ``percentile`` histograms are merged chunk by chunk by onnxruntime's
 own collector, whose bins follow the range seen so far: their ranges can differ
 slightly from a single call's, and are as deterministic (the chunk is fixed).
@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from edgebuild.core.kind import ArtifactParams
+from edgebuild.errors import ParameterError
+
 if TYPE_CHECKING:
     import numpy
 
@@ -42,13 +45,29 @@ Feeds = dict[str, "numpy.ndarray"]
 RECIPES = ("qnn", "generic")
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.onnx.data"
+# What quantizing imports (the kinds' ``worker_imports``).
+QUANTIZE_IMPORTS = ("onnxruntime.quantization",)
 # 16-bit QuantizeLinear / DequantizeLinear exist in the ai.onnx domain from opset 21;
 # below it onnxruntime falls back to com.microsoft contrib ops, which an NPU stack
 # expecting standard ONNX does not take.
-# What quantizing imports (the kinds' ``worker_imports``).
-QUANTIZE_IMPORTS = ("onnxruntime.quantization",)
 SIXTEEN_BIT_OPSET = 21
 SIXTEEN_BIT_TYPES = frozenset({"uint16", "int16"})
+
+
+def check_quantizable_source(name: str, source: ArtifactParams, activation_type: str, weight_type: str) -> None:
+    """:class:`ParameterError` (with the key) for a source graph the quantizer cannot take
+    with these types: one not in float32, or one below opset 21 for a 16-bit type."""
+    dtype = getattr(source, "dtype", "float32")
+    if dtype != "float32":
+        raise ParameterError(f"source {name!r} is a {dtype} graph; expected a float32 one "
+                             "(the quantizer calibrates and quantizes from float32)", key="source")
+    opset = getattr(source, "opset", SIXTEEN_BIT_OPSET)
+    for key, value in (("activation_type", activation_type), ("weight_type", weight_type)):
+        if value in SIXTEEN_BIT_TYPES and opset < SIXTEEN_BIT_OPSET:
+            raise ParameterError(
+                f"{value} needs opset {SIXTEEN_BIT_OPSET} (16-bit QuantizeLinear/DequantizeLinear in ai.onnx), but "
+                f"source {name!r} is exported at opset {opset}; set its opset to {SIXTEEN_BIT_OPSET}, or use an "
+                f"8-bit {key}", key=key)
 
 
 @dataclass(frozen=True)

@@ -59,13 +59,12 @@ def refused_export(workspace: "Workspace", artifact: Artifact) -> EdgebuildError
     )
 
 
-def make_current(workspace: "Workspace", artifact: "Artifact | str", log: Log | None = None) -> BuildRecord:
+def make_current(workspace: "Workspace", artifact: "Artifact", log: Log | None = None) -> BuildRecord:
     """Make ``build/<name>/`` current: nothing if it is, a restore if the store has
     the fingerprint, a pull if the remote cache has it, an export otherwise
     (:func:`materialise`, then :func:`export`, under one hold of the mutex). Returns the
     record. A file that cannot be written (a full disk, a read-only directory) is a
     :class:`FilesystemError` naming it; what was there before is untouched."""
-    artifact = workspace.artifact(artifact)
     log = log or stderr_log(artifact.name)
 
     def current() -> BuildRecord:
@@ -231,12 +230,11 @@ def built_files(name: str, kind: str, scratch: Path) -> list[str]:
         ) from None
 
 
-def verify_artifact(workspace: "Workspace", artifact: "Artifact | str", log: Log | None = None) -> Report:
+def verify_artifact(workspace: "Workspace", artifact: "Artifact", log: Log | None = None) -> Report:
     """Judge the built ``artifact`` and write its report; keep a build that passed in the
     store and push it to the remote cache; raise :class:`VerificationFailed` on any
     failed check, and :class:`SourceNotVerified` (judging nothing) while an artifact it is
     made from is not verified."""
-    artifact = workspace.artifact(artifact)
     log = log or stderr_log(artifact.name)
     refuse_unverified_sources(workspace, artifact)
     try:
@@ -252,11 +250,10 @@ def verify_artifact(workspace: "Workspace", artifact: "Artifact | str", log: Log
     return report
 
 
-def keep_verified(workspace: "Workspace", artifact: "Artifact | str", log: Log | None = None) -> None:
+def keep_verified(workspace: "Workspace", artifact: "Artifact", log: Log | None = None) -> None:
     """Keep ``build/<name>/``, verified at its current verification fingerprint (a report
     that passed, pulled with the build or written here), in the store with its report,
     and push it to the remote cache. Only verified builds are ever pushed."""
-    artifact = workspace.artifact(artifact)
     log = log or stderr_log(artifact.name)
     # Only a build verified along its whole chain is kept as verified, or shared.
     refuse_unverified_sources(workspace, artifact)

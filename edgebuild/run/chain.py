@@ -87,7 +87,7 @@ def artifact_runner(kind: "ArtifactKind", context: VerifyContext) -> Runner:
     if hook is not None:
         return hook(context)
     if ONNX_MODEL in kind.outputs:
-        from edgebuild.ml.runners import onnx_runner
+        from edgebuild.targets.runners import onnx_runner
 
         return onnx_runner(context.out_dir / ONNX_MODEL)
     raise NotRunnable(f"the {kind.name} kind says nothing of how to run what it builds (no runner in "

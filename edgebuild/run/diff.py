@@ -128,7 +128,7 @@ class CoverageChange:
                 "fallen": dict(self.fallen), "recovered": dict(self.recovered)}
 
     def describe(self) -> str:
-        """``coverage qnn_htp: 396/396 → 380/396 nodes, 1 → 3 partition(s); 16 nodes of
+        """``coverage TARGET: 396/396 → 380/396 nodes, 1 → 3 partition(s); 16 nodes of
         blocks.3.attn now fall back``."""
         def nodes(side: tuple[int, int, int] | None) -> str:
             return "–" if side is None else f"{side[0]}/{side[1]}"
@@ -243,15 +243,15 @@ def is_destination(against: str) -> bool:
     return "://" in against or against.startswith(("/", "./", "../", "~"))
 
 
-def diff(workspace: "Workspace", names: list[str] | None = None, against: str = "HEAD") -> Diff:
-    """Each of ``names`` (every artifact when ``None``) now against ``against``: a git
+def diff(workspace: "Workspace", artifacts: "list[Artifact] | None" = None, against: str = "HEAD") -> Diff:
+    """Each of ``artifacts`` (every artifact when ``None``) now against ``against``: a git
     revision whose committed lock file names the old fingerprints, or a published
     destination (a directory or fsspec URL) whose index names them. Raises
     :class:`DiffError` when ``against`` cannot be read."""
     baseline = _from_destination(workspace, against) if is_destination(against) else _from_revision(workspace, against)
-    chosen = workspace.order(names) if names else workspace.order()
+    chosen = workspace.order(artifacts) if artifacts else workspace.order()
     results = [_artifact_diff(workspace, artifact, baseline) for artifact in chosen]
-    if not names:
+    if not artifacts:
         for name in sorted(set(baseline.entries) - set(workspace.manifest.artifacts)):
             entry = baseline.entries[name]
             results.append(ArtifactDiff(name, entry.get("kind"), "removed", entry.get("fingerprint"), None,

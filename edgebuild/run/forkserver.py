@@ -9,7 +9,7 @@ its own memory (handed back when it exits), its own pid, its own exit status, ki
 alone by a signal or the OOM killer, and nothing of one worker seen by the next.
 
 Fork safety: the server imports, and a kind's ``build_imports`` and ``build_warmups``
-may run torch on import (they make what builds keep: ExecuTorch's pattern graphs, a
+may run torch on import (they make what builds keep: a delegate's pattern graphs, a
 warm ONNX exporter); it runs them on one torch thread and starts no session or thread
 pool, so it is single-threaded when it forks (what ``multiprocessing``'s forkserver
 relies on too). numba is not imported there: it reads ``NUMBA_CACHE_DIR`` at import,

@@ -43,9 +43,8 @@ if TYPE_CHECKING:
 
 
 
-def lock_entry(workspace: "Workspace", artifact: "Artifact | str") -> dict[str, Any] | None:
+def lock_entry(workspace: "Workspace", artifact: "Artifact") -> dict[str, Any] | None:
     """The entry of ``artifact``; ``None`` when it is not built at its current fingerprint."""
-    artifact = workspace.artifact(artifact)
     try:
         state = verification_state(workspace, artifact)
         if state is VerificationState.NOT_BUILT:

@@ -147,20 +147,20 @@ class EntryFiles:
         return f"{self.name}/{self.fingerprint}"
 
 
-def publish(workspace: "Workspace", names: list[str], destination: str, log: Log = print,
+def publish(workspace: "Workspace", artifacts: list[Artifact], destination: str, log: Log = print,
             allow_dirty: bool = False) -> list[Published]:
-    """Publish ``names`` to ``destination``; all of them or, if any is not verified, none.
+    """Publish ``artifacts`` to ``destination``; all of them or, if any is not verified, none.
     Refused from a work tree with uncommitted changes, or outside git, unless
     ``allow_dirty`` (which provenance.json then records)."""
     location = check_destination(workspace, destination)
     if workspace.settings.signing_key is not None:
         # Readable, one key, its owner's only: before anything is prepared.
         load_private_key(Path(workspace.settings.signing_key))
-    git = check_work_tree(workspace, allow_dirty, names)
-    check_publishable(workspace, names)
+    git = check_work_tree(workspace, allow_dirty, artifacts)
+    check_publishable(workspace, artifacts)
     if workspace.settings.signing_key is None:
         log("releases are unsigned (no EDGEBUILD_SIGNING_KEY): `python -m edgebuild fetch` refuses them")
-    prepared = [_prepare(workspace, workspace.artifact(name), git) for name in names]
+    prepared = [_prepare(workspace, artifact, git) for artifact in artifacts]
     results = [put_entry(location, item, log) for item in prepared]
     results = [dataclasses.replace(result, commit=git.get("commit"), signed=SIGNATURE_FILE in item.files)
                for result, item in zip(results, prepared)]
@@ -218,9 +218,9 @@ def _refuse_project_directories(workspace: "Workspace", location: Location) -> N
         )
 
 
-def check_publishable(workspace: "Workspace", names: list[str]) -> None:
-    """Raise :class:`PublishError` naming every artifact of ``names`` that may not be published."""
-    problems = [problem for name in names if (problem := _unpublishable(workspace, workspace.artifact(name)))]
+def check_publishable(workspace: "Workspace", artifacts: list[Artifact]) -> None:
+    """Raise :class:`PublishError` naming every one of ``artifacts`` that may not be published."""
+    problems = [problem for artifact in artifacts if (problem := _unpublishable(workspace, artifact))]
     if problems:
         raise PublishError("nothing published:\n  " + "\n  ".join(problems))
 
@@ -634,20 +634,20 @@ def edgebuild_version() -> str:
         return "unknown"
 
 
-def check_work_tree(workspace: "Workspace", allow_dirty: bool = False, names: list[str] = ()) -> dict[str, Any]:
+def check_work_tree(workspace: "Workspace", allow_dirty: bool = False, artifacts: "list[Artifact] | tuple[()]" = ()) -> dict[str, Any]:
     """The provenance's ``git``: the commit the manifest's work tree is at, whether it
     differs from it, and whether that was allowed. Raises :class:`PublishError` when
     no commit says what produced the artifacts -- uncommitted changes to tracked
-    files, an untracked manifest, an untracked input file that ``names`` (or what they
+    files, an untracked manifest, an untracked input file that ``artifacts`` (or what they
     are made from) read, no commit, no git -- unless ``allow_dirty``.
 
     The lock file is left out: ``doit verify`` rewrites it just before publishing,
     and it describes the outputs, not what produced them. Checkpoints are too: they
     are recorded by content (and Hugging Face commit) in the provenance itself."""
     inputs: list[Path] = []
-    for name in names:
+    for artifact in artifacts:
         try:
-            inputs += workspace.input_paths(name)
+            inputs += workspace.input_paths(artifact)
         except EdgebuildError:
             continue  # an artifact that cannot be read is refused by verification, by name
     state = git_state(workspace.manifest.root, ignore=(workspace.lock_path,),

@@ -69,7 +69,7 @@ def needs_a_worker(workspace: "Workspace", artifacts: "list[Artifact]", verifyin
     worker is known only once they are restored, and it does not count. Nor does one
     whose manifest entry is broken: the run says what is wrong, and starts nothing."""
     for artifact in artifacts:
-        if artifact.kind.in_process:
+        if artifact.kind.process.in_process:
             continue
         try:
             built = not needs_build(workspace, artifact)

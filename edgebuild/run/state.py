@@ -46,27 +46,24 @@ def changed_outputs(workspace: "Workspace", artifact: Artifact, record: BuildRec
     return record.changed_outputs(artifact.directory, digest=workspace.stat_cache.file_digest)
 
 
-def current_record(workspace: "Workspace", artifact: "Artifact | str") -> BuildRecord | None:
+def current_record(workspace: "Workspace", artifact: "Artifact") -> BuildRecord | None:
     """The record in ``build/<name>/`` when it is the build of the current fingerprint and
     every output still holds its recorded bytes; ``None`` otherwise."""
-    artifact = workspace.artifact(artifact)
     record = read_record_or_none(artifact.directory)
     if record is None or record.fingerprint != artifact.fingerprint:
         return None
     return None if changed_outputs(workspace, artifact, record) else record
 
 
-def is_built(workspace: "Workspace", artifact: "Artifact | str") -> bool:
-    artifact = workspace.artifact(artifact)
+def is_built(workspace: "Workspace", artifact: "Artifact") -> bool:
     return current_record(workspace, artifact) is not None
 
 
-def verification_state(workspace: "Workspace", artifact: "Artifact | str") -> VerificationState:
+def verification_state(workspace: "Workspace", artifact: "Artifact") -> VerificationState:
     """The one answer to "is it verified?": built at its current fingerprint with every
     output intact, a report for its current verification fingerprint that passed, and
     every artifact it is made from verified too (the chain rule: a QNN context compiled
     from a QDQ graph that failed is not verified, whatever its own checks say)."""
-    artifact = workspace.artifact(artifact)
     own = _own_verification_state(workspace, artifact)
     if own is VerificationState.VERIFIED and unverified_source(workspace, artifact) is not None:
         return VerificationState.SOURCE_NOT_VERIFIED
@@ -82,12 +79,11 @@ def _own_verification_state(workspace: "Workspace", artifact: Artifact) -> Verif
     return VerificationState.VERIFIED if report.get("passed") else VerificationState.FAILED
 
 
-def unverified_source(workspace: "Workspace", artifact: "Artifact | str") -> "tuple[Artifact, VerificationState] | None":
+def unverified_source(workspace: "Workspace", artifact: "Artifact") -> "tuple[Artifact, VerificationState] | None":
     """The artifact ``artifact`` is made from (a source, a source's source, ...) that holds
     its verification back, and where it stands; ``None`` when every one is verified. The
     one that FAILED, however far up (what the nearer ones wait for), else the nearest
     that is not verified."""
-    artifact = workspace.artifact(artifact)
     for source in artifact.sources:
         try:
             own = _own_verification_state(workspace, source)
@@ -101,7 +97,7 @@ def unverified_source(workspace: "Workspace", artifact: "Artifact | str") -> "tu
     return None
 
 
-def source_blocking(workspace: "Workspace", artifact: "Artifact | str") -> "tuple[Artifact, str] | None":
+def source_blocking(workspace: "Workspace", artifact: "Artifact") -> "tuple[Artifact, str] | None":
     """The artifact up ``artifact``'s chain that holds its verification back (it does not
     count, and is not run), and why, in words; ``None`` when nothing does."""
     found = unverified_source(workspace, artifact)
@@ -113,7 +109,7 @@ def source_blocking(workspace: "Workspace", artifact: "Artifact | str") -> "tupl
         VerificationState.NOT_VERIFIED: "is not verified at its current verification fingerprint",
         VerificationState.NOT_BUILT: "is not built at its current fingerprint",
     }[state].format(name=source.name)
-    direct = source.name in {item.name for item in workspace.artifact(artifact).sources}
+    direct = source.name in {item.name for item in artifact.sources}
     return source, f"its source {source.name} {said}" if direct else f"{source.name} (up its chain) {said}"
 
 
@@ -147,7 +143,7 @@ class ArtifactState:
         return data
 
 
-def statuses(workspace: "Workspace", artifacts: "Iterable[Artifact | str]") -> list[ArtifactState]:
+def statuses(workspace: "Workspace", artifacts: "Iterable[Artifact]") -> list[ArtifactState]:
     """:func:`status` of each of ``artifacts``, as of one listing of ``build/`` and of each
     entry directory of the store: an artifact neither lists is missing and not stored
     without a look-up of its own (three failed opens an artifact, a fifth of a
@@ -164,11 +160,10 @@ def statuses(workspace: "Workspace", artifacts: "Iterable[Artifact | str]") -> l
         return [status(workspace, artifact, built) for artifact in artifacts]
 
 
-def status(workspace: "Workspace", artifact: "Artifact | str", built_names: frozenset[str] | None = None) -> ArtifactState:
+def status(workspace: "Workspace", artifact: "Artifact", built_names: frozenset[str] | None = None) -> ArtifactState:
     """Up to date (verified or not), stale (with reasons), missing, or error; builds
     nothing, reads fingerprints (through the stat cache) and records only.
     ``built_names``: what a listing of ``build/`` showed, case folded (:func:`statuses`)."""
-    artifact = workspace.artifact(artifact)
     name = artifact.name
     built = read_record_or_none(artifact.directory) if built_names is None or name.casefold() in built_names else None
     try:

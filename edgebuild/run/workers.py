@@ -84,7 +84,7 @@ def run_step(mode: str, workspace: "Workspace", artifact: "Artifact", log: Calla
     no model: a worker's start would cost more than the step), in this process. Same
     values, same edgebuild errors either way; an unexpected exception in the kind's code
     is its traceback on stderr and one :class:`WorkerError` line, as a worker's is."""
-    if not artifact.kind.in_process:
+    if not artifact.kind.process.in_process:
         return run_worker(mode, workspace, artifact, relay)
     try:
         return step(mode, workspace, artifact, log)
@@ -112,13 +112,13 @@ def run_worker(mode: str, workspace: "Workspace", artifact: "Artifact", relay: R
 def worker_imports(kind: "ArtifactKind", mode: str) -> tuple[str, ...]:
     """What the fork server imports before it forks a ``mode`` worker of ``kind``: its
     ``worker_imports``, and for a build (or export) its ``build_imports`` too."""
-    return kind.worker_imports + (kind.build_imports if step_word(mode) == "build" else ())
+    return kind.process.worker_imports + (kind.process.build_imports if step_word(mode) == "build" else ())
 
 
 def worker_warmups(kind: "ArtifactKind", mode: str) -> tuple[str, ...]:
     """What the fork server imports just after it forks a ``mode`` worker of ``kind``:
     its ``build_warmups`` for a build (or export)."""
-    return kind.build_warmups if step_word(mode) == "build" else ()
+    return kind.process.build_warmups if step_word(mode) == "build" else ()
 
 
 def start_server_early(workspace: "Workspace", processes: int = 1) -> bool:
@@ -302,12 +302,13 @@ def _left_behind(mode: str, manifest_path: str, root: str, name: str, env: dict[
 
     try:
         workspace = Workspace.open(manifest_path, Path(root), Settings.from_environ(env))
+        artifact = workspace.artifact(name)
         if mode != "verify":
-            if is_built(workspace, name):
+            if is_built(workspace, artifact):
                 return (f"build/{name} was complete and in place before it ended: {name} is up to date (not "
                         "verified), as `doit status` says")
             return "nothing of it counts as built"
-        state = verification_state(workspace, name)
+        state = verification_state(workspace, artifact)
     except Exception:  # noqa: BLE001 - a manifest broken meanwhile, a disk gone: say where to look
         return f"what it left: `doit status {name}` says"
     if state is VerificationState.VERIFIED:
@@ -400,6 +401,8 @@ def _work(mode: str, manifest_path: str, root: Path, name: str, expect: str | No
     quiet_libraries(settings.verbose)
     workspace = Workspace.open(manifest_path, root, settings)
     artifact = workspace.artifact(name)
+    # And the libraries its kind runs, before its step imports them.
+    quiet_libraries(settings.verbose, artifact.kind.process.quiet_loggers)
     try:
         if mode == "build":
             # A cluster job's whole route: sources first, from what is there (pulled: they

@@ -3,28 +3,31 @@
 XNNPACK's CPU delegate by default (``delegate: xnnpack``), ExecuTorch's portable kernels
 (``portable``), or Apple's Core ML (``coreml``: built here, run only on macOS). The
 model comes from a ``torch_export`` source, named or implied by the model keys given
-inline (``edgebuild/kinds/torch_export``). ``verify.py`` runs the program in ExecuTorch's
+inline (``edgebuild/targets/params.py``). ``verify.py`` runs the program in ExecuTorch's
 runtime against the program it was lowered from; the engine also judges it against the
 model's own forward (``vs_float.*``).
 """
 
 from __future__ import annotations
 
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, Starter
+from edgebuild.plugin import Checkpoint, Process, Starter
+from edgebuild.targets.base import ProgramTarget, require_package
 
-from ..torch_export.targets import check_program_source, require_package
+from .coverage import EXECUTORCH_PROGRAM
 from .params import EXTRA, INFO_FILE, PROGRAM_FILE, ExecutorchParams
 
 
-class Executorch(ArtifactKind):
+class Executorch(ProgramTarget[ExecutorchParams]):
     name = "executorch"
     summary = "a model's torch.export program -> ExecuTorch .pte (XNNPACK, portable or Core ML)"
     Params = ExecutorchParams
     outputs = (PROGRAM_FILE, INFO_FILE)
+    produces = (EXECUTORCH_PROGRAM,)
     coverage_targets = ("xnnpack",)
     build_module = "edgebuild.kinds.executorch.build"
     verify_module = "edgebuild.kinds.executorch.verify"
-    source_kinds = ("torch_export",)
+    requires = ("executorch",)
+    extra = EXTRA
     starter = Starter(
         entry="""\
   # That program for phones: an ExecuTorch .pte, XNNPACK-delegated, run in ExecuTorch's
@@ -39,16 +42,14 @@ class Executorch(ArtifactKind):
         extra_module="executorch",
     )
     tool_packages = ("executorch", "torchao")
-    memory_factor = 3.0
-    worker_imports = ("executorch.exir", "torch.export")
-    build_imports = ("edgebuild.kinds.executorch.prepare",)
+    process = Process(
+        memory_factor=3.0,
+        worker_imports=("executorch.exir", "torch.export"),
+        build_imports=("edgebuild.kinds.executorch.prepare",),
+        quiet_loggers=("executorch", "coremltools"),
+    )
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
-        assert isinstance(params, ExecutorchParams)
-        require_package("executorch", EXTRA, self.name)
+    def check_parameters(self, params: ExecutorchParams, checkpoints: dict[str, Checkpoint]) -> None:
+        super().check_parameters(params, checkpoints)
         if params.delegate == "coreml":
             require_package("coremltools", EXTRA, self.name)
-
-    def check_sources(self, params: ArtifactParams, sources: dict[str, ArtifactParams]) -> None:
-        assert isinstance(params, ExecutorchParams)
-        check_program_source(self.name, params, sources, dynamic=True)

@@ -11,31 +11,27 @@ import json
 import re
 from typing import Any
 
-from edgebuild.ml.programs import load_program, traced_module
 from edgebuild.plugin import BuildContext, ExportError, Phases
+from edgebuild.targets.folding import with_constant_scalars_folded
+from edgebuild.targets.program import example_arrays, load_program, program_info, program_path, traced_module
 
-from ..litert.convert import fold_constant_scalars
-from ..torch_export.targets import program_info, program_path, random_feeds
 from .lowering import faster_lowering
 from .params import INFO_FILE, INFO_FORMAT, PROGRAM_FILE, ExecutorchParams
 from .patterns import make_patterns
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[ExecutorchParams]) -> dict[str, Any]:
     from executorch.devtools.backend_debug import get_delegation_info
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     params = context.params
-    assert isinstance(params, ExecutorchParams) and params.source is not None
     phases = Phases()
-    source = context.sources[params.source]
+    source = context.source
     with phases.time("load"):
         program = load_program(program_path(source))
     with phases.time("fold"):
-        signature = program_info(source)
         # One input (the first of the sizes a dynamic axis is fed at: such a program is not folded).
-        example = random_feeds(signature, 1, 0).feeds[0]
-        program = with_constant_scalars_folded(program, tuple(example[spec["name"]] for spec in signature["inputs"]))
+        program = with_constant_scalars_folded(program, tuple(example_arrays(program_info(source))))
     patterns = None
     if params.delegate == "xnnpack":
         with phases.time("patterns"):
@@ -78,36 +74,6 @@ def build(context: BuildContext) -> dict[str, Any]:
     context.log(f"lowered to ExecuTorch ({params.delegate}): {info['delegated_nodes']} nodes delegated in "
                 f"{info['delegated_subgraphs']} subgraph(s), {info['not_delegated_nodes']} not")
     return {"timings": phases.seconds, **({"xnnpack_patterns": patterns} if patterns else {})}
-
-
-def with_constant_scalars_folded(program: Any, example: tuple[Any, ...]) -> Any:
-    """``program`` with the numbers it reads from its own constants folded in (LiteRT's
-    ``fold_constant_scalars``), exported again; unchanged when it reads none, or when an
-    input has a dynamic axis (a second export would need its ranges again).
-
-    Each such read (``cu_seqlens.tolist()`` in the Qwen3.5 tower's attention), the checks
-    on it and the split it sizes are operators no delegate takes: left to the portable
-    kernels, and carried through every pass of the lowering. Folded, the same arithmetic
-    on the same constants: the tiny tower's 3 blocks leave 118 nodes outside XNNPACK
-    instead of 325 (outputs identical), and the full-width tower at 6 blocks lowers in
-    13 s instead of 21. ``example``:
-    one input of the program's shapes, as arrays (the constants are read on it)."""
-    import torch
-
-    placeholders = [node for node in program.graph.nodes if node.op == "placeholder"]
-    if any(isinstance(size, torch.SymInt) for node in placeholders
-           for size in getattr(node.meta.get("val"), "shape", ())):
-        return program
-    inputs = tuple(torch.from_numpy(array) for array in example)
-    try:
-        module = program.module()
-        if not fold_constant_scalars(module, inputs):
-            return program
-        return torch.export.export(module, inputs)
-    except Exception:  # noqa: BLE001 - a program the fold or a second export cannot take
-        # Folding only saves work: the program is lowered as it is (and what it cannot
-        # lower, the lowering says).
-        return program
 
 
 def _partitioners(delegate: str) -> list[Any]:

@@ -7,8 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from edgebuild.plugin import OutputLimits
-
-from ..torch_export.targets import TargetParams, TargetVerify
+from edgebuild.targets.params import TargetParams
 
 PROGRAM_FILE = "model.pte"
 INFO_FILE = "executorch.json"
@@ -27,4 +26,3 @@ class ExecutorchParams(TargetParams):
                     "ExecuTorch's portable kernels only; coreml: Apple's Core ML delegate (built here, runs on "
                     "macOS only: verified at level loaded).",
     )
-    verify: TargetVerify = Field(default_factory=TargetVerify, description="Verification thresholds and inputs.")

@@ -14,29 +14,30 @@ build refuses a class that reads one outside them.
 
 from __future__ import annotations
 
-from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
-from edgebuild.ml.hf_fixtures import FIXTURES
 from edgebuild.ml.onnx_tools import EXPORT_IMPORTS, EXPORT_WARMUPS
-from edgebuild.ml.sample_images import starter_samples
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Starter, TensorSelection
+from edgebuild.models.hf import TRANSFORMERS_IMPORTS
+from edgebuild.models.hf_fixtures import FIXTURES
+from edgebuild.models.sample_images import starter_samples
+from edgebuild.plugin import ArtifactKind, Checkpoint, ParameterError, Process, Starter, TensorSelection
+from edgebuild.targets.formats import EXPORTED_GRAPH, ONNX_GRAPH
 
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, HfOnnxParams
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 
 
-class HfOnnx(ArtifactKind):
+class HfOnnx(ArtifactKind[HfOnnxParams]):
     name = "hf_onnx"
     summary = "any transformers model class -> fixed-shape ONNX"
     Params = HfOnnxParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    produces = (ONNX_GRAPH, EXPORTED_GRAPH)
     coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.hf_onnx.build"
     verify_module = "edgebuild.kinds.hf_onnx.verify"
     # Like the tower: an export and onnxruntime sessions beside the model.
-    memory_factor = 3.0
-    worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS
-    build_warmups = EXPORT_WARMUPS
+    process = Process(memory_factor=3.0, worker_imports=TRANSFORMERS_IMPORTS + EXPORT_IMPORTS,
+                      build_warmups=EXPORT_WARMUPS)
     fixtures = FIXTURES
     starter = Starter(
         checkpoints={"clip": "clip_vision_tiny"},
@@ -56,15 +57,13 @@ class HfOnnx(ArtifactKind):
         samples=starter_samples(),
     )
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
-        assert isinstance(params, HfOnnxParams)
+    def tensor_selection(self, params: HfOnnxParams, checkpoint: Checkpoint) -> TensorSelection:
         prefixes = tuple(params.tensor_prefixes) if params.tensor_prefixes is not None else ("",)
         # Held-out images go through the checkpoint's own image processor.
         files = (PREPROCESSOR_FILE,) if params.held_out.images else ()
         return TensorSelection(prefixes=prefixes, config_key=None, files=files)
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
-        assert isinstance(params, HfOnnxParams)
+    def check_parameters(self, params: HfOnnxParams, checkpoints: dict[str, Checkpoint]) -> None:
         checkpoint = checkpoints[params.checkpoint]
         architectures = checkpoint.config.get("architectures")
         if isinstance(architectures, list) and params.model_class in architectures:
@@ -72,7 +71,7 @@ class HfOnnx(ArtifactKind):
         # Not the checkpoint's own class (a vision encoder of a two-tower checkpoint): it
         # must at least be one of transformers'. Only here is transformers imported.
         from edgebuild.errors import ExportError
-        from edgebuild.ml.hf import transformers_class
+        from edgebuild.models.hf import transformers_class
 
         try:
             transformers_class(params.model_class, "model_class")

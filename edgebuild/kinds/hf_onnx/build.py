@@ -9,17 +9,17 @@ from typing import Any
 
 from edgebuild.plugin import BuildContext, ExportError, Phases
 
-from .model import check_outputs, dynamic_shapes, load_model, outputs_module, random_inputs
+from edgebuild.models.hf import check_outputs, dynamic_shapes, load_model, outputs_module, random_inputs
+
 from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, HfOnnxParams
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[HfOnnxParams]) -> dict[str, Any]:
     import torch
 
     from edgebuild.ml.onnx_tools import export_onnx, sanitize_allowzero
 
     params = context.params
-    assert isinstance(params, HfOnnxParams)
     phases = Phases()
     with phases.time("load"):
         model = load_model(params, context.checkpoint)

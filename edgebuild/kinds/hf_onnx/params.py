@@ -8,13 +8,14 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
 
 from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
-from edgebuild.core.model_inputs import (FixedUnlessSaid, HeldOut, check_class_name, check_input_names,
+from edgebuild.models.inputs import (FixedUnlessSaid, HeldOut, check_class_name, check_input_names,
                                          check_output_names, input_spec)
 from edgebuild.plugin import ArtifactParams, Dtype, OutputLimits, PerOutputLimits, VerifySettings
+from edgebuild.targets.formats import SIGNATURE_FILE
 
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.onnx.data"
-INFO_FILE = "export.json"
+INFO_FILE = SIGNATURE_FILE
 INFO_FORMAT = 1
 
 # Per-dtype defaults of ``verify:``, against the float32 model's own forward, relative to

@@ -14,17 +14,17 @@ from typing import Any
 from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext, expand_inputs
 
-from .model import at_each_size, image_inputs, load_model, outputs_module, random_inputs
+from edgebuild.models.hf import at_each_size, image_inputs, load_model, outputs_module, random_inputs
+
 from .params import INFO_FILE, MODEL_FILE, HfOnnxParams
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[HfOnnxParams]) -> Verification:
     import torch
 
     from edgebuild.ml.onnx_tools import graph_summary, run_session
 
     params = context.params
-    assert isinstance(params, HfOnnxParams)
     info = json.loads((context.out_dir / INFO_FILE).read_text())
     model = load_model(params, context.checkpoint)
     reference_module = outputs_module(model, params)
@@ -57,9 +57,8 @@ def verify(context: VerifyContext) -> Verification:
                                                 "export": info})
 
 
-def _held_out(context: VerifyContext) -> list[tuple[Any, ...]]:
+def _held_out(context: VerifyContext[HfOnnxParams]) -> list[tuple[Any, ...]]:
     params = context.params
-    assert isinstance(params, HfOnnxParams)
     if not params.held_out.images:
         return []
     return image_inputs(params, context.checkpoint, expand_inputs(params.held_out.images, context.input_root,
@@ -73,36 +72,33 @@ def _feeds(params: HfOnnxParams, samples: list[tuple[Any, ...]]) -> list[dict[st
 # --- along the chain (edgebuild/core/runner.py) -----------------------------------------
 
 
-def float_model(context: VerifyContext) -> Runner:
+def float_model(context: VerifyContext[HfOnnxParams]) -> Runner:
     """The model's own forward in float32: the reference of every artifact made from this one."""
     import transformers
 
-    from edgebuild.ml.runners import torch_runner
+    from edgebuild.targets.runners import torch_runner
 
     params = context.params
-    assert isinstance(params, HfOnnxParams)
     module = outputs_module(load_model(params, context.checkpoint), params)
     inputs = [TensorSpec(name, tuple(spec.shape), params.input_dtype(name)) for name, spec in params.inputs.items()]
     return torch_runner(module, inputs, list(params.outputs),
                         f"transformers {transformers.__version__} {params.model_class}.forward (float32)")
 
 
-def evaluation_inputs(context: VerifyContext) -> Inputs | None:
+def evaluation_inputs(context: VerifyContext[HfOnnxParams]) -> Inputs | None:
     """The held-out images, as this graph takes them (``None`` without any)."""
     params = context.params
-    assert isinstance(params, HfOnnxParams)
     held_out = _held_out(context)
     if not held_out:
         return None
     return Inputs(_feeds(params, held_out), f"{len(held_out)} batches of held-out images")
 
 
-def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
+def image_feeds(context: VerifyContext[HfOnnxParams], images: list[Any]) -> list[dict[str, Any]]:
     """Images through the checkpoint's own image processor into ``pixel_values``."""
     from edgebuild.plugin import CheckpointError
 
     params = context.params
-    assert isinstance(params, HfOnnxParams)
     pixels = params.inputs.get("pixel_values")
     if pixels is None or len(pixels.shape) != 4:
         raise CheckpointError(f"{context.name}: images go into a 'pixel_values' input of shape [batch, channels, height, "

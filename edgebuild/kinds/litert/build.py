@@ -4,31 +4,28 @@ converter), and what the file declares (``litert.json``)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from edgebuild.ml.toolenv import tool_python
 from edgebuild.plugin import BuildContext, ExportError, Phases
+from edgebuild.targets import folding
+from edgebuild.targets.program import example_arrays, program_info, program_path
+from edgebuild.targets.toolenv import tool_python
 
-from ..torch_export.targets import program_info, program_path, random_feeds
 from . import convert as convert_module
+from .environment import LITERT_CONVERTER, converter_here
 from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, LitertParams
 
 
-def build(context: BuildContext) -> dict[str, Any]:
-    params = context.params
-    assert isinstance(params, LitertParams) and params.source is not None
-    source = context.sources[params.source]
-    info = program_info(source)
-    (example,) = random_feeds(info, 1, 0).feeds
+def build(context: BuildContext[LitertParams]) -> dict[str, Any]:
+    source = context.source
     out = context.out_dir / MODEL_FILE
     phases = Phases()
     with phases.time("convert"):
-        _run_converter(program_path(source), [example[spec["name"]] for spec in info["inputs"]], out, context.out_dir)
+        _run_converter(program_path(source), example_arrays(program_info(source)), out, context.out_dir)
     signature = _signature(out)
     (context.out_dir / INFO_FILE).write_text(json.dumps({"format": INFO_FORMAT, **signature}, indent=2, sort_keys=True) + "\n")
     context.log(f"converted to LiteRT: {len(signature['inputs'])} input(s), {len(signature['outputs'])} output(s)")
@@ -37,15 +34,15 @@ def build(context: BuildContext) -> dict[str, Any]:
 
 def _run_converter(program: Path, example: list[Any], out: Path, scratch: Path) -> None:
     """The converter in a process of its own: this environment's Python where litert-torch
-    imports here, else the LiteRT tool environment's (``edgebuild/ml/toolenv.py``)."""
+    imports here, else its own environment's (``environment.py``)."""
     import numpy
 
-    python = sys.executable if importlib.util.find_spec("litert_torch") is not None else str(tool_python("litert"))
+    python = sys.executable if converter_here() else str(tool_python(LITERT_CONVERTER))
     example_path = scratch / ".example.npz"
     numpy.savez(example_path, **{str(index): array for index, array in enumerate(example)})
     try:
-        child = subprocess.run([python, convert_module.__file__, str(program), str(example_path), str(out)],
-                               capture_output=True, text=True)
+        child = subprocess.run([python, convert_module.__file__, str(program), str(example_path), str(out),
+                                folding.__file__], capture_output=True, text=True)
     finally:
         example_path.unlink(missing_ok=True)
     lines = child.stdout.strip().splitlines()

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
-
 from edgebuild.plugin import OutputLimits
-
-from ..torch_export.targets import TargetParams, TargetVerify
+from edgebuild.targets.params import TargetParams
 
 MODEL_FILE = "model.tflite"
 INFO_FILE = "litert.json"
@@ -21,4 +18,3 @@ DEFAULT_LIMITS = OutputLimits(cosine_min=0.9999, max_rel=1e-3)
 
 class LitertParams(TargetParams):
     kind: Literal["litert"]
-    verify: TargetVerify = Field(default_factory=TargetVerify, description="Verification thresholds and inputs.")

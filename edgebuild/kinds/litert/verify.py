@@ -3,39 +3,35 @@ CPU against the program it was converted from."""
 
 from __future__ import annotations
 
-from edgebuild.core.files import RECORD_BYTES, read_json
 from typing import Any
 
+from edgebuild.core.files import RECORD_BYTES, read_json
 from edgebuild.plugin import OutputLimits, Runner, TensorSpec, Verification, VerifyContext
+from edgebuild.targets.judging import judge_target
+from edgebuild.targets.program import output_names, program_info
 
-from ..torch_export.judging import judge_target
-from ..torch_export.targets import program_info
 from .params import DEFAULT_LIMITS, INFO_FILE, MODEL_FILE, LitertParams
 
 
-def verify(context: VerifyContext) -> Verification:
-    params = context.params
-    assert isinstance(params, LitertParams) and params.source is not None
+def verify(context: VerifyContext[LitertParams]) -> Verification:
     metrics = {"signature": read_json(context.out_dir / INFO_FILE, RECORD_BYTES)}
-    return judge_target(params, context.sources[params.source], runner(context), "ran",
+    return judge_target(context, runner(context), "ran",
                         "executed by the LiteRT interpreter", DEFAULT_LIMITS, metrics)
 
 
-def runner(context: VerifyContext) -> Runner:
+def runner(context: VerifyContext[LitertParams]) -> Runner:
     """The model in LiteRT's interpreter; its inputs and outputs in the program's order."""
     from importlib import metadata
 
     from ai_edge_litert.interpreter import Interpreter
 
-    params = context.params
-    assert isinstance(params, LitertParams) and params.source is not None
-    info = program_info(context.sources[params.source])
+    info = program_info(context.source)
     interpreter = Interpreter(model_path=str(context.out_dir / MODEL_FILE))
     interpreter.allocate_tensors()
     # The converter names them serving_default_args_<i> and ..._output_<i>: in the program's order.
     inputs = sorted(interpreter.get_input_details(), key=lambda item: _position(item["name"]))
     outputs = sorted(interpreter.get_output_details(), key=lambda item: _position(item["name"]))
-    names = [spec["name"] for spec in info["outputs"]]
+    names = output_names(info)
     specs = [TensorSpec(spec["name"], tuple(spec["shape"]), spec["dtype"]) for spec in info["inputs"]]
 
     def run_one(feed: dict[str, Any]) -> dict[str, Any]:

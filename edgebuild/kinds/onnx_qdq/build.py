@@ -7,18 +7,17 @@ import json
 from typing import Any
 
 from edgebuild.ml.qdq import quantize_graph
+from edgebuild.models.graph_inputs import graph_feeds
 from edgebuild.plugin import BuildContext, Phases
 
-from edgebuild.ml.graph_inputs import graph_feeds
-from .params import INFO_FILE, INFO_FORMAT, SOURCE_INFO_FILE, OnnxQdqParams
+from .params import INFO_FILE, INFO_FORMAT, OnnxQdqParams, source_signature
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[OnnxQdqParams]) -> dict[str, Any]:
     params = context.params
-    assert isinstance(params, OnnxQdqParams)
-    source = context.sources[params.source]
+    source = context.source
     (checkpoint,) = context.checkpoints.values()
-    signature = {spec["name"]: spec for spec in json.loads((source / SOURCE_INFO_FILE).read_text())["inputs"]}
+    signature = source_signature(source)
     phases = Phases()
     with phases.time("inputs"):
         feeds = graph_feeds(params.calibration, context.input_root, checkpoint, signature, "calibration")

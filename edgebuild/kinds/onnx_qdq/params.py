@@ -3,20 +3,26 @@ held-out inputs, the recipe and types, and the thresholds against the float grap
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from edgebuild.core.files import RECORD_BYTES, read_json
 from edgebuild.ml.qdq import QdqOptions
-from edgebuild.ml.graph_inputs import GraphInputs
+from edgebuild.models.graph_inputs import GraphInputs
 from edgebuild.plugin import ArtifactParams, OutputLimits, PerOutputLimits, VerifySettings
+from edgebuild.targets.formats import MODEL_FILE, QDQ_INFO_FILE, QDQ_INFO_FORMAT, SIGNATURE_FILE, WEIGHTS_FILE
 
-MODEL_FILE = "model.onnx"
-WEIGHTS_FILE = "model.onnx.data"
-INFO_FILE = "qdq.json"
-INFO_FORMAT = 1
-# What an hf_onnx source writes: its inputs' names, shapes and dtypes.
-SOURCE_INFO_FILE = "export.json"
+INFO_FILE, INFO_FORMAT = QDQ_INFO_FILE, QDQ_INFO_FORMAT
+
+
+def source_signature(source: Path) -> dict[str, Any]:
+    """The source graph's inputs by name, as its ``export.json`` says them: ``{name, shape, dtype}``."""
+    return {spec["name"]: spec for spec in read_json(source / SIGNATURE_FILE, RECORD_BYTES)["inputs"]}
+
+__all__ = ["INFO_FILE", "INFO_FORMAT", "MODEL_FILE", "SIGNATURE_FILE", "WEIGHTS_FILE", "OnnxQdqParams", "OnnxQdqVerify",
+           "source_signature"]
 
 # Default limits against the float graph on the held-out inputs, by activation type (and,
 # the same, against the float model at the root of the chain: the float graph agrees
@@ -59,7 +65,8 @@ class OnnxQdqVerify(VerifySettings, PerOutputLimits):
 
 class OnnxQdqParams(ArtifactParams):
     kind: Literal["onnx_qdq"]
-    source: str = Field(description="The float ONNX artifact to quantize (an hf_onnx artifact).")
+    source: str = Field(description="The float ONNX graph to quantize: an exported graph with its inputs' signature "
+                                    "(an hf_onnx artifact).")
     calibration: GraphInputs = Field(description="Inputs the activation ranges are calibrated on.")
     held_out: GraphInputs = Field(
         default_factory=GraphInputs,

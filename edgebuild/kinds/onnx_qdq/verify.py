@@ -5,21 +5,19 @@ engine judges it too: ``edgebuild/run/chain.py``.)"""
 
 from __future__ import annotations
 
-import json
-
+from edgebuild.core.files import RECORD_BYTES, read_json
 from edgebuild.ml.agreement import output_checks, worst_agreement
 from edgebuild.ml.qdq_checks import compare_graphs, graph_checks
+from edgebuild.models.graph_inputs import graph_feeds
 from edgebuild.plugin import Inputs, OutputLimits, Verification, VerifyContext
 
-from edgebuild.ml.graph_inputs import graph_feeds
-from .params import MODEL_FILE, SOURCE_INFO_FILE, OnnxQdqParams
+from .params import MODEL_FILE, SIGNATURE_FILE, OnnxQdqParams, source_signature
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[OnnxQdqParams]) -> Verification:
     params = context.params
-    assert isinstance(params, OnnxQdqParams)
-    source = context.sources[params.source]
-    export = json.loads((source / SOURCE_INFO_FILE).read_text())
+    source = context.source
+    export = read_json(source / SIGNATURE_FILE, RECORD_BYTES)
     float_model, qdq_model = source / MODEL_FILE, context.out_dir / MODEL_FILE
     inputs = evaluation_inputs(context)
     per_sample = compare_graphs(float_model, qdq_model, inputs.feeds)
@@ -36,13 +34,11 @@ def verify(context: VerifyContext) -> Verification:
 # --- along the chain (edgebuild/core/runner.py) -----------------------------------------
 
 
-def evaluation_inputs(context: VerifyContext) -> Inputs:
+def evaluation_inputs(context: VerifyContext[OnnxQdqParams]) -> Inputs:
     """The held-out inputs (else the calibration inputs), as the graph takes them."""
     params = context.params
-    assert isinstance(params, OnnxQdqParams)
-    source = context.sources[params.source]
     (checkpoint,) = context.checkpoints.values()
-    signature = {spec["name"]: spec for spec in json.loads((source / SOURCE_INFO_FILE).read_text())["inputs"]}
+    signature = source_signature(context.source)
     label = "held_out" if not params.held_out.is_empty() else "calibration"
     feeds = graph_feeds(params.held_out if label == "held_out" else params.calibration, context.input_root, checkpoint,
                         signature, label)

@@ -4,23 +4,26 @@ checked on OpenVINO's CPU plugin in float32."""
 
 from __future__ import annotations
 
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, Starter, ParameterError, TensorSelection
+from edgebuild.plugin import Checkpoint, ParameterError, Process, Starter, TensorSelection
+from edgebuild.targets.base import ProgramTarget, require_package
 
-from ..torch_export.targets import check_program_source, require_package
+from .coverage import OPENVINO_IR
 from .params import EXTRA, INFO_FILE, MODEL_FILE, WEIGHTS_FILE, OpenvinoParams
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 
 
-class Openvino(ArtifactKind):
+class Openvino(ProgramTarget[OpenvinoParams]):
     name = "openvino"
     summary = "a model's torch.export program -> OpenVINO IR (float, or INT8 by NNCF)"
     Params = OpenvinoParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    produces = (OPENVINO_IR,)
     coverage_targets = ("openvino_cpu",)
     build_module = "edgebuild.kinds.openvino.build"
     verify_module = "edgebuild.kinds.openvino.verify"
-    source_kinds = ("torch_export",)
+    requires = ("openvino",)
+    extra = EXTRA
     starter = Starter(
         entry="""\
   # That program for Intel CPUs, iGPUs and NPUs: OpenVINO IR, run on the CPU plugin
@@ -35,21 +38,15 @@ class Openvino(ArtifactKind):
         extra_module="openvino",
     )
     tool_packages = ("openvino", "nncf")
-    memory_factor = 3.0
+    process = Process(memory_factor=3.0, quiet_loggers=("openvino", "nncf"))
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection | None:
-        assert isinstance(params, OpenvinoParams)
+    def tensor_selection(self, params: OpenvinoParams, checkpoint: Checkpoint) -> TensorSelection | None:
         # Calibration images go through the image processor of the checkpoint behind the source.
         return TensorSelection(prefixes=(), files=(PREPROCESSOR_FILE,)) if params.calibration.images else None
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
-        assert isinstance(params, OpenvinoParams)
-        require_package("openvino", EXTRA, self.name)
+    def check_parameters(self, params: OpenvinoParams, checkpoints: dict[str, Checkpoint]) -> None:
+        super().check_parameters(params, checkpoints)
         if params.quantize == "int8":
             require_package("nncf", EXTRA, self.name)
             if len(checkpoints) != 1:
                 raise ParameterError(f"expected one checkpoint behind the source, found {len(checkpoints)}", key="source")
-
-    def check_sources(self, params: ArtifactParams, sources: dict[str, ArtifactParams]) -> None:
-        assert isinstance(params, OpenvinoParams)
-        check_program_source(self.name, params, sources, dynamic=True)

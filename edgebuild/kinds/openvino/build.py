@@ -7,20 +7,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgebuild.ml.programs import load_program, traced_modules
+from edgebuild.models.graph_inputs import graph_feeds
 from edgebuild.plugin import BuildContext, ExportError, Phases
+from edgebuild.targets.program import load_program, program_info, program_path, traced_modules
 
-from edgebuild.ml.graph_inputs import graph_feeds
-from ..torch_export.targets import program_info, program_path
 from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, OpenvinoParams
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[OpenvinoParams]) -> dict[str, Any]:
     import openvino
 
     params = context.params
-    assert isinstance(params, OpenvinoParams) and params.source is not None
-    source = context.sources[params.source]
+    source = context.source
     info = program_info(source)
     phases = Phases()
     with phases.time("convert"):

@@ -6,10 +6,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from edgebuild.models.graph_inputs import GraphInputs
 from edgebuild.plugin import OutputLimits
-
-from edgebuild.ml.graph_inputs import GraphInputs
-from ..torch_export.targets import TargetParams, TargetVerify
+from edgebuild.targets.params import TargetParams
 
 MODEL_FILE = "model.xml"
 WEIGHTS_FILE = "model.bin"
@@ -33,7 +32,6 @@ class OpenvinoParams(TargetParams):
                     "and/or SafeTensors files of one tensor per input (as onnx_qdq takes them).",
     )
     device: Literal["CPU"] = Field(default="CPU", description="The plugin the IR is compiled for and run on here.")
-    verify: TargetVerify = Field(default_factory=TargetVerify, description="Verification thresholds and inputs.")
 
     # The calibration files are the build's; the model fields are the source's.
     VERIFY_ONLY_INPUTS: ClassVar[frozenset[str]] = frozenset()

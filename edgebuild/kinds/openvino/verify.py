@@ -4,45 +4,41 @@ at every size of its dynamic axes; what the plugin says it takes (``query_model`
 
 from __future__ import annotations
 
-from edgebuild.core.files import RECORD_BYTES, read_json
 from typing import Any
 
-from edgebuild.plugin import OutputLimits, Runner, TensorSpec, Verification, VerifyContext
+from edgebuild.core.files import RECORD_BYTES, read_json
+from edgebuild.plugin import OutputLimits, Runner, Verification, VerifyContext
+from edgebuild.targets.judging import judge_target
+from edgebuild.targets.program import input_specs, output_names, program_info
 
-from ..torch_export.judging import judge_target
-from ..torch_export.targets import program_info
 from .params import DEFAULT_LIMITS, INFO_FILE, MODEL_FILE, OpenvinoParams
 
 PRECISION = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[OpenvinoParams]) -> Verification:
     import openvino
 
     params = context.params
-    assert isinstance(params, OpenvinoParams) and params.source is not None
     core = openvino.Core()
     model = core.read_model(str(context.out_dir / MODEL_FILE))
     taken = core.query_model(model, params.device)
     metrics = {"openvino": read_json(context.out_dir / INFO_FILE, RECORD_BYTES),
                "query_model": {"device": params.device, "ops": len(model.get_ops()), "taken": len(taken)}}
-    return judge_target(params, context.sources[params.source], runner(context), "ran",
+    return judge_target(context, runner(context), "ran",
                         f"executed by OpenVINO's {params.device} plugin (f32 precision hint)",
                         DEFAULT_LIMITS[params.quantize], metrics)
 
 
-def runner(context: VerifyContext) -> Runner:
+def runner(context: VerifyContext[OpenvinoParams]) -> Runner:
     """The IR compiled for the CPU plugin in float32."""
     import openvino
 
     params = context.params
-    assert isinstance(params, OpenvinoParams) and params.source is not None
-    info = program_info(context.sources[params.source])
+    info = program_info(context.source)
     compiled = openvino.Core().compile_model(str(context.out_dir / MODEL_FILE), params.device, PRECISION)
-    names = [spec["name"] for spec in info["outputs"]]
-    specs = [TensorSpec(spec["name"], tuple(None if str(axis) in spec["dynamic"] else dim
-                                            for axis, dim in enumerate(spec["shape"])), spec["dtype"])
-             for spec in info["inputs"]]
+    names = output_names(info)
+    specs = input_specs(info)
 
     def run_one(feed: dict[str, Any]) -> dict[str, Any]:
         produced = compiled([feed[spec.name] for spec in specs])

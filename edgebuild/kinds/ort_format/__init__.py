@@ -3,20 +3,21 @@ onnxruntime builds on phones (with the operators such a build must register)."""
 
 from __future__ import annotations
 
-from edgebuild.plugin import ArtifactKind, Starter
+from edgebuild.plugin import ArtifactKind, Process, Starter
+from edgebuild.targets.formats import ONNX_GRAPH
 
 from .params import INFO_FILE, MODEL_FILE, OPERATORS_FILE, OrtFormatParams
 
 
-class OrtFormat(ArtifactKind):
+class OrtFormat(ArtifactKind[OrtFormatParams]):
     name = "ort_format"
     summary = "an ONNX artifact's graph -> onnxruntime's ORT format (.ort)"
     Params = OrtFormatParams
     outputs = (MODEL_FILE, OPERATORS_FILE, INFO_FILE)
+    consumes = (ONNX_GRAPH,)
     build_module = "edgebuild.kinds.ort_format.build"
     verify_module = "edgebuild.kinds.ort_format.verify"
-    source_kinds = ("hf_onnx", "qwen3_5_vision_tower", "onnx_qdq", "qwen3_5_tower_qdq", "siglip_f143_onnx")
-    memory_factor = 2.0
+    process = Process(memory_factor=2.0, quiet_loggers=("ort_format_model",))
     starter = Starter(
         entry="""\
   # The ONNX graph above in onnxruntime's ORT format, for a reduced onnxruntime build on a

@@ -19,13 +19,12 @@ from edgebuild.plugin import BuildContext, ExportError, Phases
 from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, OPERATORS_FILE, SOURCE_MODEL, OrtFormatParams
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[OrtFormatParams]) -> dict[str, Any]:
     import onnxruntime
     from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
 
     params = context.params
-    assert isinstance(params, OrtFormatParams)
-    source = context.sources[params.source]
+    source = context.source
     style = OptimizationStyle.Fixed if params.optimization == "fixed" else OptimizationStyle.Runtime
     phases = Phases()
     with tempfile.TemporaryDirectory(dir=context.out_dir, prefix=".convert-") as scratch:

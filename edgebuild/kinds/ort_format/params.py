@@ -27,7 +27,7 @@ class OrtVerify(VerifySettings, PerOutputLimits):
 
 class OrtFormatParams(ArtifactParams):
     kind: Literal["ort_format"]
-    source: str = Field(description="An artifact that writes model.onnx (hf_onnx, onnx_qdq, a tower, ...).")
+    source: str = Field(description="An artifact that writes an ONNX graph, model.onnx (hf_onnx, onnx_qdq, a tower, ...).")
     optimization: Literal["fixed", "runtime"] = Field(
         default="fixed",
         description="onnxruntime's optimization style: fixed (optimizations applied now, for a reduced build) or "

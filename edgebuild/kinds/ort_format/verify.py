@@ -5,28 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgebuild.core.runner import random_feeds
 from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 from edgebuild.plugin import OutputLimits, Runner, Verification, VerifyContext
 
 from .params import DEFAULT_LIMITS, MODEL_FILE, SOURCE_MODEL, OrtFormatParams
 
 
-def verify(context: VerifyContext) -> Verification:
-    import numpy
+def verify(context: VerifyContext[OrtFormatParams]) -> Verification:
     import torch
 
-    from edgebuild.ml.runners import onnx_runner
+    from edgebuild.targets.runners import onnx_runner
 
     params = context.params
-    assert isinstance(params, OrtFormatParams)
     ort_model = runner(context)
-    graph = onnx_runner(context.sources[params.source] / SOURCE_MODEL)
-    generator = numpy.random.default_rng(params.verify.seed)
-    feeds = []
-    for _ in range(params.verify.samples):
-        feeds.append({spec.name: generator.standard_normal(spec.shape).astype(spec.dtype) if spec.dtype.startswith("float")
-                      else numpy.ones(spec.shape, dtype=spec.dtype) if spec.name.endswith("_mask")
-                      else numpy.zeros(spec.shape, dtype=spec.dtype) for spec in ort_model.inputs})
+    graph = onnx_runner(context.source / SOURCE_MODEL)
+    feeds = random_feeds(ort_model.inputs, params.verify.samples, params.verify.seed)
     comparisons: dict[str, list[dict[str, Any]]] = {name: [] for name in ort_model.outputs}
     for feed in feeds:
         expected, found = graph.run_one(feed), ort_model.run_one(feed)
@@ -42,9 +36,9 @@ def verify(context: VerifyContext) -> Verification:
     return Verification(checks=checks, metrics={"outputs": measured, "level": "ran"})
 
 
-def runner(context: VerifyContext) -> Runner:
+def runner(context: VerifyContext[OrtFormatParams]) -> Runner:
     """The ``.ort`` model in onnxruntime, on the CPU."""
-    from edgebuild.ml.runners import onnx_runner
+    from edgebuild.targets.runners import onnx_runner
 
     return onnx_runner(context.out_dir / MODEL_FILE)
 

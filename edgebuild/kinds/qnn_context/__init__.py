@@ -12,21 +12,25 @@ the HTP simulator against the QDQ graph on the CPU.
 
 from __future__ import annotations
 
-from edgebuild.plugin import ArtifactKind, Starter
+from edgebuild.plugin import ArtifactKind, Process, Starter
+from edgebuild.targets.formats import QDQ_GRAPH
 
+from .coverage import QNN_CONTEXT
 from .params import CONTEXT_BINARY_FILE, INFO_FILE, MODEL_FILE, QNN_PACKAGE, QnnParams
 
 
-class QnnContext(ArtifactKind):
+class QnnContext(ArtifactKind[QnnParams]):
     name = "qnn_context"
     summary = "QDQ graph -> QNN HTP context binary (EPContext), Snapdragon X by default"
     Params = QnnParams
     outputs = (MODEL_FILE, CONTEXT_BINARY_FILE, INFO_FILE)
+    consumes = (QDQ_GRAPH,)
+    produces = (QNN_CONTEXT,)
     coverage_targets = ("qnn_htp",)
     build_module = "edgebuild.kinds.qnn_context.build"
     verify_module = "edgebuild.kinds.qnn_context.verify"
     # Compiling the full-size QDQ tower's context: 2.6 GiB against 1.72 GiB of source weights.
-    memory_factor = 2.0
+    process = Process(memory_factor=2.0)
     starter = Starter(
         entry="""\
   # That QDQ graph compiled into a QNN HTP context binary for Snapdragon X; the HTP
@@ -41,5 +45,4 @@ class QnnContext(ArtifactKind):
         extra="qnn",
         extra_module="onnxruntime_qnn",
     )
-    source_kinds = ("onnx_qdq", "qwen3_5_tower_qdq")
     tool_packages = (QNN_PACKAGE,)

@@ -19,13 +19,12 @@ from .params import CONTEXT_BINARY_FILE, INFO_FILE, INFO_FORMAT, MODEL_FILE, PRO
 from .qnn import qnn_version, require_qnn
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[QnnParams]) -> dict[str, Any]:
     import onnx
 
     params = context.params
-    assert isinstance(params, QnnParams)
     require_qnn()
-    source_model = context.sources[params.source] / SOURCE_MODEL_FILE
+    source_model = context.source / SOURCE_MODEL_FILE
     _require_fixed_shapes(source_model, params.source)
     model_path = context.out_dir / MODEL_FILE
     phases = Phases()

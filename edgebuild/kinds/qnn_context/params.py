@@ -7,12 +7,12 @@ from typing import Literal
 from pydantic import Field
 
 from edgebuild.plugin import ArtifactParams, VerifySettings
+from edgebuild.targets.formats import MODEL_FILE, WEIGHTS_FILE
 
-# The EPContext graph, and the compiled context binary onnxruntime names after it.
-MODEL_FILE = "model.onnx"
-# What every QDQ source writes: the graph and its external weights.
-SOURCE_MODEL_FILE = "model.onnx"
-SOURCE_WEIGHTS_FILE = "model.onnx.data"
+# The EPContext graph (named as its source's), and the compiled context binary onnxruntime names after it.
+# What every QDQ source writes: the graph and its external weights (formats.QDQ_GRAPH).
+SOURCE_MODEL_FILE = MODEL_FILE
+SOURCE_WEIGHTS_FILE = WEIGHTS_FILE
 CONTEXT_BINARY_FILE = "model_qnn.bin"
 INFO_FILE = "context.json"
 INFO_FORMAT = 1
@@ -47,13 +47,14 @@ class QnnVerify(VerifySettings):
     mean_abs: float = Field(default=0.02, ge=0.0, description="Largest mean absolute error, simulator vs CPU.")
     max_abs: float = Field(default=0.1, ge=0.0, description="Largest absolute error, simulator vs CPU.")
     max_partitions: int = Field(default=1, ge=1, description="QNN partitions the graph may be split into.")
-    samples: int = Field(default=2, ge=1, le=16, description="Random inputs: floats uniform in [-1, 1], integers zero.")
+    samples: int = Field(default=2, ge=1, le=16, description="Random inputs: floats uniform in [-1, 1], masks all ones, "
+                                                            "other integers zero.")
     seed: int = Field(default=0, description="Seed of the random inputs.")
 
 
 class QnnParams(ArtifactParams):
     kind: Literal["qnn_context"]
-    source: str = Field(description="The QDQ graph to compile (a qwen3_5_tower_qdq or onnx_qdq artifact).")
+    source: str = Field(description="The QDQ graph to compile (an onnx_qdq or qwen3_5_tower_qdq artifact).")
     soc_model: int = Field(default=SNAPDRAGON_X_SOC_MODEL, ge=0, description="QNN SoC model id (60: Snapdragon X).")
     htp_arch: int = Field(default=SNAPDRAGON_X_HTP_ARCH, ge=68, description="Hexagon HTP architecture (73: v73).")
     verify: QnnVerify = Field(default_factory=QnnVerify, description="Verification thresholds and inputs.")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edgebuild.core.runner import random_feeds
 from edgebuild.ml.compare import compare_outputs, worst_case
 from edgebuild.plugin import Check, ExportError, NotRunnable, OutputLimits, Runner, Verification, VerifyContext
 
@@ -15,11 +16,10 @@ from .params import INFO_FILE, MODEL_FILE, PROVIDER, SOURCE_MODEL_FILE, SOURCE_W
 from .qnn import htp_session, qnn_unavailable_reason
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[QnnParams]) -> Verification:
     params = context.params
-    assert isinstance(params, QnnParams)
     info = json.loads((context.out_dir / INFO_FILE).read_text())
-    source = context.sources[params.source]
+    source = context.source
     checks = [
         Check.measure("nodes_off_qnn", info["nodes_elsewhere"], "==", 0,
                       f"nodes of the compiled session not on {PROVIDER} (CPU fallback disabled); "
@@ -57,21 +57,15 @@ def verify(context: VerifyContext) -> Verification:
 
 
 def _simulate(session: Any, qdq_model: Any, params: QnnParams) -> tuple[dict[str, float], list[dict[str, float]]]:
-    import numpy
     import torch
 
     from edgebuild.ml.onnx_tools import run_session
+    from edgebuild.targets.runners import session_runner
 
-    # Floats uniform in [-1, 1] (about the range of normalised pixels); integers (ids,
-    # masks) zero. Both sides run the same quantized graph, so any input in the
-    # calibrated range exercises the same arithmetic.
-    generator = numpy.random.default_rng(params.verify.seed)
-    feeds = [
-        {graph_input.name: generator.uniform(-1.0, 1.0, graph_input.shape).astype(numpy.float32)
-         if "float" in graph_input.type else numpy.zeros(graph_input.shape, dtype=numpy.int64)
-         for graph_input in session.get_inputs()}
-        for _ in range(params.verify.samples)
-    ]
+    # The one seeded rule, its floats uniform in [-1, 1] (about the range of normalised
+    # pixels, and of what the graph was calibrated on); masks all ones. Both sides run the
+    # same quantized graph, so any input in the calibrated range exercises the same arithmetic.
+    feeds = random_feeds(session_runner(session, "").inputs, params.verify.samples, params.verify.seed, floats="uniform")
     simulated = [session.run(None, feed) for feed in feeds]
     reference = run_session(qdq_model, feeds)
     # Every output of every sample: the worst of them decides.
@@ -80,12 +74,11 @@ def _simulate(session: Any, qdq_model: Any, params: QnnParams) -> tuple[dict[str
     return worst_case(comparisons), comparisons
 
 
-def _too_large_to_simulate(context: VerifyContext) -> str | None:
+def _too_large_to_simulate(context: VerifyContext[QnnParams]) -> str | None:
     """Why the HTP simulator is not run on this context (its source's weights are over
     ``verify.simulate_max_weight_mib``), or ``None``."""
     params = context.params
-    assert isinstance(params, QnnParams)
-    weight_mib = (context.sources[params.source] / SOURCE_WEIGHTS_FILE).stat().st_size / 2**20
+    weight_mib = (context.source / SOURCE_WEIGHTS_FILE).stat().st_size / 2**20
     if weight_mib <= params.verify.simulate_max_weight_mib:
         return None
     return (f"the source's weights are {weight_mib:.1f} MiB, over verify.simulate_max_weight_mib = "
@@ -95,15 +88,14 @@ def _too_large_to_simulate(context: VerifyContext) -> str | None:
 # --- along the chain (edgebuild/core/runner.py) -----------------------------------------
 
 
-def runner(context: VerifyContext) -> Runner:
+def runner(context: VerifyContext[QnnParams]) -> Runner:
     """The compiled context on the HTP simulator (CPU fallback disabled), for a graph small
     enough to simulate; :class:`NotRunnable` otherwise."""
-    from edgebuild.ml.runners import session_runner
+    from edgebuild.targets.runners import session_runner
 
     from .qnn import qnn_version
 
     params = context.params
-    assert isinstance(params, QnnParams)
     unavailable = qnn_unavailable_reason()
     if unavailable is not None:
         raise NotRunnable(unavailable)

@@ -1,8 +1,9 @@
 """Kind ``qwen3_5_vision_tower``: a Qwen3.5 vision tower as one fixed-shape ONNX graph.
 
 The model definition is transformers' own ``Qwen3_5VisionModel``; nothing here
-re-writes it (``model.py`` fixes its input shape). ``build.py`` exports it,
-``verify.py`` judges the export against the model's own forward.
+re-writes it (``edgebuild/models/qwen3_5``: its geometry, the fixed-shape wrapper, its
+image steps). ``build.py`` exports it, ``verify.py`` judges the export against the
+model's own forward.
 """
 
 from __future__ import annotations
@@ -10,29 +11,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
 from edgebuild.ml.onnx_tools import EXPORT_IMPORTS, EXPORT_WARMUPS
-from edgebuild.ml.qwen3_5_fixtures import FIXTURES
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
+from edgebuild.models.hf import TRANSFORMERS_IMPORTS
+from edgebuild.models.qwen3_5.fixtures import FIXTURES
+from edgebuild.models.qwen3_5.geometry import (GEOMETRY_FILE, PREPROCESSOR_FILE, TOWER_GRAPH, VISUAL_PREFIX,
+                                               check_vision_config, tower_geometry)
+from edgebuild.plugin import ArtifactKind, Checkpoint, ParameterError, Plots, Process, Starter, TensorSelection
+from edgebuild.targets.formats import ONNX_GRAPH
 
-from .images import PREPROCESSOR_FILE
-from .params import GEOMETRY_FILE, MODEL_FILE, VISUAL_PREFIX, WEIGHTS_FILE, TowerParams, check_vision_config, tower_geometry
+from .params import MODEL_FILE, WEIGHTS_FILE, TowerParams
 
 
-class Qwen3_5VisionTower(ArtifactKind):
+class Qwen3_5VisionTower(ArtifactKind[TowerParams]):
     name = "qwen3_5_vision_tower"
     summary = "Qwen3.5 vision tower -> fixed-shape ONNX"
     Params = TowerParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, GEOMETRY_FILE)
+    produces = (ONNX_GRAPH, TOWER_GRAPH)
     coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.qwen3_5_tower.build"
     verify_module = "edgebuild.kinds.qwen3_5_tower.verify"
-    # Full-size tower (1.72 GiB float32): verification peaked at 2.95x, the build at 1.65x.
-    memory_factor = 3.0
-    # Its model's module too: every build and verification loads Qwen3_5VisionModel, and its
-    # module took about 0.3 s to import in each worker after transformers' common ones.
-    worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS + ("transformers.models.qwen3_5.modeling_qwen3_5",)
-    build_warmups = EXPORT_WARMUPS
+    process = Process(
+        # Full-size tower (1.72 GiB float32): verification peaked at 2.95x, the build at 1.65x.
+        memory_factor=3.0,
+        # Its model's module too: every build and verification loads Qwen3_5VisionModel, and its
+        # module took about 0.3 s to import in each worker after transformers' common ones.
+        worker_imports=TRANSFORMERS_IMPORTS + EXPORT_IMPORTS + ("transformers.models.qwen3_5.modeling_qwen3_5",),
+        build_warmups=EXPORT_WARMUPS,
+    )
     fixtures = FIXTURES
     starter = Starter(
         checkpoints={"qwen3_5": "qwen3_5_vl_tiny"},
@@ -52,7 +58,7 @@ class Qwen3_5VisionTower(ArtifactKind):
 """,
     )
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
+    def tensor_selection(self, params: TowerParams, checkpoint: Checkpoint) -> TensorSelection:
         # The tower alone: a plain release and its FP8 release (text weights float8 with
         # scales, a quantization_config) share it, and so share the fingerprint.
         # And the image processor's file, when the checkpoint ships one: not read by the
@@ -61,16 +67,14 @@ class Qwen3_5VisionTower(ArtifactKind):
         files = (PREPROCESSOR_FILE,) if checkpoint.has_file(PREPROCESSOR_FILE) else ()
         return TensorSelection(prefixes=(VISUAL_PREFIX,), config_key="vision_config", files=files)
 
-    def consumer_preprocessing(self, params: ArtifactParams) -> dict[str, Any]:
-        assert isinstance(params, TowerParams)
+    def consumer_preprocessing(self, params: TowerParams) -> dict[str, Any]:
         height, width = params.image_size
         # The graph is fixed at one image size: a consumer resizes to it, and gives the
         # processor a pixel budget of exactly that size, so that it keeps it as it is.
         return {"image_size": [height, width],
                 "image_processor_overrides": {"size": {"shortest_edge": height * width, "longest_edge": height * width}}}
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
-        assert isinstance(params, TowerParams)
+    def check_parameters(self, params: TowerParams, checkpoints: dict[str, Checkpoint]) -> None:
         checkpoint = checkpoints[params.checkpoint]
         vision_config = check_vision_config(checkpoint)
         checkpoint.once(("float tensors", VISUAL_PREFIX),

@@ -1,36 +1,24 @@
-"""The tower's manifest parameters, its thresholds and its geometry at one image size."""
+"""The tower's manifest parameters and its thresholds (its geometry is the model's:
+``edgebuild/models/qwen3_5/geometry.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator
 
-from edgebuild.plugin import ArtifactParams, Dtype, ParameterError, VerifySettings
 from edgebuild.ml.onnx_tools import EXPORTER_MAX_OPSET, EXPORTER_MIN_OPSET
+from edgebuild.models.qwen3_5.geometry import MODEL_FILE, WEIGHTS_FILE
+from edgebuild.plugin import ArtifactParams, Dtype, VerifySettings
 
-if TYPE_CHECKING:
-    from edgebuild.core.checkpoint import Checkpoint
+__all__ = ["DEFAULT_LIMITS", "MODEL_FILE", "WEIGHTS_FILE", "WRAPPER_TOLERANCE", "TowerParams", "TowerVerify"]
 
-VISUAL_PREFIX = "model.visual."
-MODEL_FILE = "model.onnx"
-WEIGHTS_FILE = "model.onnx.data"
-GEOMETRY_FILE = "tower.json"
 # The fixed-shape module must reproduce the model's own forward this closely
 # (or exactly) before it is exported; anything looser exports a different model.
 WRAPPER_TOLERANCE = 1e-4
 # The largest image side the manifest takes: 8192 px at patch 16 is 262 144 patches,
 # whose attention alone needs hundreds of GiB -- past any machine a tower is exported on.
 MAX_IMAGE_SIDE = 8192
-# The integer entries of vision_config the tower's shapes come from, and their defaults
-# in Qwen3_5VisionConfig; each must be a positive integer.
-VISION_INTEGERS = {
-    "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
-    "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
-    "num_position_embeddings": 2304,
-}
-
 # Per-dtype defaults for the manifest's ``verify:`` thresholds, against the
 # float32 model's own forward. float16 figures measured on the tiny fixture:
 # see docs/kinds/qwen3_5_vision_tower.md.
@@ -108,62 +96,3 @@ class TowerParams(ArtifactParams):
     def limits(self) -> dict[str, float]:
         defaults = DEFAULT_LIMITS[self.dtype]
         return {key: getattr(self.verify, key) if getattr(self.verify, key) is not None else defaults[key] for key in defaults}
-
-
-@dataclass(frozen=True)
-class TowerGeometry:
-    """The shapes an exported tower is fixed at."""
-
-    height: int
-    width: int
-    grid_h: int
-    grid_w: int
-    patches: int
-    patch_dim: int
-    merged_tokens: int
-    out_hidden_size: int
-
-    @property
-    def grid_thw(self) -> list[int]:
-        return [1, self.grid_h, self.grid_w]
-
-
-def check_vision_config(checkpoint: "Checkpoint") -> dict[str, Any]:
-    """The checkpoint's ``vision_config``, once every integer the tower's shapes come
-    from is a positive integer (a :class:`CheckpointError` naming the key otherwise)."""
-
-    def check() -> dict[str, Any]:
-        for key, default in VISION_INTEGERS.items():
-            checkpoint.config_int("vision_config", key, default=default, minimum=1)
-        return checkpoint.config_section("vision_config")
-
-    return checkpoint.once(check_vision_config, check)
-
-
-def tower_geometry(vision_config: dict[str, Any], image_size: tuple[int, int]) -> TowerGeometry:
-    """Geometry at ``image_size``, or a :class:`ParameterError` naming the nearest valid sizes.
-    ``vision_config`` has passed :func:`check_vision_config`."""
-    patch = vision_config.get("patch_size", VISION_INTEGERS["patch_size"])
-    merge = vision_config.get("spatial_merge_size", VISION_INTEGERS["spatial_merge_size"])
-    step = patch * merge
-    for axis, size in zip(("height", "width"), image_size):
-        if size % step:
-            below = (size // step) * step
-            nearest = [candidate for candidate in (below, below + step) if candidate > 0]
-            raise ParameterError(
-                f"{axis} {size} is not a multiple of patch_size x spatial_merge_size "
-                f"= {patch} x {merge} = {step}; nearest valid sizes: {', '.join(map(str, nearest))}"
-            )
-    grid_h, grid_w = image_size[0] // patch, image_size[1] // patch
-    patches = grid_h * grid_w
-    return TowerGeometry(
-        height=image_size[0],
-        width=image_size[1],
-        grid_h=grid_h,
-        grid_w=grid_w,
-        patches=patches,
-        patch_dim=vision_config.get("in_channels", VISION_INTEGERS["in_channels"])
-        * vision_config.get("temporal_patch_size", VISION_INTEGERS["temporal_patch_size"]) * patch * patch,
-        merged_tokens=patches // (merge * merge),
-        out_hidden_size=vision_config.get("out_hidden_size", VISION_INTEGERS["out_hidden_size"]),
-    )

@@ -7,23 +7,24 @@ from dataclasses import asdict
 from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
+from edgebuild.models.qwen3_5.geometry import tower_geometry
+from edgebuild.models.qwen3_5.model import load_tower, sample_patches
 from edgebuild.plugin import Check, Runner, TensorSpec, Verification, VerifyContext
-from .model import load_tower, sample_patches
-from .params import MODEL_FILE, WRAPPER_TOLERANCE, TowerParams, tower_geometry
+
+from .params import MODEL_FILE, WRAPPER_TOLERANCE, TowerParams
 
 # Fixed |error| bin edges for the histogram the report page draws: half decades from
 # 1e-8 to 1e2, so histograms of different builds and dtypes line up bin for bin.
 ERROR_HISTOGRAM_EDGES = [10.0 ** (exponent / 2) for exponent in range(-16, 5)]
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[TowerParams]) -> Verification:
     import numpy
     import torch
 
     from edgebuild.ml.onnx_tools import graph_summary, provider_placement, run_session
 
     params = context.params
-    assert isinstance(params, TowerParams)
     limits = params.limits()
     checkpoint = context.checkpoint
     vision_config = checkpoint.config_section("vision_config")
@@ -115,17 +116,16 @@ def verify(context: VerifyContext) -> Verification:
 # --- along the chain (edgebuild/core/runner.py) -----------------------------------------
 
 
-def float_model(context: VerifyContext) -> Runner:
+def float_model(context: VerifyContext[TowerParams]) -> Runner:
     """``Qwen3_5VisionModel.forward(patches, grid_thw).pooler_output`` in float32 at the
     tower's grid: the reference of every artifact made from this tower (its QDQ graph,
     the QNN context compiled from that)."""
     import torch
     import transformers
 
-    from edgebuild.ml.runners import torch_runner
+    from edgebuild.targets.runners import torch_runner
 
     params = context.params
-    assert isinstance(params, TowerParams)
     geometry = tower_geometry(context.checkpoint.config_section("vision_config"), params.image_size)
     tower = load_tower(context.checkpoint, torch.float32, params.attn_implementation)
     grid = torch.tensor([geometry.grid_thw], dtype=torch.long)
@@ -137,14 +137,13 @@ def float_model(context: VerifyContext) -> Runner:
                         f"transformers {transformers.__version__} Qwen3_5VisionModel.forward(float32).pooler_output")
 
 
-def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
+def image_feeds(context: VerifyContext[TowerParams], images: list[Any]) -> list[dict[str, Any]]:
     """Images through the checkpoint's ``Qwen2VLImageProcessor`` steps at the tower's size."""
     import numpy
 
-    from .images import image_patches, patch_preprocessing
+    from edgebuild.models.qwen3_5.images import image_patches, patch_preprocessing
 
     params = context.params
-    assert isinstance(params, TowerParams)
     geometry = asdict(tower_geometry(context.checkpoint.config_section("vision_config"), params.image_size))
     dtype = numpy.float16 if params.dtype == "float16" else numpy.float32
     preprocessing = patch_preprocessing(context.checkpoint)

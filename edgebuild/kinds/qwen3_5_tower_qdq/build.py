@@ -8,19 +8,18 @@ import json
 from typing import Any
 
 from edgebuild.ml.qdq import quantize_graph
+from edgebuild.models.qwen3_5.geometry import GEOMETRY_FILE
+from edgebuild.models.qwen3_5.inputs import PATCHES_INPUT, tower_inputs
 from edgebuild.plugin import BuildContext, Phases
 
-from ..qwen3_5_tower.params import GEOMETRY_FILE as SOURCE_GEOMETRY_FILE
-from .inputs import tower_inputs
-from .params import INFO_FILE, INFO_FORMAT, PATCHES_INPUT, QdqParams
+from .params import INFO_FILE, INFO_FORMAT, QdqParams
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[QdqParams]) -> dict[str, Any]:
     params = context.params
-    assert isinstance(params, QdqParams)
-    source = context.sources[params.source]
+    source = context.source
     (checkpoint,) = context.checkpoints.values()
-    geometry = json.loads((source / SOURCE_GEOMETRY_FILE).read_text())["geometry"]
+    geometry = json.loads((source / GEOMETRY_FILE).read_text())["geometry"]
     phases = Phases()
 
     with phases.time("inputs"):

@@ -7,15 +7,14 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from edgebuild.ml.qdq import QdqOptions
-from edgebuild.plugin import ArtifactParams, InputFiles, VerifySettings
+from edgebuild.models.qwen3_5.geometry import PREPROCESSOR_FILE
+from edgebuild.models.qwen3_5.inputs import TowerInputs
+from edgebuild.plugin import ArtifactParams, VerifySettings
+from edgebuild.targets.formats import MODEL_FILE, QDQ_INFO_FILE, QDQ_INFO_FORMAT, WEIGHTS_FILE
 
-MODEL_FILE = "model.onnx"
-WEIGHTS_FILE = "model.onnx.data"
-INFO_FILE = "qdq.json"
-INFO_FORMAT = 1
-PREPROCESSOR_FILE = "preprocessor_config.json"
-# The graph's input: one image's patches, [patches, patch_dim].
-PATCHES_INPUT = "patches"
+INFO_FILE, INFO_FORMAT = QDQ_INFO_FILE, QDQ_INFO_FORMAT
+
+__all__ = ["INFO_FILE", "INFO_FORMAT", "MODEL_FILE", "PREPROCESSOR_FILE", "WEIGHTS_FILE", "QdqParams", "QdqVerify"]
 
 # Default thresholds against the float32 tower graph on the held-out images. Measured
 # on the tiny fixture with the shipped images (4 calibration, 2 held out), minmax:
@@ -31,22 +30,6 @@ DEFAULT_LIMITS: dict[str, dict[str, float]] = {
     "uint16": {"cosine_min": 0.98, "mean_abs": 0.08, "max_abs": 0.6},
     "uint8": {"cosine_min": 0.975, "mean_abs": 0.1, "max_abs": 0.8},
 }
-
-
-class TowerInputs(InputFiles):
-    """Inputs of the tower: images (paths or globs, relative to the manifest), each
-    run through the checkpoint's own image processor at the tower's size, and/or
-    SafeTensors files holding a ``patches`` tensor of ``[n * patches, patch_dim]``
-    or ``[n, patches, patch_dim]`` (n images already turned into patches)."""
-
-    images: list[str] = Field(
-        default_factory=list,
-        description="Images (paths or globs), through the checkpoint's image processor at the tower's size.",
-    )
-    patches: list[str] = Field(
-        default_factory=list,
-        description="SafeTensors files with a patches tensor [patches, patch_dim] or [n, patches, patch_dim].",
-    )
 
 
 class QdqVerify(VerifySettings):

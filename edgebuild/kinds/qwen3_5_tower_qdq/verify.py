@@ -7,19 +7,18 @@ import json
 
 from edgebuild.ml.compare import worst_case
 from edgebuild.ml.qdq_checks import compare_graphs, graph_checks
+from edgebuild.models.qwen3_5.geometry import GEOMETRY_FILE
+from edgebuild.models.qwen3_5.geometry import MODEL_FILE as SOURCE_MODEL_FILE
+from edgebuild.models.qwen3_5.inputs import PATCHES_INPUT, tower_inputs
 from edgebuild.plugin import Check, Inputs, OutputLimits, Verification, VerifyContext
 
-from ..qwen3_5_tower.params import GEOMETRY_FILE as SOURCE_GEOMETRY_FILE
-from ..qwen3_5_tower.params import MODEL_FILE as SOURCE_MODEL_FILE
-from .inputs import tower_inputs
-from .params import MODEL_FILE, PATCHES_INPUT, QdqParams
+from .params import MODEL_FILE, QdqParams
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[QdqParams]) -> Verification:
     params = context.params
-    assert isinstance(params, QdqParams)
     limits = params.limits()
-    source = context.sources[params.source]
+    source = context.source
     float_model, qdq_model = source / SOURCE_MODEL_FILE, context.out_dir / MODEL_FILE
 
     inputs = evaluation_inputs(context)
@@ -44,13 +43,12 @@ def verify(context: VerifyContext) -> Verification:
 # --- along the chain (edgebuild/core/runner.py) -----------------------------------------
 
 
-def evaluation_inputs(context: VerifyContext) -> Inputs:
+def evaluation_inputs(context: VerifyContext[QdqParams]) -> Inputs:
     """The held-out inputs (else the calibration inputs), as the tower's patches."""
     params = context.params
-    assert isinstance(params, QdqParams)
-    source = context.sources[params.source]
+    source = context.source
     (checkpoint,) = context.checkpoints.values()
-    geometry = json.loads((source / SOURCE_GEOMETRY_FILE).read_text())["geometry"]
+    geometry = json.loads((source / GEOMETRY_FILE).read_text())["geometry"]
     label = "held_out" if not params.held_out.is_empty() else "calibration"
     samples = tower_inputs(params.held_out if label == "held_out" else params.calibration, context.input_root,
                            checkpoint, geometry, label)

@@ -18,11 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
-from edgebuild.ml.sample_images import starter_samples
-from edgebuild.ml.siglip import PREPROCESSOR_FILE, siglip_layout
-from edgebuild.ml.siglip_fixtures import FIXTURES
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
+from edgebuild.models.hf import TRANSFORMERS_IMPORTS
+from edgebuild.models.sample_images import starter_samples
+from edgebuild.models.siglip.f143 import F143_ENCODER
+from edgebuild.models.siglip.fixtures import FIXTURES
+from edgebuild.models.siglip.model import PREPROCESSOR_FILE, siglip_layout
+from edgebuild.plugin import ArtifactKind, Checkpoint, ParameterError, Plots, Process, Starter, TensorSelection
 
 from .packed import load_packed
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
@@ -30,16 +31,16 @@ from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
 __all__ = ["SiglipF143", "load_packed"]
 
 
-class SiglipF143(ArtifactKind):
+class SiglipF143(ArtifactKind[SiglipF143Params]):
     name = "siglip_f143"
     summary = "SigLIP vision encoder quantized to F143 (GPTQ) -> SafeTensors"
     Params = SiglipF143Params
     outputs = ("config.json", "preprocessor_config.json", MODEL_FILE, PACKED_FILE, REPORT_FILE)
+    produces = (F143_ENCODER,)
     build_module = "edgebuild.kinds.siglip_f143.build"
     verify_module = "edgebuild.kinds.siglip_f143.verify"
     # SigLIP-so400m-shaped GPTQ: 2.91 GiB peak for 1.6 GiB of float32 weights, baseline included.
-    memory_factor = 2.0
-    worker_imports = TRANSFORMERS_IMPORTS
+    process = Process(memory_factor=2.0, worker_imports=TRANSFORMERS_IMPORTS)
     # Calibration images are what GPTQ fitted; the held-out ones say how it generalises.
     headline_check = "held_out.cosine"
     fixtures = FIXTURES
@@ -64,7 +65,7 @@ class SiglipF143(ArtifactKind):
         samples=starter_samples(),
     )
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
+    def tensor_selection(self, params: SiglipF143Params, checkpoint: Checkpoint) -> TensorSelection:
         # The encoder's tensors, named as the checkpoint's layout names them (with or
         # without ``vision_model.``); all of config.json in every layout (the model is
         # built from its vision settings, and the file is copied into the artifact);
@@ -72,8 +73,7 @@ class SiglipF143(ArtifactKind):
         layout = siglip_layout(checkpoint)
         return TensorSelection(prefixes=(layout.prefix,), config_key=None, files=(PREPROCESSOR_FILE,))
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
-        assert isinstance(params, SiglipF143Params)
+    def check_parameters(self, params: SiglipF143Params, checkpoints: dict[str, Checkpoint]) -> None:
         checkpoint = checkpoints[params.checkpoint]
         layout = siglip_layout(checkpoint)
         checkpoint.select((layout.prefix,))

@@ -16,18 +16,17 @@ from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
 from edgebuild.ml.mapped_safetensors import MappedSafetensors
-from edgebuild.ml.siglip import PREPROCESSOR_FILE, encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest
+from edgebuild.models.siglip.model import PREPROCESSOR_FILE, encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest
 from edgebuild.plugin import BuildContext, Phases
 from .calibration import calibrate, encoder_linears, is_linear_weight
 from .packed import PACKED_FORMAT, pack_state, save_safetensors
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[SiglipF143Params]) -> dict[str, Any]:
     import torch
 
     params = context.params
-    assert isinstance(params, SiglipF143Params)
     checkpoint = context.checkpoint
     preprocessor = checkpoint.file(PREPROCESSOR_FILE)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if params.device == "auto" else params.device)

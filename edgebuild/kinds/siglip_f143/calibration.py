@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebuild.ml.compare import compare_outputs
-from edgebuild.ml.siglip import encoder_outputs
+from edgebuild.models.siglip.model import encoder_outputs
 from edgebuild.plugin import Phases
 from .params import LINEAR_SUFFIXES, SiglipF143Params
 

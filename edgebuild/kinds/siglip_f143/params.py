@@ -7,7 +7,10 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from edgebuild.models.siglip.f143 import MODEL_FILE, PACKED_FILE, REPORT_FILE
 from edgebuild.plugin import ArtifactParams, InputSet, VerifySettings
+
+__all__ = ["LINEAR_SUFFIXES", "MODEL_FILE", "PACKED_FILE", "REPORT_FILE", "SiglipF143Params", "SiglipVerify"]
 
 LINEAR_SUFFIXES = (
     "self_attn.q_proj",
@@ -17,9 +20,6 @@ LINEAR_SUFFIXES = (
     "mlp.fc1",
     "mlp.fc2",
 )
-MODEL_FILE = "model.safetensors"
-PACKED_FILE = "model.f143.safetensors"
-REPORT_FILE = "quantization.json"
 
 
 class SiglipVerify(VerifySettings):

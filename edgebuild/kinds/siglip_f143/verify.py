@@ -9,12 +9,12 @@ from typing import Any
 
 from edgebuild.ml.compare import compare_outputs, worst_case
 from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext
-from edgebuild.ml.siglip import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest, vision_settings
+from edgebuild.models.siglip.model import encoder_outputs, load_pixel_batches, load_vision_model, outputs_digest, vision_settings
 from .packed import EXPONENT_SUFFIX, load_packed, stored_bytes
 from .params import MODEL_FILE, PACKED_FILE, REPORT_FILE, SiglipF143Params
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[SiglipF143Params]) -> Verification:
     import torch
     from safetensors import safe_open
     from transformers import SiglipVisionConfig, SiglipVisionModel
@@ -23,7 +23,6 @@ def verify(context: VerifyContext) -> Verification:
     from edgebuild.ml.quant.f143 import off_grid_count, tile_exponents
 
     params = context.params
-    assert isinstance(params, SiglipF143Params)
     out = context.out_dir
     report = json.loads((out / REPORT_FILE).read_text())
     checkpoint = context.checkpoint
@@ -108,7 +107,7 @@ def _encoder_runner(model: Any, image_size: int, description: str) -> Runner:
     """A SigLIP vision model as a runner: ``pixel_values`` of one image in, its
     ``last_hidden_state`` (and ``pooler_output``, with a head) out; positions interpolated
     for another image size, as the graphs made from it are exported."""
-    from edgebuild.ml.runners import torch_runner
+    from edgebuild.targets.runners import torch_runner
 
     outputs = ["last_hidden_state", "pooler_output"] if getattr(model, "head", None) is not None else ["last_hidden_state"]
 
@@ -147,10 +146,9 @@ def _single_images(batches: list[Any]) -> list[dict[str, Any]]:
     return [{"pixel_values": batch[index:index + 1].numpy()} for batch in batches for index in range(len(batch))]
 
 
-def evaluation_inputs(context: VerifyContext) -> Inputs | None:
+def evaluation_inputs(context: VerifyContext[SiglipF143Params]) -> Inputs | None:
     """The held-out inputs (else the calibration inputs), one image per run."""
     params = context.params
-    assert isinstance(params, SiglipF143Params)
     for label in ("held_out", "calibration"):
         inputs = getattr(params, label)
         if not inputs.is_empty():
@@ -161,8 +159,8 @@ def evaluation_inputs(context: VerifyContext) -> Inputs | None:
 
 def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
     """Images through the checkpoint's own image processor at the encoder's size, one per run."""
-    from edgebuild.ml.hf import pixel_batches
-    from edgebuild.ml.siglip import DEFAULT_IMAGE_PROCESSOR
+    from edgebuild.models.hf import pixel_batches
+    from edgebuild.models.siglip.model import DEFAULT_IMAGE_PROCESSOR
 
     size = vision_settings(json.loads((context.out_dir / "config.json").read_text())).get("image_size", 224)
     return _single_images(pixel_batches(context.checkpoint, images, [1, 3, size, size], DEFAULT_IMAGE_PROCESSOR))

@@ -21,28 +21,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
 from edgebuild.ml.onnx_tools import EXPORT_IMPORTS, EXPORT_WARMUPS
-from edgebuild.ml.siglip import PREPROCESSOR_FILE, siglip_layout
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, ParameterError, Plots, Starter, TensorSelection
+from edgebuild.models.hf import TRANSFORMERS_IMPORTS
+from edgebuild.models.siglip.f143 import F143_ENCODER
+from edgebuild.models.siglip.model import PREPROCESSOR_FILE, siglip_layout
+from edgebuild.plugin import ArtifactKind, Checkpoint, ParameterError, Plots, Process, Starter, TensorSelection
+from edgebuild.targets.formats import ONNX_GRAPH
 
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams
 
 
-class SiglipF143Onnx(ArtifactKind):
+class SiglipF143Onnx(ArtifactKind[SiglipOnnxParams]):
     name = "siglip_f143_onnx"
     summary = "F143 SigLIP encoder -> ONNX with FP8 (FLOAT8E4M3FNUZ) weights"
     Params = SiglipOnnxParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    consumes = (F143_ENCODER,)
+    produces = (ONNX_GRAPH,)
     coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.siglip_f143_onnx.build"
     verify_module = "edgebuild.kinds.siglip_f143_onnx.verify"
-    # Not measured at full size; an export plus onnxruntime sessions, like the tower.
-    memory_factor = 3.0
-    # Its model's module too: the build exports SiglipVisionModel and the verification runs it.
-    worker_imports = TRANSFORMERS_IMPORTS + EXPORT_IMPORTS + ("transformers.models.siglip.modeling_siglip",)
-    build_warmups = EXPORT_WARMUPS
-    source_kinds = ("siglip_f143",)
+    process = Process(
+        # Not measured at full size; an export plus onnxruntime sessions, like the tower.
+        memory_factor=3.0,
+        # Its model's module too: the build exports SiglipVisionModel and the verification runs it.
+        worker_imports=TRANSFORMERS_IMPORTS + EXPORT_IMPORTS + ("transformers.models.siglip.modeling_siglip",),
+        build_warmups=EXPORT_WARMUPS,
+    )
     starter = Starter(
         entry="""\
   # That F143 encoder as one ONNX graph: FP8 weights, dequantized in the graph.
@@ -54,14 +59,13 @@ class SiglipF143Onnx(ArtifactKind):
 """,
     )
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
+    def tensor_selection(self, params: SiglipOnnxParams, checkpoint: Checkpoint) -> TensorSelection:
         # What it reads of the float checkpoint behind its source itself: verification
         # compares with the float encoder (its tensors, its config) on held-out images run
         # through its image processor. The source is in its fingerprint by its bytes only.
         return TensorSelection(prefixes=(siglip_layout(checkpoint).prefix,), config_key=None, files=(PREPROCESSOR_FILE,))
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
-        assert isinstance(params, SiglipOnnxParams)
+    def check_parameters(self, params: SiglipOnnxParams, checkpoints: dict[str, Checkpoint]) -> None:
         if len(checkpoints) != 1:
             raise ParameterError(f"expected one float checkpoint behind {params.source!r}, found {len(checkpoints)}", key="source")
 

@@ -8,23 +8,23 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebuild.models.siglip.f143 import REPORT_FILE as SOURCE_REPORT_FILE
 from edgebuild.plugin import BuildContext, ExportError, Phases
+
 from .model import encoder_class, load_quantized, random_pixels
-from ..siglip_f143.params import REPORT_FILE as SOURCE_REPORT_FILE
 from .params import INFO_FILE, MODEL_FILE, WEIGHTS_FILE, SiglipOnnxParams
 
 if TYPE_CHECKING:
     import torch
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[SiglipOnnxParams]) -> dict[str, Any]:
     import torch
 
     from edgebuild.ml.onnx_tools import export_onnx, graph_summary, sanitize_allowzero
 
     params = context.params
-    assert isinstance(params, SiglipOnnxParams)
-    source = context.sources[params.source]
+    source = context.source
     phases = Phases()
     with phases.time("load"):
         model, vision, quantized = load_quantized(source)

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebuild.models.siglip.f143 import MODEL_FILE as SOURCE_MODEL_FILE
+from edgebuild.models.siglip.f143 import REPORT_FILE as SOURCE_REPORT_FILE
+from edgebuild.models.siglip.model import vision_settings
 from edgebuild.plugin import CheckpointError
-from edgebuild.ml.siglip import vision_settings
-from ..siglip_f143.params import REPORT_FILE as SOURCE_REPORT_FILE
 
 if TYPE_CHECKING:
     import torch
@@ -25,9 +26,9 @@ def load_quantized(source: Path) -> tuple[Any, dict[str, Any], list[str]]:
     vision = vision_settings(json.loads((source / "config.json").read_text()))
     with no_init_weights():
         model = SiglipVisionModel(SiglipVisionConfig(**vision))
-    missing, unexpected = model.load_state_dict(load_file(str(source / "model.safetensors")), strict=False)
+    missing, unexpected = model.load_state_dict(load_file(str(source / SOURCE_MODEL_FILE)), strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{source / 'model.safetensors'}: does not match SiglipVisionModel ({missing[:3]}, {unexpected[:3]})")
+        raise CheckpointError(f"{source / SOURCE_MODEL_FILE}: does not match SiglipVisionModel ({missing[:3]}, {unexpected[:3]})")
     quantized = json.loads((source / SOURCE_REPORT_FILE).read_text())["quantized_linears"]
     return model.eval(), vision, quantized
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from edgebuild.core.checkpoint import Checkpoint
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[SiglipOnnxParams]) -> Verification:
     import numpy
     import onnx
     import torch
@@ -24,10 +24,9 @@ def verify(context: VerifyContext) -> Verification:
     from edgebuild.ml.onnx_tools import blocked_fp8_weights, graph_summary, run_session
 
     params = context.params
-    assert isinstance(params, SiglipOnnxParams)
     out = context.out_dir
     info = json.loads((out / INFO_FILE).read_text())
-    source = context.sources[params.source]
+    source = context.source
     quantized_model, vision, quantized = load_quantized(source)
     (checkpoint,) = context.checkpoints.values()
     interpolate = info["image_size"] != vision.get("image_size", 224)
@@ -91,13 +90,12 @@ def verify(context: VerifyContext) -> Verification:
     )
 
 
-def _inputs(context: VerifyContext, checkpoint: "Checkpoint", image_size: int) -> tuple[list[Any], str]:
+def _inputs(context: VerifyContext[SiglipOnnxParams], checkpoint: "Checkpoint", image_size: int) -> tuple[list[Any], str]:
     """The source artifact's held-out inputs (else its calibration inputs), one image
     per run of the fixed-batch graph; random pixels when their size does not fit."""
-    from edgebuild.ml.siglip import load_pixel_batches
+    from edgebuild.models.siglip.model import load_pixel_batches
 
     params = context.params
-    assert isinstance(params, SiglipOnnxParams)
     source_params = context.source_params[params.source]
     for label in ("held_out", "calibration"):
         inputs = getattr(source_params, label)
@@ -113,11 +111,10 @@ def _inputs(context: VerifyContext, checkpoint: "Checkpoint", image_size: int) -
 # --- along the chain (edgebuild/core/runner.py) -----------------------------------------
 
 
-def evaluation_inputs(context: VerifyContext) -> Inputs:
+def evaluation_inputs(context: VerifyContext[SiglipOnnxParams]) -> Inputs:
     """The source's held-out images (else its calibration images) at the graph's size, one
     per run; seeded random pixels when they are of another size."""
     params = context.params
-    assert isinstance(params, SiglipOnnxParams)
     (checkpoint,) = context.checkpoints.values()
     info = json.loads((context.out_dir / INFO_FILE).read_text())
     numpy_dtype = "float16" if params.dtype == "float16" else "float32"
@@ -125,13 +122,12 @@ def evaluation_inputs(context: VerifyContext) -> Inputs:
     return Inputs([{"pixel_values": image.numpy().astype(numpy_dtype)} for image in images], note)
 
 
-def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
+def image_feeds(context: VerifyContext[SiglipOnnxParams], images: list[Any]) -> list[dict[str, Any]]:
     """Images through the checkpoint's own image processor, at the graph's size."""
-    from edgebuild.ml.hf import pixel_batches
-    from edgebuild.ml.siglip import DEFAULT_IMAGE_PROCESSOR
+    from edgebuild.models.hf import pixel_batches
+    from edgebuild.models.siglip.model import DEFAULT_IMAGE_PROCESSOR
 
     params = context.params
-    assert isinstance(params, SiglipOnnxParams)
     (checkpoint,) = context.checkpoints.values()
     size = json.loads((context.out_dir / INFO_FILE).read_text())["image_size"]
     numpy_dtype = "float16" if params.dtype == "float16" else "float32"

@@ -1,38 +1,40 @@
 """Kind ``torch_export``: a model at given shapes, exported once by ``torch.export``, the
 program every target lowers from.
 
-A model description (``params.py``: a transformers class from a checkpoint, or the
-Qwen3.5 tower at an image size: ``families.py``) is exported to ``program.pt2``; the
-``executorch``, ``litert`` and ``openvino`` kinds lower it. A target that describes its
-model inline implies this artifact (named ``<target>.torch_export``, one for every target
-of the same model), so N targets of one model pay one export, and a program rebuilt to
-the same bytes rebuilds no target (they are keyed by its bytes). ``verify.py`` judges the
-program against the model's own forward, the float model of every target's chain.
+A model description (``edgebuild/models/fields.py``: a transformers class from a
+checkpoint, or the Qwen3.5 tower at an image size: ``edgebuild/models/families.py``) is
+exported to ``program.pt2`` (a :data:`~edgebuild.targets.formats.TORCH_PROGRAM`), which
+every target kind lowers. A target that describes its model inline implies this artifact
+(named ``<target>.torch_export``, one for every target of the same model), so N targets
+of one model pay one export, and a program rebuilt to the same bytes rebuilds no target
+(they are keyed by its bytes). ``verify.py`` judges the program against the model's own
+forward, the float model of every target's chain.
 """
 
 from __future__ import annotations
 
-from edgebuild.ml.hf import TRANSFORMERS_IMPORTS
-from edgebuild.ml.hf_fixtures import FIXTURES as HF_FIXTURES
-from edgebuild.ml.programs import PROGRAM_IMPORTS
-from edgebuild.ml.qwen3_5_fixtures import FIXTURES as QWEN3_5_FIXTURES
-from edgebuild.ml.sample_images import starter_samples
-from edgebuild.plugin import ArtifactKind, ArtifactParams, Checkpoint, Starter, TensorSelection
+from edgebuild.models.families import BUILT_IN, family_of, plugin_family
+from edgebuild.models.hf import TRANSFORMERS_IMPORTS
+from edgebuild.models.hf_fixtures import FIXTURES as HF_FIXTURES
+from edgebuild.models.qwen3_5.fixtures import FIXTURES as QWEN3_5_FIXTURES
+from edgebuild.models.sample_images import starter_samples
+from edgebuild.plugin import ArtifactKind, Checkpoint, Process, Starter, TensorSelection
+from edgebuild.targets.formats import PROGRAM_FILE, PROGRAM_INFO_FILE, TORCH_PROGRAM
+from edgebuild.targets.program import PROGRAM_IMPORTS
 
-from .families import BUILT_IN, family_of, plugin_family
-from .params import INFO_FILE, PROGRAM_FILE, TorchExportParams
+from .params import TorchExportParams
 
 
-class TorchExport(ArtifactKind):
+class TorchExport(ArtifactKind[TorchExportParams]):
     name = "torch_export"
     summary = "a model at given shapes -> one torch.export program (what the targets lower from)"
     Params = TorchExportParams
-    outputs = (PROGRAM_FILE, INFO_FILE)
+    outputs = (PROGRAM_FILE, PROGRAM_INFO_FILE)
+    produces = (TORCH_PROGRAM,)
     build_module = "edgebuild.kinds.torch_export.build"
     verify_module = "edgebuild.kinds.torch_export.verify"
     # The model, its traced program and the program's module beside it.
-    memory_factor = 3.0
-    worker_imports = TRANSFORMERS_IMPORTS + PROGRAM_IMPORTS
+    process = Process(memory_factor=3.0, worker_imports=TRANSFORMERS_IMPORTS + PROGRAM_IMPORTS)
     # Any transformers encoder, or the Qwen3.5 tower: the generated checkpoints of both.
     fixtures = HF_FIXTURES + QWEN3_5_FIXTURES
     starter = Starter(
@@ -54,16 +56,13 @@ class TorchExport(ArtifactKind):
         samples=starter_samples(),
     )
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
-        assert isinstance(params, TorchExportParams)
+    def tensor_selection(self, params: TorchExportParams, checkpoint: Checkpoint) -> TensorSelection:
         return family_of(params).selection(params, checkpoint)
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
-        assert isinstance(params, TorchExportParams)
+    def check_parameters(self, params: TorchExportParams, checkpoints: dict[str, Checkpoint]) -> None:
         family_of(params).check(params, checkpoints[params.checkpoint])
 
-    def code_roots(self, params: ArtifactParams) -> tuple[str, ...]:
-        assert isinstance(params, TorchExportParams)
+    def code_roots(self, params: TorchExportParams) -> tuple[str, ...]:
         if params.model_class in BUILT_IN:
             return ()
         point = plugin_family(params.model_class)

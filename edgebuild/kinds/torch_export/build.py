@@ -7,19 +7,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgebuild.ml.programs import save_program
+from edgebuild.models.families import family_of
+from edgebuild.models.hf import dynamic_shapes
 from edgebuild.plugin import BuildContext, ExportError, Phases
+from edgebuild.targets.formats import PROGRAM_FILE, PROGRAM_INFO_FILE, PROGRAM_INFO_FORMAT
+from edgebuild.targets.program import save_program
 
-from ..hf_onnx.model import dynamic_shapes
-from .families import family_of
-from .params import INFO_FILE, INFO_FORMAT, PROGRAM_FILE, TorchExportParams
+from .params import TorchExportParams
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[TorchExportParams]) -> dict[str, Any]:
     import torch
 
     params = context.params
-    assert isinstance(params, TorchExportParams)
     family = family_of(params)
     checkpoint = context.checkpoint
     phases = Phases()
@@ -53,7 +53,7 @@ def build(context: BuildContext) -> dict[str, Any]:
     context.log(f"exported {params.model_class}{f'.{params.submodule}' if params.submodule else ''} with torch.export "
                 f"({family.name}, {params.dtype}): {len(program.graph.nodes)} nodes")
     info = {
-        "format": INFO_FORMAT,
+        "format": PROGRAM_INFO_FORMAT,
         "family": family.name,
         "model_class": params.model_class,
         "submodule": params.submodule,
@@ -65,5 +65,5 @@ def build(context: BuildContext) -> dict[str, Any]:
         "outputs": [{"name": name, "shape": list(value.shape), "dtype": params.dtype}
                     for name, value in zip(outputs, produced)],
     }
-    (context.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    (context.out_dir / PROGRAM_INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return {"timings": phases.seconds}

@@ -12,19 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
-from edgebuild.ml.programs import load_program
-from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext, expand_inputs
+from edgebuild.models.families import family_of
+from edgebuild.plugin import Check, Inputs, Runner, Verification, VerifyContext, expand_inputs
+from edgebuild.targets.formats import PROGRAM_FILE
+from edgebuild.targets.program import input_specs, load_program, program_info
 
-from .families import family_of
-from .params import PROGRAM_FILE, TorchExportParams
-from .targets import program_info
+from .params import TorchExportParams
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[TorchExportParams]) -> Verification:
     import torch
 
     params = context.params
-    assert isinstance(params, TorchExportParams)
     info = program_info(context.out_dir)
     family = family_of(params)
     outputs = family.outputs(params)
@@ -47,13 +46,12 @@ def verify(context: VerifyContext) -> Verification:
     return Verification(checks=checks, metrics={"outputs": measured, "inputs": described, "export": info})
 
 
-def sample_inputs(context: VerifyContext) -> tuple[list[tuple[Any, ...]], str]:
+def sample_inputs(context: VerifyContext[TorchExportParams]) -> tuple[list[tuple[Any, ...]], str]:
     """Seeded random inputs at the smallest and the largest size of every dynamic axis (the
     given shapes when none is), and the held-out images; what they are in words."""
     import torch
 
     params = context.params
-    assert isinstance(params, TorchExportParams)
     family = family_of(params)
     sizes = ("smallest", "largest") if params.dynamic else ("shape",)
     samples: list[tuple[Any, ...]] = []
@@ -76,46 +74,34 @@ def sample_inputs(context: VerifyContext) -> tuple[list[tuple[Any, ...]], str]:
 # --- along the chain (edgebuild/core/runner.py) -----------------------------------------
 
 
-def _specs(context: VerifyContext) -> list[TensorSpec]:
-    params = context.params
-    assert isinstance(params, TorchExportParams)
-    info = program_info(context.out_dir)
-    return [TensorSpec(spec["name"], tuple(None if str(axis) in spec["dynamic"] else dim
-                                           for axis, dim in enumerate(spec["shape"])), spec["dtype"])
-            for spec in info["inputs"]]
-
-
-def float_model(context: VerifyContext) -> Runner:
+def float_model(context: VerifyContext[TorchExportParams]) -> Runner:
     """The model's own forward in float32: the reference of every target made from this program."""
     import transformers
 
-    from edgebuild.ml.runners import torch_runner
+    from edgebuild.targets.runners import torch_runner
 
     params = context.params
-    assert isinstance(params, TorchExportParams)
     family = family_of(params)
-    return torch_runner(family.reference(params, context.checkpoint), _specs(context), family.outputs(params),
-                        f"transformers {transformers.__version__} {params.model_class}"
+    return torch_runner(family.reference(params, context.checkpoint), input_specs(program_info(context.out_dir)),
+                        family.outputs(params), f"transformers {transformers.__version__} {params.model_class}"
                         f"{f'.{params.submodule}' if params.submodule else ''}.forward (float32)")
 
 
-def runner(context: VerifyContext) -> Runner:
+def runner(context: VerifyContext[TorchExportParams]) -> Runner:
     """The exported program's module, in PyTorch."""
     import torch
 
-    from edgebuild.ml.runners import torch_runner
+    from edgebuild.targets.runners import torch_runner
 
     params = context.params
-    assert isinstance(params, TorchExportParams)
     module = load_program(context.out_dir / PROGRAM_FILE).module()
-    return torch_runner(module, _specs(context), family_of(params).outputs(params),
+    return torch_runner(module, input_specs(program_info(context.out_dir)), family_of(params).outputs(params),
                         f"torch {torch.__version__} ExportedProgram.module()")
 
 
-def evaluation_inputs(context: VerifyContext) -> Inputs | None:
+def evaluation_inputs(context: VerifyContext[TorchExportParams]) -> Inputs | None:
     """The held-out images, as the program takes them (``None`` without any)."""
     params = context.params
-    assert isinstance(params, TorchExportParams)
     if not params.held_out.images:
         return None
     images = expand_inputs(params.held_out.images, context.input_root, "held_out.images")
@@ -123,8 +109,7 @@ def evaluation_inputs(context: VerifyContext) -> Inputs | None:
     return Inputs(feeds, f"{len(feeds)} batches of held-out images")
 
 
-def image_feeds(context: VerifyContext, images: list[Any]) -> list[dict[str, Any]]:
+def image_feeds(context: VerifyContext[TorchExportParams], images: list[Any]) -> list[dict[str, Any]]:
     """Images through the checkpoint's own image processor, as the program takes them."""
     params = context.params
-    assert isinstance(params, TorchExportParams)
     return family_of(params).image_feeds(params, context.checkpoint, images)

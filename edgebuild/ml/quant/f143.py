@@ -7,7 +7,7 @@ A weight is stored as codes in that format times one scale `2**e` per
 64x64 tile (rows = output features, cols = input features, edges padded).
 
 Every function here is pure (tensors in, tensors out) and reproduces the
-seed's arithmetic (`seeds/siglip_f143_reconstruct.seed.py`) bit for bit;
+seed's arithmetic (the SigLIP reconstruction script in `shared/seeds/`) bit for bit;
 `tests/seed_reference.py` restates that arithmetic and the tests compare the
 two with `torch.equal`.
 

@@ -2,7 +2,7 @@
 
 Pure functions, no I/O; loading models, hooks and saving are orchestration
 and live elsewhere. Every result that the seed
-(`seeds/siglip_f143_reconstruct.seed.py`) produces is reproduced bit for bit
+(the SigLIP reconstruction script in `shared/seeds/`) produces is reproduced bit for bit
 (weights, factors, Hessians, equalization scales); `tests/seed_reference.py`
 restates the seed and the tests compare with `torch.equal`.
 

@@ -35,6 +35,7 @@ from edgebuild.run.executors.base import Executor, Job, Say, WorkerOffer
 
 if TYPE_CHECKING:
     from edgebuild.core.config import Settings
+    from edgebuild.core.project import Artifact
     from edgebuild.run.scheduler import Outcomes
     from edgebuild.run.workspace import Workspace
 
@@ -55,9 +56,9 @@ def open_executor(address: str, settings: "Settings") -> Executor:
 # --- the driver --------------------------------------------------------------------------
 
 
-def run_on_cluster(workspace: "Workspace", names: list[str], address: str, say: Say,
+def run_on_cluster(workspace: "Workspace", artifacts: "list[Artifact]", address: str, say: Say,
                    open_engine: "Callable[[str, Settings], Executor]" = open_executor) -> "Outcomes":
-    """Build and verify ``names`` and what they consume on the cluster at ``address``
+    """Build and verify ``artifacts`` and what they consume on the cluster at ``address``
     (``open_engine`` opens it: Dask's by default); everything that succeeded is in the
     remote cache when this returns. What happened is kept as the scheduler keeps it
     (``edgebuild/run/scheduler.py``): an artifact whose job failed failed (its build task),
@@ -83,7 +84,7 @@ def run_on_cluster(workspace: "Workspace", names: list[str], address: str, say: 
             "--remote-readonly), so no worker could hand a build back; run without --dask, or with a writable cache"
         )
     remote.location.check_root()
-    selection = workspace.order(names)
+    selection = workspace.order(artifacts)
     costs = recorded_costs(workspace, [artifact.name for artifact in selection])
     jobs: list[Job] = []
     for artifact in selection:
@@ -112,9 +113,9 @@ def run_on_cluster(workspace: "Workspace", names: list[str], address: str, say: 
                 resource_basis=basis,
                 manifest_path=str(workspace.manifest.path.resolve()),
                 remote_cache=remote.location.url,
-                worker_imports=artifact.kind.worker_imports,
-                build_imports=artifact.kind.build_imports,
-                build_warmups=artifact.kind.build_warmups,
+                worker_imports=artifact.kind.process.worker_imports,
+                build_imports=artifact.kind.process.build_imports,
+                build_warmups=artifact.kind.process.build_warmups,
             )
         )
     workspace.save_caches()

@@ -40,7 +40,7 @@ BYTES_PER_FLOAT32 = 4
 def task_resources(artifact: "Artifact", cost: "Cost | None") -> tuple[dict[str, float], str]:
     """The resources ``artifact``'s task asks for, and how ``MEMORY`` was arrived at (for messages)."""
     weights = float32_weight_bytes(artifact)
-    factor = artifact.kind.memory_factor or UNMEASURED_KIND_FACTOR
+    factor = artifact.kind.process.memory_factor or UNMEASURED_KIND_FACTOR
     memory = PROCESS_FOOTPRINT_BYTES + factor * weights
     basis = f"estimated: {_gib(PROCESS_FOOTPRINT_BYTES)} + {factor:g} x {_gib(weights)} of float32 weights"
     if cost is not None and cost.peak_rss_bytes and cost.peak_rss_bytes * RECORDED_PEAK_MARGIN > memory:

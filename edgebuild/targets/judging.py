@@ -5,35 +5,36 @@ builds do not import it)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from edgebuild.core.kind import Verification, VerifyContext
+from edgebuild.core.report import Check
+from edgebuild.core.runner import Runner
+from edgebuild.core.thresholds import OutputLimits
 from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
-from edgebuild.plugin import Check, OutputLimits, Runner, Verification
+from edgebuild.targets.params import LEVELS, Level, TargetParams
+from edgebuild.targets.program import load_program, output_names, program_feeds, program_info, program_path
 
-from .targets import LEVELS, Level, TargetParams, TargetVerify, program_info, program_path, random_feeds
 
-
-def judge_target(params: TargetParams, source: Path, runner: Runner | None, level: Level, reason: str,
+def judge_target(context: VerifyContext[TargetParams], runner: Runner | None, level: Level, reason: str,
                  defaults: OutputLimits, metrics: dict[str, Any]) -> Verification:
     """The target's checks: how far it got here (``level`` against ``require_level``) and,
-    run, each output against the program it was lowered from on the same inputs."""
+    run (``runner``), each output against the program it was lowered from (its source)
+    on the same inputs."""
     import numpy
     import torch
 
-    from edgebuild.ml.programs import load_program
-
-    verify = params.verify
-    assert isinstance(verify, TargetVerify)
+    source = context.source
+    verify = context.params.verify
     passed = LEVELS.index(level) >= LEVELS.index(verify.require_level)
     checks = [Check("level", level, verify.require_level, ">=", passed, reason)]
     metrics = metrics | {"level": level}
     if runner is None:
         return Verification(checks=checks, metrics=metrics)
     info = program_info(source)
-    inputs = random_feeds(info, verify.samples, verify.seed)
+    inputs = program_feeds(info, verify.samples, verify.seed)
     program = load_program(program_path(source)).module()
-    names = [spec["name"] for spec in info["outputs"]]
+    names = output_names(info)
     comparisons: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     with torch.no_grad():
         for feed in inputs.feeds:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from edgebuild.core.inputs import expand_inputs
 from edgebuild.errors import CheckpointError
-from edgebuild.ml.hf import PREPROCESSOR_FILE, quiet_transformers
-from edgebuild.ml.hf import image_processor as hf_image_processor
+from edgebuild.models.hf import PREPROCESSOR_FILE, quiet_transformers
+from edgebuild.models.hf import image_processor as hf_image_processor
 
 if TYPE_CHECKING:
     import torch

@@ -28,16 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgebuild.plugin import CheckpointError
+from edgebuild.errors import CheckpointError
 from edgebuild.ml.images import load_rgb_image
+from edgebuild.models.qwen3_5.geometry import PREPROCESSOR_FILE
 
 if TYPE_CHECKING:
     import numpy
     from PIL import Image
 
     from edgebuild.core.checkpoint import Checkpoint
-
-PREPROCESSOR_FILE = "preprocessor_config.json"
 
 # The processor keys that must agree with the tower's vision_config, and the key there.
 GEOMETRY_KEYS = {"patch_size": "patch_size", "temporal_patch_size": "temporal_patch_size", "merge_size": "spatial_merge_size"}

@@ -1,8 +1,7 @@
 """A graph's inputs from files the manifest names, for calibration and verification:
 images through the checkpoint's own image processor into its ``pixel_values``, and
 tensors from SafeTensors files, one feed (``{input name: array}``) per run of the
-fixed-shape graph. Shared by the kinds that calibrate or judge a graph on them
-(``onnx_qdq``, ``openvino``)."""
+fixed-shape graph. Shared by the kinds that calibrate or judge a graph on them."""
 
 from __future__ import annotations
 
@@ -53,7 +52,7 @@ def graph_feeds(inputs: GraphInputs, root: Path, checkpoint: "Checkpoint", signa
         others = [name for name in signature if name != PIXEL_INPUT]
         if others:
             raise CheckpointError(f"{what}.images: the graph also takes {', '.join(others)}; give its inputs as tensors files")
-        from edgebuild.ml.hf import pixel_batches
+        from edgebuild.models.hf import pixel_batches
 
         dtype = _NUMPY_DTYPES[signature[PIXEL_INPUT]["dtype"]]
         feeds += [{PIXEL_INPUT: batch.numpy().astype(dtype)}

@@ -1,5 +1,12 @@
 """transformers as the kinds use it: quiet calls, a checkpoint's own image processor,
-and ``from_pretrained`` that refuses a half-loaded model.
+``from_pretrained`` that refuses a half-loaded model, the model behind a module whose
+forward takes a graph's inputs in order and returns the chosen outputs, and its inputs
+(seeded random ones, images through the checkpoint's own image processor).
+
+A model description (``params`` below) is anything with a ``model_class``, its
+``inputs`` (name -> shape spec), ``outputs``, ``dtype``, ``attn_implementation``,
+``tensor_prefixes`` and ``input_dtype(name)``: an ``hf_onnx`` artifact's parameters, or
+:class:`~edgebuild.models.fields.ModelFields`.
 
 Everything is read from the checkpoint directory alone (``local_files_only``, no hub
 cache consulted), and every file is reached through
@@ -19,6 +26,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from edgebuild.core.checkpoint import Checkpoint
+    from edgebuild.models.inputs import DynamicInput
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 # What a worker that runs a transformers model or image processor imports first, for
@@ -183,3 +191,125 @@ def _processed(processor: Any, image: Any, overrides: dict[str, Any], label: str
         except Exception as error:  # a processor raises what its own code does (AttributeError, KeyError, ...)
             reason = " ".join(str(error).split())[:300]
             raise CheckpointError(f"{label}: cannot process an image: {type(error).__name__}: {reason}") from None
+
+
+def load_model(params: Any, checkpoint: "Checkpoint") -> Any:
+    """``params.model_class`` from the checkpoint, float32, strictly; with
+    ``tensor_prefixes``, an error if the class reads a tensor outside them."""
+    model_class = transformers_class(params.model_class, "model_class")
+    options = {"attn_implementation": params.attn_implementation} if params.attn_implementation else {}
+    model, used = load_pretrained(model_class, checkpoint, **options)
+    if params.tensor_prefixes is not None:
+        outside = sorted(name for name in used if not name.startswith(tuple(params.tensor_prefixes)))
+        if outside:
+            shown = ", ".join(outside[:3]) + (f" and {len(outside) - 3} more" if len(outside) > 3 else "")
+            raise ExportError(
+                f"{params.model_class} reads {shown} from {checkpoint.label}, outside tensor_prefixes "
+                f"{params.tensor_prefixes}: add its prefix, or the fingerprint would not cover it"
+            )
+    return model
+
+
+def outputs_module(model: Any, params: Any) -> Any:
+    """A module whose forward takes the inputs in the manifest's order (positionally: the
+    graph's inputs) and returns ``params.outputs`` of the model's output, as a tuple."""
+    return named_outputs_module(model, list(params.inputs), list(params.outputs))
+
+
+def named_outputs_module(model: Any, names: list[str], outputs: list[str]) -> Any:
+    """``model`` called with ``names`` as keywords, from positional tensors, returning the
+    fields ``outputs`` of its output as a tuple."""
+    import torch
+
+    class Outputs(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *tensors: Any) -> tuple[Any, ...]:
+            result = self.inner(**dict(zip(names, tensors)))
+            return tuple(result[name] for name in outputs)
+
+    return Outputs(model).eval()
+
+
+def check_outputs(model: Any, params: Any, example: tuple[Any, ...]) -> dict[str, list[int]]:
+    """Run the model once: every output named exists (else one line naming what it has);
+    return each output's shape."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            result = model(**dict(zip(params.inputs, example)))
+    except (TypeError, ValueError, RuntimeError) as error:
+        reason = " ".join(str(error).split())
+        raise ExportError(f"{params.model_class}.forward refused the inputs {list(params.inputs)}: {reason}") from None
+    available = [key for key in result.keys() if result[key] is not None]
+    missing = [name for name in params.outputs if name not in available]
+    if missing:
+        raise ExportError(
+            f"outputs: {params.model_class} returns no {missing[0]!r}; it returns {', '.join(available)}"
+        )
+    return {name: list(result[name].shape) for name in params.outputs}
+
+
+def dynamic_shapes(inputs: "dict[str, DynamicInput] | None") -> tuple[Any, ...] | None:
+    """``torch.export``'s (and so torch's ONNX exporter's) dynamic shapes for the module's
+    positional inputs (:func:`named_outputs_module`: one argument, ``*tensors``): a ``Dim``
+    per dynamic axis, between its sizes; ``None`` when every shape is fixed."""
+    from torch.export import Dim
+
+    if not any(spec.dynamic for spec in (inputs or {}).values()):
+        return None
+    assert inputs is not None
+    return (tuple({axis: Dim(f"{name}_{axis}", min=low, max=high) for axis, (low, high) in spec.dynamic.items()}
+                  or None for name, spec in inputs.items()),)
+
+
+def at_each_size(params: Any) -> list[Any]:
+    """The parameters at each size a graph is checked at: every dynamic axis at its
+    smallest, then at its largest size; the parameters alone when nothing is dynamic."""
+    if not params.dynamic:
+        return [params]
+    return [params.model_copy(update={"inputs": {name: spec.model_copy(update={"shape": spec.at(size)})
+                                                 for name, spec in params.inputs.items()}})
+            for size in ("smallest", "largest")]
+
+
+def random_inputs(params: Any, config: Any, count: int, seed: int) -> list[tuple[Any, ...]]:
+    """``count`` tuples of inputs at the fixed shapes, by the one seeded rule
+    (:func:`~edgebuild.core.runner.random_feeds`; token ids below the config's vocabulary)."""
+    import torch
+
+    from edgebuild.core.runner import TensorSpec, random_feeds
+
+    specs = [TensorSpec(name, tuple(spec.shape), params.input_dtype(name)) for name, spec in params.inputs.items()]
+    vocabulary = int(getattr(config, "vocab_size", None) or 0) or None
+    return [tuple(torch.from_numpy(feed[spec.name]) for spec in specs)
+            for feed in random_feeds(specs, count, seed, vocabulary)]
+
+
+def image_inputs(params: Any, checkpoint: "Checkpoint", images: list[Any]) -> list[tuple[Any, ...]]:
+    """Images (paths, or RGB images read) as ``pixel_values`` batches of the graph's fixed
+    shape (through the checkpoint's own image processor); the other inputs as
+    :func:`random_inputs` gives them."""
+    import torch
+
+    
+    batches = pixel_batches(checkpoint, images, params.inputs["pixel_values"].shape)
+    dtype = getattr(torch, params.input_dtype("pixel_values"))
+    others = random_inputs(params, checkpoint_config(checkpoint), len(batches), 0)
+    position = list(params.inputs).index("pixel_values")
+    samples = []
+    for pixels, other in zip(batches, others):
+        sample = list(other)
+        sample[position] = pixels.to(dtype)
+        samples.append(tuple(sample))
+    return samples
+
+
+def checkpoint_config(checkpoint: "Checkpoint") -> Any:
+    """The checkpoint's ``config.json`` as an object with attributes (vocab_size, ...)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**checkpoint.config)

@@ -1,5 +1,7 @@
-"""``torch.export`` programs as build outputs: saved so that the same program is the same
-bytes in any checkout, and loaded back for the targets that lower from them.
+"""``torch.export`` programs as build outputs. The format every target that lowers a
+model takes (``formats.TORCH_PROGRAM``: ``program.pt2`` and ``export.json``, what goes
+in and comes out), saved so that the same program is the same bytes in any checkout,
+and loaded back for the targets that lower from them.
 
 ``torch.export.save`` writes two things that differ between two saves of one program: a
 random ``serialization_id`` record in its archive, and every node's ``stack_trace`` (the
@@ -14,7 +16,14 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from edgebuild.core.runner import Feed, Inputs, TensorSpec, random_feeds
+from edgebuild.targets.formats import PROGRAM_FILE
+from edgebuild.targets.formats import PROGRAM_INFO_FILE as INFO_FILE
+
+if TYPE_CHECKING:
+    import numpy
 
 SERIALIZATION_ID = ".data/serialization_id"
 # What torch.export imports on its first export (the kinds' ``worker_imports``).
@@ -110,3 +119,65 @@ def _zero_serialization_id(path: Path) -> None:
                 handle.write(crc)
                 break
             position += 46 + name_length + extra_length + comment_length
+
+
+# --- what a program says of itself (``export.json``) -----------------------------------------
+
+
+def program_info(source: Path) -> dict[str, Any]:
+    """A program's ``export.json``: its inputs (with their dynamic axes) and outputs."""
+    from edgebuild.core.files import RECORD_BYTES, read_json
+
+    return read_json(source / INFO_FILE, RECORD_BYTES)
+
+
+def program_path(source: Path) -> Path:
+    return source / PROGRAM_FILE
+
+
+def input_specs(info: dict[str, Any]) -> list[TensorSpec]:
+    """The program's inputs, a dynamic axis left open."""
+    return [TensorSpec(spec["name"], tuple(None if str(axis) in spec["dynamic"] else dim
+                                           for axis, dim in enumerate(spec["shape"])), spec["dtype"])
+            for spec in info["inputs"]]
+
+
+def output_names(info: dict[str, Any]) -> list[str]:
+    return [spec["name"] for spec in info["outputs"]]
+
+
+def sizes(info: dict[str, Any]) -> list[dict[str, list[int]]]:
+    """The input shapes a target is checked at: every dynamic axis at its smallest, then at
+    its largest size (the given shapes when nothing is dynamic)."""
+    dynamic = any(spec["dynamic"] for spec in info["inputs"])
+    found = []
+    for end in (0, 1) if dynamic else (None,):
+        shapes = {}
+        for spec in info["inputs"]:
+            shape = list(spec["shape"])
+            for axis, bounds in spec["dynamic"].items():
+                shape[int(axis)] = bounds[end] if end is not None else shape[int(axis)]
+            shapes[spec["name"]] = shape
+        found.append(shapes)
+    return found
+
+
+def program_feeds(info: dict[str, Any], count: int, seed: int) -> Inputs:
+    """``count`` seeded inputs (:func:`~edgebuild.core.runner.random_feeds`) at each size
+    (:func:`sizes`), from one generator."""
+    import numpy
+
+    generator = numpy.random.default_rng(seed)
+    feeds: list[Feed] = []
+    for shapes in sizes(info):
+        specs = [TensorSpec(spec["name"], tuple(shapes[spec["name"]]), spec["dtype"]) for spec in info["inputs"]]
+        feeds += random_feeds(specs, count, generator)
+    dynamic = len(sizes(info)) > 1
+    return Inputs(feeds, f"{count} random inputs" + (" at the smallest and at the largest dynamic sizes" if dynamic else ""))
+
+
+def example_arrays(info: dict[str, Any]) -> "list[numpy.ndarray]":
+    """One input of the program's (first) shapes, in its input order: what a lowering that
+    traces again is given."""
+    (feed,) = program_feeds(info, 1, 0).feeds[:1]
+    return [feed[spec["name"]] for spec in info["inputs"]]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from edgebuild.plugin import CheckpointError
-from .params import VISUAL_PREFIX, TowerGeometry
+from edgebuild.errors import CheckpointError
+from edgebuild.models.qwen3_5.geometry import VISUAL_PREFIX, TowerGeometry
 
 if TYPE_CHECKING:
     import torch
@@ -119,3 +119,27 @@ def sample_patches(geometry: TowerGeometry, count: int, seed: int) -> list["torc
 
     generator = torch.Generator().manual_seed(seed)
     return [torch.randn(geometry.patches, geometry.patch_dim, generator=generator) for _ in range(count)]
+
+
+def linear_patch_embedding(embedding: Any) -> Any:
+    """``Qwen3_5VisionPatchEmbed`` as a linear layer: the convolution's weight flattened in the
+    order its ``view`` of the patches takes them (a leaf tensor of its own, as a program's
+    parameters must be)."""
+    import torch
+
+    weight = embedding.proj.weight
+    linear = torch.nn.Linear(weight[0].numel(), weight.shape[0], bias=embedding.proj.bias is not None,
+                             dtype=weight.dtype, device="meta")
+    linear.weight = torch.nn.Parameter(weight.detach().reshape(weight.shape[0], -1).clone(), requires_grad=False)
+    if embedding.proj.bias is not None:
+        linear.bias = torch.nn.Parameter(embedding.proj.bias.detach().clone(), requires_grad=False)
+
+    class LinearPatchEmbed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = linear
+
+        def forward(self, hidden_states: Any) -> Any:
+            return self.proj(hidden_states.to(dtype=self.proj.weight.dtype))
+
+    return LinearPatchEmbed()

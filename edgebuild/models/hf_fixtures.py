@@ -21,7 +21,7 @@ from typing import Any
 
 from edgebuild.core.fixtures import redraw_weights
 from edgebuild.core.kind import Fixture
-from edgebuild.ml.hf import quiet_transformers
+from edgebuild.models.hf import quiet_transformers
 
 CLIP_VISION_TINY: dict[str, Any] = {
     "hidden_size": 64,

@@ -1,6 +1,6 @@
 """The tower's inputs from images and SafeTensors files: one ``[patches, patch_dim]``
 float32 array per image, exactly what the exported tower's ``patches`` input takes.
-Images go through the checkpoint's image processor's steps (``..qwen3_5_tower.images``).
+Images go through the checkpoint's image processor's steps (``images.py``).
 """
 
 from __future__ import annotations
@@ -8,14 +8,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgebuild.plugin import CheckpointError, expand_inputs
-from ..qwen3_5_tower.images import images_to_patches, patch_preprocessing
-from .params import PATCHES_INPUT, TowerInputs
+from pydantic import Field
+
+from edgebuild.core.inputs import expand_inputs
+from edgebuild.core.kind import InputFiles
+from edgebuild.errors import CheckpointError
+from edgebuild.models.qwen3_5.images import images_to_patches, patch_preprocessing
 
 if TYPE_CHECKING:
     import numpy
 
     from edgebuild.core.checkpoint import Checkpoint
+
+# The graph's input: one image's patches, [patches, patch_dim].
+PATCHES_INPUT = "patches"
+
+
+class TowerInputs(InputFiles):
+    """Inputs of the tower: images (paths or globs, relative to the manifest), each
+    run through the checkpoint's own image processor at the tower's size, and/or
+    SafeTensors files holding a ``patches`` tensor of ``[n * patches, patch_dim]``
+    or ``[n, patches, patch_dim]`` (n images already turned into patches)."""
+
+    images: list[str] = Field(
+        default_factory=list,
+        description="Images (paths or globs), through the checkpoint's image processor at the tower's size.",
+    )
+    patches: list[str] = Field(
+        default_factory=list,
+        description="SafeTensors files with a patches tensor [patches, patch_dim] or [n, patches, patch_dim].",
+    )
 
 
 def tower_inputs(inputs: TowerInputs, root: Path, checkpoint: "Checkpoint", geometry: dict[str, Any], what: str) -> list["numpy.ndarray"]:

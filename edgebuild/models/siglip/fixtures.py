@@ -13,7 +13,7 @@ from typing import Any
 
 from edgebuild.core.fixtures import redraw_weights
 from edgebuild.core.kind import Fixture
-from edgebuild.ml.siglip import VISION_PREFIX, quiet_transformers
+from edgebuild.models.siglip.model import VISION_PREFIX, quiet_transformers
 
 SIGLIP_TINY: dict[str, Any] = {
     "vision_config": {
