@@ -71,8 +71,10 @@ def test_options_may_follow_artifact_names() -> None:
     options = [CmdOption(dict(option)) for option in Publish.cmd_options]
     assert options_first(
         ["t", "--to", "dest", "--allow-dirty", "u", "-n2", "-v", "2", "--reporter=json", "--", "--to"], options
-    ) == ["--to", "dest", "--allow-dirty", "-n2", "-v", "2", "--reporter=json", "t", "u", "--", "--to"]
+    ) == ["--to=dest", "--allow-dirty", "-n", "2", "-v", "2", "--reporter=json", "t", "u", "--", "--to"]
     assert options_first(["t", "--unknown"], options) == ["t", "--unknown"]
+    # Read by getopt's own rules wherever they stand: a unique prefix is the option.
+    assert options_first(["t", "--allow-d", "u"], options) == ["--allow-dirty", "t", "u"]
 
 
 _SHARD_HELP = "I/N: only shard I of N of the selection (an artifact with its sources; balanced by recorded cost)"
@@ -84,9 +86,10 @@ _SHARD_HELP = "I/N: only shard I of N of the selection (an artifact with its sou
                             "`doit help build` lists its options"),
     (("status", "--to", "x"), "doit status has no option --to (it is an option of doit publish); "
                               "`doit help status` lists its options"),
-    # A typo, before or after the artifact names.
-    (("verify", "t", "--fail-fas"), "doit verify has no option --fail-fas (did you mean --fail-fast?); "
-                                    "`doit help verify` lists its options"),
+    # A typo, before or after the artifact names (a unique prefix, --fail-fa, is getopt's
+    # abbreviation of --fail-fast, before the names or after them alike).
+    (("verify", "t", "--fail-fsat"), "doit verify has no option --fail-fsat (did you mean --fail-fast?); "
+                                     "`doit help verify` lists its options"),
     (("verify", "--frozne", "t"), "doit verify has no option --frozne (did you mean --frozen?); "
                                   "`doit help verify` lists its options"),
     (("clean", "--bogus"), "doit clean has no option --bogus; `doit help clean` lists its options"),

@@ -95,7 +95,7 @@ def test_the_seeds_reshapes_fail_a_directml_gate_naming_them_and_pass_once_sanit
 
 
 def test_diff_and_the_report_page_show_a_certificate_old_to_new_by_module(tmp_path: Path) -> None:
-    from edgebuild.cli.report_page import _coverage as page_coverage
+    from edgebuild.cli.report_page.page import _coverage as page_coverage
     from edgebuild.run.diff import ArtifactDiff, Diff, _coverage, render
 
     def report(allowzero: int) -> dict:

@@ -249,7 +249,7 @@ def test_diff_shows_latency_old_and_new() -> None:
 
 
 def test_the_report_page_shows_latency_escaped() -> None:
-    from edgebuild.cli.report_page import _latency
+    from edgebuild.cli.report_page.page import _latency
 
     shown = _latency(_report(3.1, 1.8)["latency"])
     assert shown.startswith('<p class="latency">latency: 3.1 ms median (p90 3.41) over 10 runs, 1.8x its float source '

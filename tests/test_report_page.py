@@ -184,7 +184,7 @@ def test_markup_in_any_text_is_escaped_everywhere_on_the_page(handmade: BuildGra
     """The templates escape every value: markup in the manifest, in a plugin's report (a
     check's detail, latency, coverage), in its figures and notes, and in ``doit diff``'s
     words shows as text. Only the SVG a kind draws goes in as markup."""
-    import edgebuild.cli.report_page as report_page
+    import edgebuild.cli.report_page.page as report_page
     import edgebuild.kinds.qwen3_5_tower.figures as tower_figures
     from edgebuild.core.figures import Figure, Plots
     from edgebuild.run.diff import ArtifactDiff, CheckChange, Diff, OutputChange
@@ -233,7 +233,8 @@ def test_the_templates_ship_with_the_package() -> None:
     data = [path for path in package.rglob("*")
             if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts]
     assert {path.relative_to(REPO).as_posix() for path in data} >= {
-        "edgebuild/cli/templates/report_page.html.j2", "edgebuild/cli/templates/report_parts.html.j2"}
+        "edgebuild/cli/report_page/templates/report_page.html.j2",
+        "edgebuild/cli/report_page/templates/report_parts.html.j2"}
     for path in data:
         owners = [(name, globs) for name, globs in package_data.items() if path.is_relative_to(REPO / name.replace(".", "/"))]
         assert any(fnmatch(path.relative_to(REPO / name.replace(".", "/")).as_posix(), pattern)

@@ -22,7 +22,7 @@ from doit.cmd_base import DoitCmdBase
 from doit.cmd_run import Run
 from doit.exceptions import InvalidCommand
 
-from edgebuild.cli.option_errors import option_problem
+from edgebuild.cli.option_errors import option_problem, permuted
 from edgebuild.errors import EdgebuildError
 from edgebuild.run.scheduler import Outcomes, needs_a_worker, verification_summary
 from edgebuild.run.workers import start_server_early
@@ -88,40 +88,17 @@ def handles(workspace: Workspace, names: list[str]) -> list[Artifact]:
 
 def options_first(args: list[str], options: list[Any]) -> list[str]:
     """``args`` with every option of ``options`` (doit's ``CmdOption``) moved ahead of the
-    artifact names, with its value. doit's parser (getopt) stops at the first name, and
-    ``doit publish NAME --to DEST`` is the natural order."""
-    takes_value: dict[str, bool] = {}
-    for option in options:
-        for flag in (f"-{option.short}" if option.short else "", f"--{option.long}" if option.long else ""):
-            if flag:
-                takes_value[flag] = option.type is not bool
-        if option.inverse:
-            takes_value[f"--{option.inverse}"] = False
-    moved: list[str] = []
-    rest: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg == "--":
-            rest.extend(args[index:])
-            break
-        flag = arg.split("=", 1)[0]
-        if flag not in takes_value and not arg.startswith("--") and arg[:2] in takes_value:
-            flag = arg[:2]  # a short option with its value attached: -n2
-        if arg.startswith("-") and flag in takes_value:
-            moved.append(arg)
-            if takes_value[flag] and arg == flag:
-                if index + 1 == len(args):
-                    # No value follows: left last, where no name can be taken for its value.
-                    moved.pop()
-                    rest.append(arg)
-                    break
-                moved.append(args[index + 1])
-                index += 1
-        else:
-            rest.append(arg)
-        index += 1
-    return moved + rest
+    artifact names, with its value: doit's parser (``getopt``) stops at the first name, and
+    ``doit publish NAME --to DEST`` is the natural order. ``getopt.gnu_getopt`` reads them
+    wherever they are (up to ``--``); ``args`` that it refuses come back as they are, for
+    :func:`~edgebuild.cli.option_errors.option_problem` to say what is wrong."""
+    from doit.cmdparse import CmdParse
+
+    parsed = permuted(CmdParse(options), args)
+    if parsed is None:
+        return args
+    found, names, tail = parsed
+    return [*found, *names, *tail]
 
 
 class OneLineErrors:
@@ -136,7 +113,8 @@ class OneLineErrors:
         from doit.cmdparse import CmdParseError
 
         args = self.arranged(list(in_args))
-        problem = option_problem(self.cmdparser, args, self.name)  # type: ignore[attr-defined]
+        problem = option_problem(self.cmdparser, args, self.name,  # type: ignore[attr-defined]
+                                 anywhere=isinstance(self, NamesAnywhere))
         if problem is not None:
             raise InvalidCommand(problem)
         try:

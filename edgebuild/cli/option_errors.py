@@ -21,17 +21,41 @@ _VALUES_DOIT_MISTAKES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def option_problem(parser: Any, args: list[str], command: str) -> str | None:
+def permuted(parser: Any, args: list[str]) -> tuple[list[str], list[str], list[str]] | None:
+    """``args`` read by ``getopt.gnu_getopt`` with doit's ``CmdParse`` ``parser``'s options,
+    wherever they are up to ``--``: (the options, each with its value; the other
+    arguments; ``--`` and what follows it). ``None`` for arguments it refuses."""
+    import getopt
+
+    end = args.index("--") if "--" in args else len(args)
+    shorts, longs = parser.get_short(), parser.get_long()
+    try:
+        found, names = getopt.gnu_getopt(args[:end], shorts, longs)
+    except getopt.GetoptError:
+        return None
+    options: list[str] = []
+    for flag, value in found:
+        if flag.startswith("--"):
+            options.append(f"{flag}={value}" if f"{flag[2:]}=" in longs else flag)
+        else:
+            options += [flag, value] if f"{flag[1]}:" in shorts else [flag]
+    return options, names, args[end:]
+
+
+def option_problem(parser: Any, args: list[str], command: str, anywhere: bool = False) -> str | None:
     """What is wrong with the options in ``args`` for doit's ``CmdParse`` ``parser`` (an
     unknown one, a value missing or given where none is taken, a value of the wrong type
     or not among the choices), as the one line ``command`` ends with; ``None`` when
-    nothing is. (doit's own message lists every option object it knows.)"""
+    nothing is. (doit's own message lists every option object it knows.) ``anywhere``:
+    the command takes options among its names too (read as :func:`permuted` reads them)."""
     import getopt
 
     from doit.cmdparse import CmdParseError
 
+    read = getopt.gnu_getopt if anywhere else getopt.getopt
+    end = args.index("--") if anywhere and "--" in args else len(args)
     try:
-        found, rest = getopt.getopt(args, parser.get_short(), parser.get_long())
+        found, rest = read(args[:end], parser.get_short(), parser.get_long())
     except getopt.GetoptError as error:
         long_flag = len(error.opt) > 1 or any(arg.split("=", 1)[0] == f"--{error.opt}" for arg in args)
         flag = f"--{error.opt}" if long_flag else f"-{error.opt}"
@@ -60,8 +84,8 @@ def option_problem(parser: Any, args: list[str], command: str) -> str | None:
             return f"{names}: expected {expected}, found {value!r}"
         if option.name in _VALUES_DOIT_MISTAKES and not _VALUES_DOIT_MISTAKES[option.name][0](typed):
             return f"{names}: expected {_VALUES_DOIT_MISTAKES[option.name][1]}, found {value!r}"
-    # Options that follow the artifact names were moved ahead of them: one still among them is unknown.
-    for arg in rest:
+    # Options after the names of a command that reads them only before: one among them is unknown.
+    for arg in rest if not anywhere else ():
         if arg == "--":
             break
         if arg.startswith("-") and arg != "-":

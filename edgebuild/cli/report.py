@@ -1,5 +1,5 @@
 """``doit report``: write ``build/index.html``, every artifact with its state, checks and
-figures (``report_page.py``); builds and verifies nothing."""
+figures (``report_page/``); builds and verifies nothing."""
 
 from __future__ import annotations
 

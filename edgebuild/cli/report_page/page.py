@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from edgebuild.run.workspace import Workspace
 
 PAGE_FILE = "index.html"
-# The page's markup: Jinja2 templates in edgebuild/cli/templates/ (package data).
+# The page's markup: Jinja2 templates in edgebuild/cli/report_page/templates/ (package data).
 TEMPLATES = "templates"
 PAGE_TEMPLATE = "report_page.html.j2"
 PARTS_TEMPLATE = "report_parts.html.j2"
@@ -344,7 +344,7 @@ def _anchor(index: int) -> str:
 def _environment() -> jinja2.Environment:
     """The templates, autoescaped: a value is escaped unless a template marks it safe."""
     environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("edgebuild.cli", TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
+        loader=jinja2.PackageLoader("edgebuild.cli.report_page", TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
         # Block tags leave no blank lines; the page ends with a newline.
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
