@@ -293,19 +293,21 @@ def lay_out_siglip_inputs(root: Path, checkpoint: Path) -> Path:
     return root
 
 
-def kind_fixtures(name: str) -> set[str]:
+def kind_fixtures(name: str, _seen: frozenset[str] = frozenset()) -> set[str]:
     """The generated checkpoints an artifact of kind ``name`` can be built from: those its
     kind declares, else those of the kinds whose artifacts its ``source:`` takes (a QDQ
-    graph is built from a tower, which is built from a Qwen3.5 fixture)."""
-    from edgebuild.core.registry import get_kind
+    graph is built from a tower, which is built from a Qwen3.5 fixture). A kind may take
+    its own kind's artifacts (a graph converted from a converted graph), so the walk
+    remembers where it has been."""
+    from edgebuild.core.registry import all_kinds, get_kind
 
     kind = get_kind(name)
     own = {fixture.name for fixture in kind.fixtures}
     if own:
         return own
-    from edgebuild.core.registry import all_kinds
-
-    return set().union(*(kind_fixtures(source.name) for source in all_kinds() if kind.takes_source_of(source)))
+    seen = _seen | {name}
+    sources = [source for source in all_kinds() if source.name not in seen and kind.takes_source_of(source)]
+    return set().union(*(kind_fixtures(source.name, seen) for source in sources))
 
 
 def build_digest(kind_name: str) -> dict[str, str]:

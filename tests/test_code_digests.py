@@ -216,6 +216,31 @@ def test_no_kind_imports_another_kind() -> None:
     assert across == []
 
 
+def test_the_centre_names_no_kind_and_no_target() -> None:
+    """What a target or a model does differently lives in its own package: outside kinds/,
+    models/ and targets/, no file (code, templates) names a kind, the package a kind lives
+    in, a coverage target or a tool environment. A new target touches none of them."""
+    import re
+
+    kinds = [get_kind(name) for name in KINDS]  # a plugin's own names may be ordinary words (float16)
+    names = {kind.name for kind in kinds}
+    names |= {path.name for path in (PACKAGE_ROOT / "kinds").iterdir() if (path / "__init__.py").is_file()}
+    names |= {target for kind in kinds for target in kind.certificates()}
+    names |= {environment.name for kind in kinds for environment in kind.tool_environments}
+    assert {"hf_onnx", "litert", "nnapi", "directml", "qnn_htp"} <= names  # the scan looks for what is there
+    word = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(map(re.escape, names))) + r")(?![A-Za-z0-9_])",
+                      re.IGNORECASE)
+    named = []
+    for path in sorted(PACKAGE_ROOT.rglob("*")):
+        relative = path.relative_to(PACKAGE_ROOT)
+        if (not path.is_file() or relative.parts[0] in ("kinds", "models", "targets") or "__pycache__" in relative.parts
+                or path.suffix in (".pyc", ".nbi", ".nbc")):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            named += [f"edgebuild/{relative}:{number}: {found.group(0)}" for found in word.finditer(line)]
+    assert named == []
+
+
 def test_at_most_fourteen_modules_at_the_top_of_the_package() -> None:
     # A dozen, and the two halves kinds are declared on (models/, targets/).
     top = [path.name for path in PACKAGE_ROOT.iterdir()

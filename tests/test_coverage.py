@@ -424,3 +424,38 @@ def test_a_gate_is_in_the_verification_fingerprint_and_not_the_build(tmp_path: P
     after = _open(tmp_path)
     assert before.fingerprint(before.artifact("clip_64")) == after.fingerprint(after.artifact("clip_64"))
     assert before.verify_fingerprint(before.artifact("clip_64")) != after.verify_fingerprint(after.artifact("clip_64"))
+
+
+def test_the_directml_table_is_the_scripts_output_from_the_vendored_document() -> None:
+    """The table is generated, never copied by hand: the module is what
+    ``scripts/directml_kernels.py`` writes from onnxruntime's own kernel document."""
+    import subprocess
+    import sys
+
+    checked = subprocess.run([sys.executable, str(REPO / "scripts" / "directml_kernels.py"), "--check"],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    from edgebuild.targets import directml_kernels
+
+    # What the seed's graph needs of it, read from the document: Reshape at opsets 5 to 21
+    # (a model at opset 21 has Reshape-21), the contrib attention kernels.
+    assert directml_kernels.ONNX_KERNELS["Reshape"] == (5, 21)
+    assert {"Attention", "MultiHeadAttention"} <= directml_kernels.MICROSOFT_KERNELS
+    source = json.loads((REPO / "third_party" / "onnxruntime" / "SOURCE.json").read_text())
+    assert directml_kernels.ONNXRUNTIME_COMMIT == source["commit"] and source["commit"][:12] in directml_kernels.SOURCE
+
+
+def test_the_directml_table_stands_for_the_installed_onnxruntime() -> None:
+    """An onnxruntime upgrade is a new kernel document: the table must come from the
+    installed release's, or say why it is accepted for it (``SOURCE.json``). A failure here
+    asks for ``scripts/directml_kernels.py`` to be run on the new release's section."""
+    from importlib.metadata import version
+
+    from edgebuild.targets import directml_kernels
+
+    installed = ".".join(version("onnxruntime").split(".")[:2])
+    stands_for = {directml_kernels.RELEASE, *directml_kernels.ACCEPTED_FOR} - {None}
+    assert installed in stands_for, (
+        f"the DirectML table is from onnxruntime {directml_kernels.ONNXRUNTIME} and accepted for "
+        f"{', '.join(directml_kernels.ACCEPTED_FOR) or 'nothing else'}; onnxruntime {installed} is installed: vendor "
+        "its DmlExecutionProvider section in third_party/onnxruntime/ and run scripts/directml_kernels.py")

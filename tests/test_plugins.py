@@ -110,13 +110,15 @@ def test_a_plugin_never_replaces_a_built_in_kind(tmp_path: Path) -> None:
         "edgebuild.kinds.qwen3_5_tower", "['edgebuild.kinds: qwen3_5_vision_tower = vc_plugin:VisionConfig']"]
 
 
-def test_the_example_plugin_is_installed() -> None:
-    """The test set-up (the README's command) installs examples/safetensors-subset."""
+def test_the_example_plugins_are_installed() -> None:
+    """The test set-up (the README's command) installs examples/safetensors-subset and
+    examples/onnx-float16 (a target kind with a certificate of its own)."""
     from importlib.metadata import entry_points
 
     names = {point.name for point in entry_points(group="edgebuild.kinds")}
-    assert "safetensors_subset" in names, (
-        "the example plugin is not installed: pip install -e ./examples/safetensors-subset (the README's test command)")
+    for kind, folder in (("safetensors_subset", "safetensors-subset"), ("onnx_float16", "onnx-float16")):
+        assert kind in names, (
+            f"the example plugin is not installed: pip install -e ./examples/{folder} (the README's test command)")
 
 
 def test_a_plugin_whose_kind_no_manifest_names_is_never_imported(tmp_path: Path) -> None:
@@ -141,12 +143,13 @@ def test_a_plugin_whose_kind_no_manifest_names_is_never_imported(tmp_path: Path)
 
     started = init("fresh")
     assert (started.returncode, started.stderr) == (0, "")
-    assert ("plugin kinds installed, not loaded: safetensors_subset, vision_config_plugin "
+    assert ("plugin kinds installed, not loaded: onnx_float16, safetensors_subset, vision_config_plugin "
             "(init --plugins writes their starters and parameters too)\n") in started.stdout
     assert not marker.exists()
     # Its kind is in init's schema by name (an editor takes it), its parameters unchecked.
     schema = json.loads((tmp_path / "fresh" / "edgebuild.schema.json").read_text())
-    assert schema["$defs"]["Artifact"]["properties"]["kind"]["enum"][-2:] == ["safetensors_subset", "vision_config_plugin"]
+    assert schema["$defs"]["Artifact"]["properties"]["kind"]["enum"][-3:] == [
+        "onnx_float16", "safetensors_subset", "vision_config_plugin"]
     assert "VisionConfigParams" not in schema["$defs"]
     assert "tower_weights:" not in (tmp_path / "fresh" / "artifacts.yaml").read_text()
 

@@ -107,7 +107,8 @@ def test_failed_verification_publishes_nothing(verified_seed: Path, tmp_path: Pa
     )
     # The same refusal, in process, for an S3 destination (verifying once is enough).
     with pytest.raises(PublishError) as error:
-        publish(project.project(), ["t", "strict"], s3_bucket, allow_dirty=True)
+        workspace = project.project()
+        publish(workspace, [workspace.artifact("t"), workspace.artifact("strict")], s3_bucket, allow_dirty=True)
     assert str(error.value) == "nothing published:\n  strict: verification failed (see build/strict/report.md)"
     for destination in (Location(directory), Location(s3_bucket)):
         assert destination.read("index.json") is None
@@ -608,7 +609,8 @@ def test_destination_inside_build_or_cache_is_refused(inside: str, project_dir) 
     project_dir.manifest(TOWER_MANIFEST)
     for destination in (str(project_dir.root / inside), f"file://{project_dir.root / inside}"):
         with pytest.raises(PublishError) as error:
-            publish(project_dir.project(), ["t"], destination)
+            workspace = project_dir.project()
+            publish(workspace, [workspace.artifact("t")], destination)
         assert str(error.value) == (
             f"{destination}: inside the project's {inside.split('/')[0]}/ directory, which edgebuild replaces "
             "and prunes; publish somewhere else"

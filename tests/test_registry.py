@@ -147,3 +147,80 @@ else:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("fixture 'qwen3_5_vl_tiny' is declared by two kinds with different generators"), result.stdout
+
+
+def _params_of(name: str) -> type:
+    from typing import Literal
+
+    from edgebuild.plugin import ArtifactParams
+
+    return type(f"{name}_params", (ArtifactParams,), {"__annotations__": {"kind": Literal[name]}})
+
+
+def test_a_kind_written_for_the_last_release_still_loads_with_a_deprecation_warning() -> None:
+    """``worker_imports`` and the other process attributes, and ``source_kinds``, are read for
+    one release (with a warning naming what to write instead): a plugin keeps working while
+    its author moves to ``process = Process(...)`` and ``consumes``."""
+    from edgebuild.plugin import ArtifactKind
+
+    with pytest.warns(DeprecationWarning) as caught:
+        class OldStyle(ArtifactKind):
+            name = "old_style"
+            summary = "x"
+            Params = _params_of("old_style")
+            outputs = ("out.bin",)
+            build_module = verify_module = "edgebuild.core.kind"
+            worker_imports = ("json",)
+            memory_factor = 3.0
+            source_kinds = ("qwen3_5_vision_tower",)
+
+    messages = [str(warning.message) for warning in caught]
+    assert messages == [
+        "artifact kind test_a_kind_written_for_the_last_release_still_loads_with_a_deprecation_warning.<locals>."
+        "OldStyle: worker_imports, memory_factor are deprecated and read for one release only; declare "
+        "process = Process(worker_imports=..., memory_factor=...)",
+        "artifact kind test_a_kind_written_for_the_last_release_still_loads_with_a_deprecation_warning.<locals>."
+        "OldStyle: source_kinds is deprecated and read for one release only; declare the formats it consumes "
+        "(consumes = (...))",
+    ]
+    registry.register(OldStyle)
+    try:
+        kind = registry.get_kind("old_style")
+        assert kind.process.worker_imports == ("json",) and kind.process.memory_factor == 3.0
+        assert kind.takes_source_of(registry.get_kind("qwen3_5_vision_tower"))
+        assert not kind.takes_source_of(registry.get_kind("hf_onnx"))
+    finally:
+        registry.unregister("old_style")
+
+
+def test_a_certificate_is_checked_when_its_kind_is_registered() -> None:
+    """A coverage target a kind certifies by default must be one a format it produces
+    declares, with a certify function in a module that exists: an error at registration,
+    never a certificate quietly missing from every report."""
+    from edgebuild.plugin import ONNX_GRAPH, ArtifactKind, CoverageTarget, Format
+
+    def kind_with(name: str, produces: tuple, coverage_targets: tuple = ()) -> type:
+        return type(name, (ArtifactKind,), {
+            "name": name, "summary": "x", "Params": _params_of(name), "outputs": ("model.onnx",),
+            "build_module": "edgebuild.core.kind", "verify_module": "edgebuild.core.kind",
+            "produces": produces, "coverage_targets": coverage_targets})
+
+    unknown = kind_with("unknown_target", (ONNX_GRAPH,), ("hexagon",))
+    with pytest.raises(TypeError) as caught:
+        registry.register(unknown)
+    assert str(caught.value) == (
+        "artifact kind 'unknown_target': coverage_targets names 'hexagon', which no format it produces certifies "
+        "(its targets: nnapi, coreml, directml: declare the certificate on a format in produces)")
+
+    nowhere = Format("nowhere_graph", "x", ("model.onnx",),
+                     certificates=(CoverageTarget("npu", "an NPU", "edgebuild_no_such_module:certify"),))
+    with pytest.raises(TypeError, match=r"artifact kind 'missing_certify': coverage target 'npu': certify "
+                                        r"'edgebuild_no_such_module:certify' is not 'module:function' of a module "
+                                        r"that exists"):
+        registry.register(kind_with("missing_certify", (nowhere,), ("npu",)))
+
+    misnamed = Format("misnamed_graph", "x", ("model.onnx",),
+                      certificates=(CoverageTarget("NPU-1", "an NPU", "edgebuild.targets.coverage:certify"),))
+    with pytest.raises(TypeError, match=r"coverage target named 'NPU-1'; expected lower case"):
+        registry.register(kind_with("misnamed_target", (misnamed,)))
+    assert not {"unknown_target", "missing_certify", "misnamed_target"} & set(registry.kind_names())

@@ -44,7 +44,7 @@ def published_project(seed: Path, root: Path, destination: str, signing_key: Pat
     settings = Settings.from_environ().replace(remote_cache="off",
                                                signing_key=f"{signing_key}.key" if signing_key else None)
     workspace = Workspace.open(project.root / "artifacts.yaml", project.root, settings)
-    publish(workspace, ["t"], destination, log=lambda message: None)
+    publish(workspace, [workspace.artifact("t")], destination, log=lambda message: None)
     return workspace, workspace.fingerprint(workspace.artifact("t"))
 
 

@@ -35,8 +35,8 @@ def test_init_writes_a_project(tmp_path: Path) -> None:
         "wrote dodo.py, artifacts.yaml, edgebuild.schema.json, data/calibration/*.png, data/held_out/*.png, "
         ".gitignore in proj\n"
         # The test set-up installs the example plugin; init imports no plugin unless asked.
-        "plugin kinds installed, not loaded: safetensors_subset (init --plugins writes their starters and parameters "
-        "too)\n"
+        "plugin kinds installed, not loaded: onnx_float16, safetensors_subset (init --plugins writes their starters "
+        "and parameters too)\n"
         "next:\n"
         "  cd proj && doit list      # the artifacts the manifest declares\n"
         "  doit verify               # build and verify every one of them\n"
@@ -228,7 +228,7 @@ def test_readme_walks_a_new_user_through() -> None:
     assert [line for line in block.splitlines() if not line.startswith("#")] == [
         "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/doit verify",
         # The test set-up installs the example plugin too: its tests run with the suite.
-        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -e ./examples/safetensors-subset && .venv/bin/python -m edgebuild toolenv litert >/dev/null && .venv/bin/python -m pytest -n auto --dist worksteal",
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' -e ./examples/safetensors-subset -e ./examples/onnx-float16 && .venv/bin/python -m edgebuild toolenv litert >/dev/null && .venv/bin/python -m pytest -n auto --dist worksteal",
     ]
 
 

@@ -41,7 +41,7 @@ from edgebuild.core.hashing import digest_json
 from edgebuild.core.kind import VerifyContext
 from edgebuild.core.record import read_record_or_none
 from edgebuild.core.report import Check, format_number, read_report
-from edgebuild.core.runner import Inputs, Runner
+from edgebuild.core.runner import Inputs, Runner, random_feeds
 from edgebuild.core.thresholds import OutputLimits, PerOutputLimits, dataset_gate, latency_settings
 from edgebuild.errors import CheckpointError, NotRunnable
 from edgebuild.run.latency import latency_checks, latency_line, latency_record, not_measured, time_in_turn
@@ -312,24 +312,9 @@ class _Judge:
 
 
 def random_inputs(runner: Runner, count: int, seed: int) -> Inputs:
-    """``count`` seeded inputs for the runner's signature: floats from N(0, 1), boolean
-    inputs and ``*_mask`` ones all true/one, other integers zero."""
-    import numpy
-
-    generator = numpy.random.default_rng(seed)
-    feeds = []
-    for _ in range(count):
-        feed = {}
-        for spec in runner.inputs:
-            shape = tuple(1 if dim is None else dim for dim in spec.shape)
-            if spec.dtype.startswith("float"):
-                feed[spec.name] = generator.standard_normal(shape).astype(spec.dtype)
-            elif spec.dtype == "bool" or spec.name.endswith("_mask"):
-                feed[spec.name] = numpy.ones(shape, dtype=spec.dtype)
-            else:
-                feed[spec.name] = numpy.zeros(shape, dtype=spec.dtype)
-        feeds.append(feed)
-    return Inputs(feeds, f"{count} random inputs (seed {seed})")
+    """``count`` seeded inputs for the runner's signature, by the one rule
+    (:func:`~edgebuild.core.runner.random_feeds`)."""
+    return Inputs(random_feeds(runner.inputs, count, seed), f"{count} random inputs (seed {seed})")
 
 
 def _tensor(array: "numpy.ndarray") -> Any:

@@ -32,7 +32,7 @@ class SubsetParams(ArtifactParams):
     DTYPES: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16")
 
 
-class SafetensorsSubset(ArtifactKind):
+class SafetensorsSubset(ArtifactKind[SubsetParams]):
     name = "safetensors_subset"
     summary = "a checkpoint's tensors under some prefixes -> one SafeTensors file"
     Params = SubsetParams
@@ -52,13 +52,11 @@ class SafetensorsSubset(ArtifactKind):
 """,
     )
 
-    def tensor_selection(self, params: ArtifactParams, checkpoint: Checkpoint) -> TensorSelection:
-        assert isinstance(params, SubsetParams)
+    def tensor_selection(self, params: SubsetParams, checkpoint: Checkpoint) -> TensorSelection:
         # Exactly the tensors it stores; config.json is not read.
         return TensorSelection(prefixes=tuple(params.prefixes), config_key=None)
 
-    def check_parameters(self, params: ArtifactParams, checkpoints: dict[str, Checkpoint]) -> None:
-        assert isinstance(params, SubsetParams)
+    def check_parameters(self, params: SubsetParams, checkpoints: dict[str, Checkpoint]) -> None:
         checkpoint = checkpoints[params.checkpoint]
         selected = checkpoint.select(tuple(params.prefixes))
         names = [name.removeprefix(params.strip_prefix) for name in selected]

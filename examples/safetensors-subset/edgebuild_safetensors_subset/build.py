@@ -10,12 +10,11 @@ from edgebuild.plugin import BuildContext, Phases
 from . import INFO_FILE, WEIGHTS_FILE, SubsetParams
 
 
-def build(context: BuildContext) -> dict[str, Any]:
+def build(context: BuildContext[SubsetParams]) -> dict[str, Any]:
     import torch
     from safetensors.torch import save_file
 
     params = context.params
-    assert isinstance(params, SubsetParams)
     phases = Phases()
     checkpoint = context.checkpoint
     with phases.time("load"):

@@ -8,12 +8,11 @@ from edgebuild.plugin import Check, Verification, VerifyContext
 from . import WEIGHTS_FILE, SubsetParams
 
 
-def verify(context: VerifyContext) -> Verification:
+def verify(context: VerifyContext[SubsetParams]) -> Verification:
     import torch
     from safetensors.torch import load_file
 
     params = context.params
-    assert isinstance(params, SubsetParams)
     checkpoint = context.checkpoint
     expected = checkpoint.load(checkpoint.select(tuple(params.prefixes)))
     stored = load_file(str(context.out_dir / WEIGHTS_FILE))
