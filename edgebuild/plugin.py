@@ -95,11 +95,13 @@ from edgebuild.core.runner import Feed, Inputs, Outputs, Runner, TensorSpec, ran
 from edgebuild.core.thresholds import CoverageGate, DatasetGate, OutputLimits, PerOutputLimits, VerifySettings
 from edgebuild.core.timing import Phases
 from edgebuild.errors import BuildRejected, CheckpointError, EdgebuildError, ExportError, NotRunnable, ParameterError
+from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 from edgebuild.targets.base import ProgramTarget
 from edgebuild.targets.coverage import Certificate
 from edgebuild.targets.formats import ONNX_GRAPH, QDQ_GRAPH, TORCH_PROGRAM
 from edgebuild.targets.judging import judge_target
 from edgebuild.targets.params import TargetParams, TargetVerify
+from edgebuild.targets.runners import onnx_runner
 
 __all__ = [
     "ONNX_GRAPH",
@@ -147,6 +149,7 @@ __all__ = [
     "Verification",
     "VerifyContext",
     "VerifySettings",
+    "agreement",
     "check_of",
     "cosines_svg",
     "expand_inputs",
@@ -155,9 +158,12 @@ __all__ = [
     "heatmap_svg",
     "histogram_svg",
     "judge_target",
+    "onnx_runner",
+    "output_checks",
     "paired_log_bars_svg",
     "random_feeds",
     "read_json_file",
     "redraw_weights",
     "stacked_bars_svg",
+    "worst_agreement",
 ]

@@ -52,7 +52,6 @@ from edgebuild.errors import CheckpointError, EdgebuildError, FilesystemError, M
 VERIFICATION_MODULE = "edgebuild.run.verification"
 
 
-
 def verify_roots(kind: ArtifactKind[Any]) -> tuple[str, ...]:
     """The modules whose code (and what they import) judges an artifact of ``kind``: its
     verify module, the engine's verification, and the modules that compute the coverage
@@ -290,9 +289,6 @@ class BuildGraph:
         return found
 
     # --- fingerprints -------------------------------------------------------------
-
-    def kind(self, artifact: Artifact) -> ArtifactKind:
-        return artifact.kind
 
     def record(self, artifact: Artifact) -> BuildRecord:
         """The build record of ``artifact`` before its build (memoised per process, and

@@ -39,7 +39,8 @@ def judge_coverage(kind: "ArtifactKind[Any]", params: "ArtifactParams", director
     known = kind.certificates()
     memo: dict[str, Any] = {}
     computed: dict[str, Certificate] = {}
-    for target in coverage_targets(kind, params):
+    certified = coverage_targets(kind, params)  # every gated target among them, in the kind's order
+    for target in certified:
         if target not in known:
             result.missing[target] = (f"a {kind.name} artifact has no certificate for {target!r} "
                                       f"(its targets: {', '.join(known) or 'none'})")
@@ -56,7 +57,10 @@ def judge_coverage(kind: "ArtifactKind[Any]", params: "ArtifactParams", director
         computed[target] = found
         result.certificates[target] = found.to_dict()
         log(f"coverage {target}: {found.nodes_taken} of {found.nodes_total} nodes in {found.partitions} partition(s)")
-    for target, gate in gates.items():
+    for target in certified:
+        gate = gates.get(target)
+        if gate is None:
+            continue
         if target not in computed:
             reason = result.missing.get(target, "not computed")
             result.checks.append(Check.measure(f"coverage.{target}.certificate", "missing", "==", "computed", reason))

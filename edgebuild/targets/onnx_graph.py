@@ -106,23 +106,20 @@ def directml_certificate(model: Any) -> Certificate:
                              model, info)
 
 
-_CERTIFICATES = {"nnapi": nnapi_certificate, "coreml": coreml_certificate, "directml": directml_certificate}
-
-
-def _certify(target: str, directory: Path, memo: dict[str, Any]) -> Certificate:
-    """``target``'s certificate of the graph in ``directory`` (read once for all three)."""
+def _graph(directory: Path, memo: dict[str, Any]) -> Any:
+    """The graph in ``directory``, read once for the three certificates (``memo``)."""
     if MODEL_FILE not in memo:
         memo[MODEL_FILE] = load_graph(directory / MODEL_FILE)
-    return _CERTIFICATES[target](memo[MODEL_FILE])
+    return memo[MODEL_FILE]
 
 
 def nnapi(directory: Path, memo: dict[str, Any]) -> Certificate:
-    return _certify("nnapi", directory, memo)
+    return nnapi_certificate(_graph(directory, memo))
 
 
 def coreml(directory: Path, memo: dict[str, Any]) -> Certificate:
-    return _certify("coreml", directory, memo)
+    return coreml_certificate(_graph(directory, memo))
 
 
 def directml(directory: Path, memo: dict[str, Any]) -> Certificate:
-    return _certify("directml", directory, memo)
+    return directml_certificate(_graph(directory, memo))
