@@ -19,6 +19,7 @@ BENCHMARKS = [
     "noop_fingerprint.py", "tower_export.py", "qdq_tower.py", "siglip_gptq.py", "store_copy.py", "parallel_matrix.py",
     "worker_memory.py", "worker_startup.py", "wrapper_check_dtype.py", "scale_matrix.py", "many_artifacts.py", "verify_many.py",
     "cache_pull.py", "peers.py", "dataset_gate.py", "targets.py", "stat_cache.py", "exporter_warmup.py",
+    "latency_vs_tools.py",
 ]
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from edgebuild.core.report import Check
+from edgebuild.core.report import Check, report_passed
 from edgebuild.errors import EdgebuildError, VerificationFailed
 from edgebuild.run.state import ArtifactState
 
@@ -75,8 +75,9 @@ class VerificationReport:
             artifact=data["artifact"],
             kind=data["kind"],
             fingerprint=data["fingerprint"],
-            passed=bool(data["passed"]),
-            checks=tuple(Check(**check) for check in data["checks"]),
+            # Re-derived from the checks' values and limits, never taken as written.
+            passed=report_passed(data),
+            checks=tuple(Check.from_json(check) for check in data["checks"]),
             metrics=data.get("metrics", {}),
             build=data.get("build", {}),
             thresholds=data.get("verify", {}),

@@ -231,14 +231,26 @@ def test_a_fetch_refuses_a_release_whose_chain_did_not_pass(tmp_path: Path) -> N
         return directory
 
     made_from = {"source": {"outputs": {}}}
-    assert _verdict_distrust(entry({"passed": True}, {"checkpoint": {}})) is None
-    assert _verdict_distrust(entry({"passed": True, "chain": [{"artifact": "qdq", "passed": True}]}, made_from)) is None
-    assert _verdict_distrust(entry({"passed": True, "chain": [{"artifact": "qdq", "passed": False}]}, made_from)) == \
+    passing = {"passed": True, "checks": [{"name": "cosine", "value": 0.999, "limit": 0.99, "comparison": ">=",
+                                           "passed": True}]}
+    assert _verdict_distrust(entry(passing, {"checkpoint": {}})) is None
+    assert _verdict_distrust(entry(passing | {"chain": [{"artifact": "qdq", "passed": True}]}, made_from)) is None
+    assert _verdict_distrust(entry(passing | {"chain": [{"artifact": "qdq", "passed": False}]}, made_from)) == \
         "qdq, which it is made from, had not passed verification when it was judged"
-    assert _verdict_distrust(entry({"passed": True}, made_from)) == (
+    assert _verdict_distrust(entry(passing, made_from)) == (
         "it is made from a source and its report records no verdict of the artifacts it is made from (published "
         "before edgebuild judged chains); publish it again")
-    assert _verdict_distrust(entry({"passed": False}, {})) == "its report.json does not say it passed verification"
+    failing = {"passed": False, "checks": [dict(passing["checks"][0], value=0.5, passed=False)]}
+    assert _verdict_distrust(entry(failing, {})) == "its report.json does not say it passed verification"
+    # Signed, and edited before signing: the verdict is re-derived from the checks, not read.
+    assert _verdict_distrust(entry(failing | {"passed": True}, {})) == (
+        "its report.json's verdict does not follow from its checks (it says passed: true, but its checks say false)")
+    edited = {"passed": True, "checks": [dict(failing["checks"][0], passed=True)]}
+    assert _verdict_distrust(entry(edited, {})) == (
+        "its report.json's verdict does not follow from its checks (check cosine says it passed, but 0.5 >= 0.99000000 "
+        "does not hold)")
+    assert _verdict_distrust(entry({"passed": True, "checks": []}, {})) == (
+        "its report.json's verdict does not follow from its checks (it says passed: true, but its checks say false)")
 
 
 # --- end to end: doit, real models ------------------------------------------------------
@@ -424,7 +436,8 @@ def verify(context: VerifyContext) -> Verification:
     assert verified.returncode == 0, verified.stdout + verified.stderr
     report = json.loads((project.root / "build" / "copy" / "report.json").read_text())
     checks = {check["name"]: check for check in report["checks"]}
-    assert set(checks) == {"outputs_intact", "copied", "vs_float.pooler_output.cosine", "vs_float.pooler_output.max_rel"}
+    assert set(checks) == {"outputs_intact", "copied", "vs_float.pooler_output.cosine", "vs_float.pooler_output.max_rel",
+                           "vs_float.pooler_output.reference_spread"}
     assert checks["vs_float.pooler_output.max_rel"]["value"] < 1e-4
     assert report["metrics"]["vs_float"]["reference"].endswith("CLIPVisionModel.forward (float32)")
     assert report["metrics"]["vs_float"]["inputs"] == "2 random inputs (seed 0)"

@@ -110,12 +110,12 @@ _SHARD_HELP = "I/N: only shard I of N of the selection (an artifact with its sou
                                             "error-only, found 'loud'"),
     # doit's own options, of the right type but a value doit misuses (it ran -P bogus as 'process').
     (("build", "-P", "bogus"), "-P/--parallel-type: expected process or thread, found 'bogus'"),
-    (("verify", "t", "-n", "-3"), "-n/--process: expected a number of processes, 0 or more, found '-3'"),
+    (("verify", "t", "-n", "-3"), "-n/--process: expected a number of processes from 0 to 1024, found '-3'"),
     (("publish", "-v", "9"), "-v/--verbosity: expected 0, 1 or 2, found '9'"),
     (("build", "--failure-verbosity=5"), "--failure-verbosity: expected 0, 1 or 2, found '5'"),
     # Before the command's name, where doit takes them for its own `run`'s (and the name for a task).
     (("-P", "bogus", "build"), "-P/--parallel-type: expected process or thread, found 'bogus'"),
-    (("-n", "-1", "verify", "t"), "-n/--process: expected a number of processes, 0 or more, found '-1'"),
+    (("-n", "-1", "verify", "t"), "-n/--process: expected a number of processes from 0 to 1024, found '-1'"),
     (("-P", "thread", "-n", "2", "build", "t"),
      "doit's options go after the command's name: doit build -P thread -n 2, not doit -P thread -n 2 build"),
     (("-n", "notanumber", "build"), "-n/--process: expected an integer, found 'notanumber'"),

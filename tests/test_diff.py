@@ -19,6 +19,7 @@ from edgebuild.core.report import format_number
 from edgebuild.core.staleness import tensor_groups
 from edgebuild.errors import DiffError
 from edgebuild.run.diff import FROM_DESTINATION, FROM_LOCK, FROM_REMOTE, FROM_STORE, diff
+from edgebuild.run.diff import render as render_diff
 from edgebuild.run.lockfile import update_lock
 from edgebuild.run.workspace import Workspace
 
@@ -229,3 +230,36 @@ def test_a_changed_config_key_is_named_with_its_values(tmp_path: Path, siglip_ch
     shutil.rmtree(root / "cache" / "store", ignore_errors=True)
     (root / "build" / "q" / ".edgebuild.json").unlink()
     assert edgebuild.open_project(root / "artifacts.yaml").diff()["q"].reasons == (reason,)
+
+
+def test_thresholds_relaxed_until_it_passes_read_as_exactly_that(tmp_path: Path) -> None:
+    """Issue 60: a pull request that loosens a gate until a failing artifact passes. Against
+    the commit it failed at, the diff lists the relaxed threshold and the flipped verdict --
+    not the store's later, passing report of the same bytes as if it were the old one --
+    and says why the old checks are not shown."""
+    from test_chain import _judged
+
+    from helpers import CLIP_TO_QDQ, lay_out_project
+
+    lay_out_project(tmp_path, CLIP_TO_QDQ)
+    workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
+    _judged(workspace, "clip", passed=False)
+    update_lock(workspace, [workspace.artifact("clip")])
+    commit(tmp_path, "artifacts.yaml", "artifacts.lock")
+    relaxed = CLIP_TO_QDQ.replace("    outputs: [pooler_output]\n", "    outputs: [pooler_output]\n"
+                                  "    verify: {cosine_min: 0.4}\n", 1)
+    (tmp_path / "artifacts.yaml").write_text(relaxed)
+    workspace = Workspace.open(tmp_path / "artifacts.yaml", tmp_path)
+    clip = workspace.artifact("clip")
+    _judged(workspace, "clip", passed=True)
+    # As `doit verify` keeps a build that passed: in the store, with its report.
+    workspace.store.put(clip.fingerprint, clip.directory)
+    workspace.store.put_report(clip.fingerprint, clip.directory)
+    change = diff(workspace, [clip], against="HEAD")["clip"]
+    assert change.change == "unchanged" and change.state_after == "verified"
+    assert change.verify_reasons[0] == "verify.cosine_min None → 0.4", change.verify_reasons
+    assert change.verified_before is False and change.verdict_flipped
+    assert change.to_json()["verdict_flipped"] is True
+    assert any(note.startswith("it FAILED verification at HEAD") for note in change.notes), change.notes
+    rendered = "\n".join(render_diff(diff(workspace, [clip], against="HEAD")))
+    assert "verdict FAILED → verified" in rendered and "verify.cosine_min None → 0.4" in rendered

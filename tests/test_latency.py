@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy
@@ -16,7 +17,7 @@ from edgebuild.core.manifest import load_manifest
 from edgebuild.core.runner import Runner, TensorSpec
 from edgebuild.core.thresholds import LatencySettings, latency_settings
 from edgebuild.errors import ManifestError
-from edgebuild.run.latency import (MIN_RUNS, Timed, latency_checks, latency_line, latency_record, machine,
+from edgebuild.run.latency import (INTERVAL_RUNS, MIN_RUNS, Timed, median_interval, latency_checks, latency_line, latency_record, machine,
                                    not_measured, time_in_turn, time_runner)
 
 from helpers import CLIP_TO_QDQ, lay_out_project
@@ -96,26 +97,82 @@ def test_runners_are_timed_in_turn_after_warmup_within_the_budget() -> None:
 def test_an_onnxruntime_session_timed_with_its_float_source(tmp_path: Path) -> None:
     from edgebuild.targets.runners import onnx_runner
 
-    artifact = onnx_runner(_tiny_graph(tmp_path / "a.onnx"))
-    source = onnx_runner(_tiny_graph(tmp_path / "b.onnx", width=4096))
+    artifact = onnx_runner(_tiny_graph(tmp_path / "a.onnx"), threads=1)
+    source = onnx_runner(_tiny_graph(tmp_path / "b.onnx", width=4096), threads=1)
+    assert (artifact.threads, source.threads) == (1, 1)
     feed = {"x": numpy.ones((1, 64), "float32")}
     timed = time_runner(artifact, feed, runs=20, warmup=2, budget_s=5.0)
-    assert timed.runs == 20 and 0 < timed.median_ms <= timed.p90_ms
+    assert INTERVAL_RUNS <= timed.runs <= 20 and 0 < timed.median_ms <= timed.p90_ms
+    assert timed.low_ms <= timed.median_ms <= timed.high_ms
     first, second = time_in_turn([artifact, source], feed, runs=10)
-    record = latency_record(first, artifact, second, "b")
-    assert record["median_ms"] > 0 and record["p90_ms"] >= record["median_ms"]
-    assert record["runs"] == 10 and record["warmup"] == 1 and record["simulated"] is False
+    record = latency_record(first, artifact, second, "b", source.threads, (0.5, 0.7))
+    assert record["median_ms"] > 0 and record["p90_ms"] >= record["median_ms"] and record["n"] == record["runs"] == 10
+    assert record["median_ci95_ms"] == [first.low_ms, first.high_ms] and record["noisy"] is first.noisy
+    assert record["warmup"] == 1 and record["simulated"] is False and record["threads"] == 1
+    assert record["load"] == {"before": 0.5, "after": 0.7}
     assert record["runtime"].startswith("onnxruntime ") and "CPUExecutionProvider" in record["runtime"]
     assert record["float_source"]["artifact"] == "b" and record["float_source"]["median_ms"] > 0
-    assert record["ratio"] == pytest.approx(first.median_ms / second.median_ms)
+    assert record["float_source"]["threads"] == 1 and record["float_source"]["n"] == 10
+    if not (first.noisy or second.noisy):
+        assert record["ratio"] == pytest.approx(first.median_ms / second.median_ms)
+        low, high = record["ratio_ci95"]
+        assert low <= record["ratio"] <= high
+    else:
+        assert record["ratio"] is None and record["ratio_not_stated"].startswith("noisy, not stated")
     assert record["machine"]["cores"] == os.cpu_count() and record["machine"]["cpu"]
     json.dumps(record)
     line = latency_line(record)
-    assert line.startswith("latency: ") and " ms median (p90 " in line and "x its float source" in line
+    assert line.startswith("latency: ") and " ms median [" in line and "n 10, 1 thread)" in line
+    assert "its float source" in line
     # Alone: no float source, no ratio.
     alone = latency_record(timed, artifact)
     assert "float_source" not in alone and "ratio" not in alone
     assert latency_line(alone) == f"latency: {latency_line(alone).split(': ', 1)[1]}" and "float" not in latency_line(alone)
+
+
+def test_the_median_interval_is_the_order_statistics_of_the_binomial() -> None:
+    # The textbook ranks of a 95% interval of the median (e.g. Conover, table A3).
+    for count, (low, high) in {6: (1, 6), 10: (2, 9), 20: (6, 15), 50: (18, 33)}.items():
+        assert median_interval([float(rank) for rank in range(1, count + 1)]) == (low, high)
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+
+
+def test_a_ratio_is_stated_only_for_tight_times_on_the_same_threads() -> None:
+    steady = Timed.of([0.010 + 0.0001 * (index % 3) for index in range(20)], warmup=1)
+    loaded = Timed.of([0.010 * (1 + index % 5) for index in range(20)], warmup=1)
+    assert not steady.noisy and loaded.noisy
+    artifact = _fake("artifact", _Clock(), 0.0, [])
+    on_one = replace(artifact, threads=1)
+    stated = latency_record(steady, on_one, steady, "f", 1)
+    assert stated["ratio"] == pytest.approx(1.0) and "ratio_not_stated" not in stated
+    noisy = latency_record(loaded, on_one, steady, "f", 1)
+    assert noisy["ratio"] is None and noisy["ratio_not_stated"].startswith("noisy, not stated: the artifact's median")
+    assert "noisy, not stated" in latency_line(noisy) and "x its float source" not in latency_line(noisy)
+    apart = latency_record(steady, on_one, steady, "f", 2)
+    assert apart["ratio"] is None and "1 threads and its float source on 2" in apart["ratio_not_stated"]
+    unpinned = latency_record(steady, replace(artifact, threads=None), steady, "f", 1)
+    assert unpinned["ratio"] is None and "chooses its own threads" in unpinned["ratio_not_stated"]
+    # The gate judges the ratio's interval, and a ratio not stated fails it, saying why.
+    (gate,) = latency_checks(stated, LatencySettings(max_ratio=1.0))
+    assert gate.value == stated["ratio_ci95"][1] > 1.0 and not gate.passed and "upper bound" in gate.detail
+    (refused,) = latency_checks(noisy, LatencySettings(max_ratio=100.0))
+    assert not refused.passed and refused.value == "not stated" and "noisy" in refused.detail
+
+
+def test_a_pinned_torch_runner_holds_its_threads_and_gives_them_back() -> None:
+    import torch
+
+    from edgebuild.targets.runners import torch_runner
+
+    before = torch.get_num_threads()
+    runner = torch_runner(lambda x: x * 2, [TensorSpec("x", (1,), "float32")], ["y"], "double")
+    pinned = runner.on_threads(1)
+    try:
+        assert pinned.threads == 1 and torch.get_num_threads() == 1
+        assert pinned.run_one({"x": numpy.ones(1, "float32")})["y"].tolist() == [2.0]
+    finally:
+        pinned.close()
+    assert torch.get_num_threads() == before
 
 
 def test_the_machine_is_described() -> None:
@@ -128,14 +185,16 @@ def test_the_machine_is_described() -> None:
 
 
 def test_the_ratio_gate_is_opt_in_and_never_judges_a_simulator() -> None:
-    base = {"measured": True, "median_ms": 3.0, "p90_ms": 3.5, "runs": 10, "warmup": 1, "runtime": "r",
-            "machine": machine(), "simulated": False, "float_source": {"artifact": "f", "median_ms": 2.0, "p90_ms": 2.1},
-            "ratio": 1.5}
+    base = {"measured": True, "n": 10, "median_ms": 3.0, "median_ci95_ms": [2.9, 3.1], "p90_ms": 3.5, "runs": 10,
+            "warmup": 1, "runtime": "r", "threads": 1, "machine": machine(), "simulated": False,
+            "float_source": {"artifact": "f", "n": 10, "median_ms": 2.0, "median_ci95_ms": [1.95, 2.05], "p90_ms": 2.1,
+                             "threads": 1},
+            "ratio": 1.5, "ratio_ci95": [2.9 / 2.05, 3.1 / 1.95]}
     assert latency_checks(base, LatencySettings()) == []
     assert latency_checks(base, None) == []
     (passed,) = latency_checks(base, LatencySettings(max_ratio=2.0))
     assert (passed.name, passed.value, passed.limit, passed.comparison, passed.passed) == \
-        ("latency.ratio", 1.5, 2.0, "<=", True)
+        ("latency.ratio", pytest.approx(3.1 / 1.95), 2.0, "<=", True)
     (failed,) = latency_checks(base, LatencySettings(max_ratio=1e-6))
     assert failed.name == "latency.ratio" and not failed.passed and "of f" in failed.detail
     # A simulator's time says nothing of the device: recorded, never gated.
@@ -194,17 +253,23 @@ def test_verification_records_latency_against_the_float_source_and_gates_it_on_r
         report = json.loads((tmp_path / "build" / name / "report.json").read_text())
         latency = report["latency"]
         assert latency["measured"] and latency["median_ms"] > 0 and latency["p90_ms"] >= latency["median_ms"]
-        # Up to the 10 runs asked for: the 5 s budget stops a loaded machine's timing earlier, never
-        # before MIN_RUNS (the budget's own test, with a clock of its own, is above).
-        assert MIN_RUNS <= latency["runs"] <= 10 and latency["warmup"] == 1 and latency["simulated"] is False
-        assert latency["machine"]["cores"] == os.cpu_count()
+        # Up to the 50 runs of the default: a tight interval stops it from 10 on, the 5 s budget
+        # stops a loaded machine's timing earlier, never before MIN_RUNS (the budget's own test,
+        # with a clock of its own, is above).
+        assert MIN_RUNS <= latency["runs"] <= 50 and latency["warmup"] == 1 and latency["simulated"] is False
+        assert latency["machine"]["cores"] == os.cpu_count() and latency["load"]["before"] is not None
+        # Both sides on the one thread of the default.
+        assert latency["threads"] == 1 and latency["float_source"]["threads"] == 1
         assert latency["float_source"]["artifact"] == source and latency["float_source"]["median_ms"] > 0
-        assert latency["ratio"] == pytest.approx(latency["median_ms"] / latency["float_source"]["median_ms"])
+        if latency["noisy"] or latency["float_source"]["noisy"]:
+            assert latency["ratio"] is None and latency["ratio_not_stated"].startswith("noisy, not stated")
+        else:
+            assert latency["ratio"] == pytest.approx(latency["median_ms"] / latency["float_source"]["median_ms"])
         # No max_ratio: measured, never a check.
         assert not [check for check in report["checks"] if check["name"].startswith("latency.")]
         assert report["passed"]
         logged = [line for line in verified.stderr.splitlines() if line.startswith(f"  [{name}] latency: ")]
-        assert len(logged) == 1 and "ms median (p90" in logged[0] and "x its float source" in logged[0], logged
+        assert len(logged) == 1 and "ms median [" in logged[0] and "its float source" in logged[0], logged
     qdq = json.loads((tmp_path / "build" / "qdq" / "report.json").read_text())
     assert qdq["latency"]["runtime"] == qdq["metrics"]["vs_float"]["runner"]
 
@@ -252,8 +317,12 @@ def test_the_report_page_shows_latency_escaped() -> None:
     from edgebuild.cli.report_page.page import _latency
 
     shown = _latency(_report(3.1, 1.8)["latency"])
-    assert shown.startswith('<p class="latency">latency: 3.1 ms median (p90 3.41) over 10 runs, 1.8x its float source '
+    assert shown.startswith('<p class="latency">latency: 3.1 ms median, p90 3.41, over 10 runs, 1.8x its float source '
                             "clip (1.72222 ms); onnxruntime")
+    interval = _latency(_report(3.1, median_ci95_ms=[3.0, 3.2], noisy=True, load={"before": 1.5})["latency"])
+    assert "3.1 ms median (95% CI 3–3.2), p90 3.41, over 10 runs, noisy" in interval and "load 1.5)" in interval
+    unstated = _report(3.1, 1.8)["latency"] | {"ratio": None, "ratio_not_stated": "noisy, not stated: x"}
+    assert "its ratio to clip is noisy, not stated: x" in _latency(unstated) and "1.8x" not in _latency(unstated)
     assert "Some CPU &lt;x&gt; (2 cores)" in shown and "<x>" not in shown
     assert "simulated" in _latency(_report(3.1, simulated=True)["latency"])
     assert "not measured here: no runtime here" in _latency(not_measured("no runtime here"))

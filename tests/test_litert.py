@@ -111,3 +111,44 @@ def test_the_converters_environment_pins_torch_and_ml_dtypes_as_edgebuild_does()
     pins = {re.split(r"[=<>~!;\[ ]", requirement, maxsplit=1)[0]: requirement for requirement in requirements}
     packages = LITERT_CONVERTER.packages
     assert [pins[name] for name in ("torch", "ml_dtypes") if pins[name] not in packages] == []
+
+
+def test_ids_go_in_as_the_converted_model_declares() -> None:
+    """The converter turns int64 ids and masks into int32: verification fed int64 and died
+    with a traceback (issue 60). Values are cast where every one survives, and said otherwise."""
+    import numpy
+
+    from edgebuild.errors import NotRunnable
+    from edgebuild.kinds.litert.verify import as_declared
+
+    ids = numpy.array([[2, 38, 14, 3]], dtype=numpy.int64)
+    cast = as_declared(ids, numpy.int32, "input_ids")
+    assert cast.dtype == numpy.int32 and cast.tolist() == ids.tolist()
+    assert as_declared(ids, numpy.int64, "input_ids") is ids
+    assert as_declared(numpy.ones(2, "float32"), numpy.float16, "x").dtype == numpy.float16
+    with pytest.raises(NotRunnable, match=r"input input_ids: values from 0 to 4294967296 do not fit the int32"):
+        as_declared(numpy.array([0, 2 ** 32], dtype=numpy.int64), numpy.int32, "input_ids")
+    with pytest.raises(NotRunnable, match="declares int32, and the input is float32"):
+        as_declared(numpy.ones(2, "float32"), numpy.int32, "x")
+
+
+@pytest.mark.slow
+def test_a_text_model_runs_on_litert_judged_on_its_sentences(tmp_path: Path) -> None:
+    """Issue 60's DistilBERT: its int64 ids and mask declared, converted (int32 in the
+    file), verified in LiteRT's interpreter on sentences through its tokenizer."""
+    import json
+
+    from helpers import lay_out_project
+    from test_repeatable import TEXT
+
+    text_to_litert = TEXT.replace("  text:\n    kind: hf_onnx", "  text_tflite:\n    kind: litert").replace("[2, 16]", "[1, 16]")
+    project = lay_out_project(tmp_path, text_to_litert)
+    (tmp_path / "sentences.txt").write_text("the cat was fast\na big red house\n")
+    verified = project.doit("verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "Traceback" not in verified.stdout + verified.stderr
+    signature = json.loads((tmp_path / "build" / "text_tflite" / "litert.json").read_text())
+    assert {item["dtype"] for item in signature["inputs"]} == {"int32"}
+    report = json.loads((tmp_path / "build" / "text_tflite" / "report.json").read_text())
+    assert report["passed"] and report["metrics"]["inputs"] == (
+        "2 batches of held-out texts (of text_tflite.torch_export) and 2 random inputs")

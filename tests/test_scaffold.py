@@ -3,6 +3,7 @@ starter manifest with one artifact of every kind that verifies at once."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -318,8 +319,20 @@ def test_init_ci_github_writes_the_workflow_the_docs_describe(tmp_path: Path) ->
     assert 'if [ "$TRUSTED_BUILD" != true ]; then echo "EDGEBUILD_REMOTE_CACHE_READONLY=1"' in shard_steps
     assert workflow["env"]["TRUSTED_BUILD"] == "${{ github.event_name == 'push' && github.ref == 'refs/heads/main' }}"
     assert jobs["gather"]["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
-    assert shard["env"]["SIGNING_KEY_PEM"] == "${{ secrets.EDGEBUILD_SIGNING_KEY }}"
+    # The signing key: a secret of an environment only main deploys to. A pull request's shard
+    # runs in no environment, and no step it runs (its own scripts, dodo.py, plugins) can read
+    # the key: only one step, on main only, names the secret, and no job's env does.
     assert "EDGEBUILD_SIGNING_KEY" not in workflow["env"]
+    trusted = "(github.event_name == 'push' && github.ref == 'refs/heads/main')"
+    assert shard["environment"] == f"${{{{ {trusted} && 'edgebuild-signing' || '' }}}}"
+    assert jobs["gather"]["environment"] == "edgebuild-signing"
+    for name, job in jobs.items():
+        assert "secrets." not in json.dumps(job.get("env", {})), name
+        holding = [step for step in job["steps"] if "secrets.EDGEBUILD_SIGNING_KEY" in json.dumps(step)]
+        assert len(holding) == (1 if name in ("shard", "gather") else 0), name
+        assert all(step["env"] == {"SIGNING_KEY_PEM": "${{ secrets.EDGEBUILD_SIGNING_KEY }}"} for step in holding)
+        if name == "shard":
+            assert holding[0]["if"] == "env.TRUSTED_BUILD == 'true'"
     # The shared remote cache, or a directory the shards hand over: set once, by a step of each
     # job that needs one, never also by the workflow's env (no question of which one wins).
     assert "EDGEBUILD_REMOTE_CACHE" not in workflow["env"]
@@ -337,7 +350,8 @@ def test_the_workflow_passes_actionlint_and_zizmor(tmp_path: Path) -> None:
     linted = subprocess.run([venv_tool("actionlint"), "-shellcheck", shellcheck, "-no-color", str(workflow)],
                             cwd=project, capture_output=True, text=True, timeout=120)
     assert (linted.returncode, linted.stdout, linted.stderr) == (0, "", "")
-    audited = subprocess.run([venv_tool("zizmor"), "--offline", "--persona=pedantic", "--no-progress", str(workflow)],
+    # The auditor persona: every audit, secrets outside an environment among them.
+    audited = subprocess.run([venv_tool("zizmor"), "--offline", "--persona=auditor", "--no-progress", str(workflow)],
                              cwd=project, capture_output=True, text=True, timeout=120)
     assert audited.returncode == 0, audited.stdout + audited.stderr
     assert "No findings to report." in audited.stdout + audited.stderr

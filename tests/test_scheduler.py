@@ -90,11 +90,13 @@ def test_the_api_exports_in_a_worker_process(tmp_path: Path, qwen_checkpoint: Pa
         print("torch" in sys.modules, "onnxruntime" in sys.modules)
         print(any(line.startswith("[t] built in") for line in lines))
         # The outputs' digests, as the build worker saved them: read back, not hashed here.
+        # What is hashed here is the two report files, to check the record's seal of them.
         print(stat_cache.bytes_hashed - hashed)
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["verify: 1 passed, 0 failed, 0 not run", "False False", "True", "0"]
+    reports = sum((tmp_path / "build" / "t" / name).stat().st_size for name in ("report.json", "report.md"))
+    assert result.stdout.splitlines() == ["verify: 1 passed, 0 failed, 0 not run", "False False", "True", str(reports)]
 
 
 # --- early cutoff --------------------------------------------------------------------------

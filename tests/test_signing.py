@@ -89,13 +89,17 @@ def _copied(key: Path, folder: Path, name: str, mode: int, folder_mode: int = 0o
      "refused, as ssh refuses such a key (chmod 600 {path})"),
     ("EDGEBUILD_SIGNING_KEY", 0o640, 0o700, "mode 0640 lets others than its owner read or write the private key; "
      "refused, as ssh refuses such a key (chmod 600 {path})"),
-    ("EDGEBUILD_TRUSTED_KEYS", 0o666, 0o755, "mode 0666 lets anyone rewrite a trusted key, and with it what counts as "
-     "verified here; refused (chmod o-w {path})"),
+    ("EDGEBUILD_TRUSTED_KEYS", 0o666, 0o755, "mode 0666 lets others than its owner rewrite a trusted key, and with "
+     "it what counts as verified here; refused, as ssh refuses such a key (chmod go-w {path})"),
+    # Group-writable too (issue 60): ssh refuses an authorized_keys its group may rewrite.
+    ("EDGEBUILD_TRUSTED_KEYS", 0o664, 0o755, "mode 0664 lets others than its owner rewrite a trusted key, and with "
+     "it what counts as verified here; refused, as ssh refuses such a key (chmod go-w {path})"),
     ("EDGEBUILD_TRUSTED_KEYS", 0o644, 0o777, "its directory {folder} (mode 0777) lets anyone replace the trusted key; "
      "refused (chmod o-w {folder})"),
     # A sticky directory (as /tmp) lets no one replace another's file; a group-writable
-    # checkout (umask 002) is the group's business; the owner alone may read a private key.
-    ("EDGEBUILD_TRUSTED_KEYS", 0o664, 0o1777, None),
+    # checkout's directory (umask 002) is the group's business; the owner alone may read a
+    # private key.
+    ("EDGEBUILD_TRUSTED_KEYS", 0o644, 0o1777, None),
     ("EDGEBUILD_TRUSTED_KEYS", 0o644, 0o775, None),
     ("EDGEBUILD_SIGNING_KEY", 0o600, 0o755, None),
     ("EDGEBUILD_SIGNING_KEY", 0o400, 0o700, None),

@@ -169,6 +169,7 @@ artifacts:
     outputs: [pooler_output]
     quantize: int8
     calibration: {images: [images/*.png]}
+    held_out: {images: [held_out/*.png]}
 """
     project = lay_out_project(tmp_path, manifest)
     verified = project.doit("verify")
@@ -180,6 +181,10 @@ artifacts:
     assert int8["metrics"]["openvino"]["calibration_samples"] == 4
     checks = {check["name"]: check for check in int8["checks"]}
     assert checks["pooler_output.cosine"]["limit"] == 0.98 and 0.98 <= checks["pooler_output.cosine"]["value"] < 1
+    # Judged against its program on the held-out images, not on noise alone (issue 59).
+    assert int8["metrics"]["inputs"] == "2 batches of held-out images (of clip_int8.torch_export) and 2 random inputs"
+    assert checks["pooler_output.cosine"]["detail"].endswith(
+        "vs the torch.export program, 2 batches of held-out images (of clip_int8.torch_export) and 2 random inputs")
 
 
 # --- the support matrix -------------------------------------------------------------------

@@ -121,9 +121,10 @@ def _check_permissions(path: Path, variable: str, private: bool) -> None:
                           f"key; refused, as ssh refuses such a key (chmod 600 {path})")
     if private:
         return
-    if mode & 0o002:
-        raise ConfigError(f"{variable}: {path}: mode {mode:04o} lets anyone rewrite a trusted key, and with it what "
-                          f"counts as verified here; refused (chmod o-w {path})")
+    if mode & 0o022:
+        # Group-writable too: ssh refuses an authorized_keys its group may rewrite.
+        raise ConfigError(f"{variable}: {path}: mode {mode:04o} lets others than its owner rewrite a trusted key, and "
+                          f"with it what counts as verified here; refused, as ssh refuses such a key (chmod go-w {path})")
     for folder in dict.fromkeys((path.absolute().parent, Path(os.path.realpath(path)).parent)):
         info = os.stat(folder)
         # A sticky directory (/tmp) lets no one else replace a file they do not own.

@@ -349,7 +349,8 @@ class Store:
         if entry is None:
             return
         files = dict(entry["files"])
-        for name in REPORT_FILES:
+        # The record too: it seals the report's digest now (verification.py).
+        for name in (*REPORT_FILES, RECORD_FILE):
             if regular_file_below(directory, name) is not None:
                 files[name] = self.add_blob(directory / name)
         self._write_entry(fingerprint, files)

@@ -14,7 +14,9 @@
   pulls and publishes on the main branch. Pull requests read the remote cache and never
   write it; without a shared remote cache the shards hand their builds to the gather job
   as workflow artifacts; the signing key comes from a secret, the trusted keys from a
-  committed ``.pub``; every job has a timeout; actions are pinned by commit.
+  committed ``.pub``, and the signing key from a secret of the environment
+  ``edgebuild-signing`` (main only): a pull request's jobs run in no environment and never
+  see it; every job has a timeout; actions are pinned by commit.
 
 ``tests/test_scaffold.py`` checks the workflow's layout against what
 docs/how-to/ci-for-your-repository.md says, lints it with actionlint and zizmor, and runs
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from importlib import metadata
-from typing import Iterable
+from typing import Any, Iterable
 
 from edgebuild.errors import InitError
 
@@ -141,7 +143,9 @@ WORKFLOW = r'''# edgebuild for this repository (written by `python -m edgebuild 
 #   vars.EDGEBUILD_FROZEN           1: the gather pulls by the committed artifacts.lock, with no checkpoint
 #   vars.EDGEBUILD_S3_ENDPOINT_URL  an S3-compatible server other than AWS
 #   vars.AWS_DEFAULT_REGION, secrets.AWS_ACCESS_KEY_ID, secrets.AWS_SECRET_ACCESS_KEY
-#   secrets.EDGEBUILD_SIGNING_KEY   the PEM of `python -m edgebuild keygen keys/ci`'s keys/ci.key
+#   the environment edgebuild-signing (Settings -> Environments), its deployment branches main only,
+#   and in it the secret EDGEBUILD_SIGNING_KEY: the PEM of `python -m edgebuild keygen keys/ci`'s
+#   keys/ci.key (an environment's secret, not the repository's: a pull request can read those)
 #   secrets.HF_TOKEN                for gated or private hf: checkpoints
 # More shards: more numbers in the shard job's matrix (N is the matrix's size).
 name: edgebuild
@@ -193,10 +197,13 @@ jobs:
       fail-fast: false
       matrix:
         shard: [1, 2]
+    # The signing key is a secret of the environment edgebuild-signing, which only main may
+    # deploy to: a pull request's shards run in no environment, so neither they nor anything
+    # a pull request changes can read the key.
+    environment: ${{ (github.event_name == 'push' && github.ref == 'refs/heads/main') && 'edgebuild-signing' || '' }}
     env:
       # Shard I of N: N is the matrix's size, so the list above is the one place to change it.
       SHARD: ${{ matrix.shard }}/${{ strategy.job-total }}
-      SIGNING_KEY_PEM: ${{ secrets.EDGEBUILD_SIGNING_KEY }}
     steps:
 @SET_UP@
       - name: The installed versions (the cache key follows them)
@@ -213,14 +220,20 @@ jobs:
       - name: Download the hf checkpoints
         run: bash ci/edgebuild.sh --download
       # Without a shared remote cache the shards push to a directory the gather job gets as
-      # workflow artifacts. A pull request reads the shared cache and never writes it; only main signs.
-      - name: Remote cache; read-only on pull requests, signed on main
+      # workflow artifacts. A pull request reads the shared cache and never writes it.
+      - name: Remote cache; read-only on pull requests
         run: |
           remote=${SHARED_REMOTE_CACHE:-$RUNNER_TEMP/edgebuild-remote}
           if [ -z "$SHARED_REMOTE_CACHE" ]; then mkdir -p "$remote"; fi
           echo "EDGEBUILD_REMOTE_CACHE=$remote" >> "$GITHUB_ENV"
           if [ "$TRUSTED_BUILD" != true ]; then echo "EDGEBUILD_REMOTE_CACHE_READONLY=1" >> "$GITHUB_ENV"; fi
-          if [ "$TRUSTED_BUILD" = true ] && [ -n "$SIGNING_KEY_PEM" ]; then
+      # Only main signs what it pushes: this step alone reads the key, and runs on main only.
+      - name: The signing key (main only)
+        if: env.TRUSTED_BUILD == 'true'
+        env:
+          SIGNING_KEY_PEM: ${{ secrets.EDGEBUILD_SIGNING_KEY }}
+        run: |
+          if [ -n "$SIGNING_KEY_PEM" ]; then
             (umask 077 && printf '%s\n' "$SIGNING_KEY_PEM" > "$RUNNER_TEMP/signing.key")
             echo "EDGEBUILD_SIGNING_KEY=$RUNNER_TEMP/signing.key" >> "$GITHUB_ENV"
           fi
@@ -272,8 +285,9 @@ jobs:
     if: github.event_name == 'push' && github.ref == 'refs/heads/main'
     runs-on: ubuntu-latest
     timeout-minutes: 60
+    # Where the signing key is kept (see the shard job).
+    environment: edgebuild-signing
     env:
-      SIGNING_KEY_PEM: ${{ secrets.EDGEBUILD_SIGNING_KEY }}
       EDGEBUILD_PUBLISH_TO: ${{ vars.EDGEBUILD_PUBLISH_TO }}
     steps:
 @SET_UP@
@@ -285,6 +299,8 @@ jobs:
           merge-multiple: true
           path: ${{ runner.temp }}/edgebuild-remote
       - name: Remote cache; sign releases
+        env:
+          SIGNING_KEY_PEM: ${{ secrets.EDGEBUILD_SIGNING_KEY }}
         run: |
           remote=${SHARED_REMOTE_CACHE:-$RUNNER_TEMP/edgebuild-remote}
           if [ -z "$SHARED_REMOTE_CACHE" ]; then mkdir -p "$remote"; fi
@@ -327,15 +343,48 @@ def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirements_text(kinds: Iterable[str], given: Iterable[str] = ()) -> str:
+# The extra a verify setting needs on a runner, as the manifest writes it.
+DATASET_EXTRA = "datasets"
+
+
+def manifest_extras(manifest: Any) -> dict[str, str]:
+    """Extra -> where the manifest needs it, beyond its kinds': a dataset gate on a built-in
+    set (scikit-image's photos, scikit-learn's digits) needs the ``datasets`` extra."""
+    from edgebuild.core.thresholds import dataset_gate
+
+    needed: dict[str, str] = {}
+    for name, params in manifest.artifacts.items():
+        gate = dataset_gate(params)
+        if gate is not None and gate.builtin:
+            needed.setdefault(DATASET_EXTRA, f"artifacts -> {name} -> verify -> dataset (builtin: {gate.builtin})")
+    return needed
+
+
+def missing_extras(text: str, needed: dict[str, str]) -> list[str]:
+    """The lines saying which of ``needed`` (extra -> why) the edgebuild requirement of the
+    requirements file ``text`` lacks; empty when it has them all, or names no edgebuild."""
+    for line in text.splitlines():
+        match = _REQUIREMENT.fullmatch(line.split("#", 1)[0]) if line.strip() and not line.lstrip().startswith("#") else None
+        if match is None or _normalized(match["name"]) != "edgebuild":
+            continue
+        named = {extra.strip() for extra in (match["extras"] or "").split(",") if extra.strip()}
+        return [f"{REQUIREMENTS_FILE}: edgebuild is installed without the extra {extra!r}, which {why} needs on a "
+                f"runner; add it (edgebuild[...,{extra}]), or write the file again from the manifest: python -m "
+                "edgebuild init --ci github --refresh-requirements"
+                for extra, why in sorted(needed.items()) if extra not in named]
+    return []
+
+
+def requirements_text(kinds: Iterable[str], given: Iterable[str] = (), more_extras: Iterable[str] = ()) -> str:
     """``ci/requirements.txt`` for a project whose manifest uses ``kinds``: edgebuild with
-    the extras those kinds need (and ``sign``), and the distribution of each plugin kind,
+    the extras those kinds need (and ``sign``, and ``more_extras``: what the manifest's
+    verify settings need, :func:`manifest_extras`), and the distribution of each plugin kind,
     each pinned as this machine installed it unless ``given`` (lines of a requirements
     file, ``NAME @ URL`` or ``NAME==VERSION``) says where a runner gets it.
     :class:`InitError` for a distribution a runner cannot reach (a local directory)."""
     from edgebuild.core.registry import declarations, get_kind
 
-    extras = set(ALWAYS_EXTRAS)
+    extras = set(ALWAYS_EXTRAS) | set(more_extras)
     distributions = {"edgebuild": "edgebuild"}
     known = declarations()
     for name in kinds:

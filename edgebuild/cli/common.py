@@ -162,6 +162,10 @@ def _invalid_command_line(error: InvalidCommand, command: str) -> str:
     return " ".join(str(error).split())
 
 
+# The exit status of a command stopped by Ctrl-C, as a shell reports a SIGINT (128 + 2).
+INTERRUPTED = 130
+
+
 def fail(message: str) -> None:
     print(f"edgebuild: error: {message}", file=sys.stderr, flush=True)
 
@@ -302,10 +306,20 @@ def run_and_lock(command: Run, params: Any, workspace: Workspace, chosen: list[s
         raise InvalidCommand(str(error)) from None
     _start_server_if_needed(workspace, chosen, verifying, params.get("num_process") or 1)
     outcomes = Outcomes()
+    if params.get("fail_fast") and "continue" in getattr(params, "_non_default_keys", ()):
+        raise InvalidCommand("--fail-fast stops at the first failure and --continue goes on after it: give one")
     if verifying and not params.get("fail_fast"):
         params["continue"] = True
     params["reporter"] = RecordingReporter.recording(params["reporter"], command.reporters, outcomes)
-    result = Run.execute(command, params, tasks)
+    try:
+        result = Run.execute(command, params, tasks)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, not a traceback. A build or judgement cut short never counts
+        # (its worker is interrupted and cleans up; nothing is renamed into build/ half
+        # made); what finished before is kept, and the next run goes on from there.
+        fail(f"interrupted (Ctrl-C): the {'verification' if verifying else 'build'} in progress was stopped and "
+             "counts for nothing; what finished before it is kept: run the command again to go on")
+        return INTERRUPTED
     try:
         # Frozen, the committed lock file is what the run read: it stays as it is.
         if not workspace.frozen:

@@ -1,6 +1,6 @@
 """``python -m edgebuild``: helpers around the doit tasks.
 
-    python -m edgebuild init [DIR] [--ci github|script [--requirement REQ ...]] [--plugins]
+    python -m edgebuild init [DIR] [--ci github|script [--requirement REQ ...] [--refresh-requirements]] [--plugins]
                                           start a project: dodo.py, a starter manifest, its schema (and CI)
     python -m edgebuild schema            the manifest's JSON Schema (editor completion)
     python -m edgebuild check [--deep] [--ci]
@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --ci: where a runner installs a package from, as a line of ci/requirements.txt "
                       "('edgebuild @ git+https://HOST/ORG/edgebuild@TAG', a wheel's URL, or NAME==VERSION); "
                       "by default each package as it is installed here (repeatable)")
+    init.add_argument("--refresh-requirements", action="store_true",
+                      help="with --ci: write ci/requirements.txt again from the manifest as it is now (the extras its "
+                      "kinds and verify settings need); every other file is kept")
     init.add_argument("--plugins", action="store_true",
                       help="also the starters and parameters of the installed plugin kinds (imports each one)")
     commands.add_parser("schema", help="print the manifest's JSON Schema")
@@ -118,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "init":
             from edgebuild.cli.scaffold import describe, init_project
 
-            result = init_project(args.directory, ci=args.ci, plugins=args.plugins, requirements=args.requirement)
+            result = init_project(args.directory, ci=args.ci, plugins=args.plugins, requirements=args.requirement,
+                                  refresh_requirements=args.refresh_requirements)
             for problem in result.plugin_errors:
                 print(f"edgebuild: warning: {problem}; its starter and parameters are left out", file=sys.stderr)
             print(describe(result, str(args.directory)))
@@ -218,12 +222,15 @@ def _check(manifest_path: str | None, deep: bool, ci: bool = False) -> int:
     problems = []
     absent = _absent_on_runner(project) if ci else {}
     problems += absent.values()
+    if ci:
+        problems += _requirements_problems(project)
     if deep:
         for artifact in project.order():
             if absent.keys() & set(artifact.params.checkpoint_names()):
                 continue
             try:
                 project.check(artifact)
+                _check_dataset(project, artifact)
             except EdgebuildError as error:
                 problems.append(str(error))
     for artifact in project.artifacts:
@@ -231,6 +238,33 @@ def _check(manifest_path: str | None, deep: bool, ci: bool = False) -> int:
     for problem in problems:
         print(f"edgebuild: error: {problem}", file=sys.stderr)
     return 2 if problems else 0
+
+
+def _check_dataset(project, artifact) -> None:
+    """A dataset gate's files are there (a glob that matches nothing would fail every
+    verification, and every status after it): :class:`EdgebuildError` naming the key."""
+    from edgebuild.core.datasets import dataset_files
+    from edgebuild.core.thresholds import dataset_gate
+
+    gate = dataset_gate(artifact.params)
+    if gate is not None and not gate.builtin:
+        dataset_files(gate, project.manifest.root, artifact.where("verify", "dataset"))
+
+
+def _requirements_problems(project) -> list[str]:
+    """What ``ci/requirements.txt`` beside the manifest lacks of what the manifest needs on a
+    runner (an extra for a built-in dataset gate): the shards would fail where the check passed."""
+    from edgebuild.cli.ci_template import REQUIREMENTS_FILE, manifest_extras, missing_extras
+    from edgebuild.core.files import UnreadableFile, read_text
+
+    path = project.manifest.root / REQUIREMENTS_FILE
+    try:
+        text = read_text(path, 1 << 20)
+    except FileNotFoundError:
+        return []
+    except (OSError, UnreadableFile) as error:
+        return [f"{path}: cannot read it ({error})"]
+    return [f"{project.manifest.root / problem}" for problem in missing_extras(text, manifest_extras(project.manifest))]
 
 
 def _absent_on_runner(project) -> dict[str, str]:

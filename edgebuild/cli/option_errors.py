@@ -15,7 +15,8 @@ from typing import Any, Callable
 # taken for 'process' without a word, and -n -3 or -v 9 run as if they meant something.
 _VALUES_DOIT_MISTAKES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "par_type": (lambda value: value in ("process", "thread"), "process or thread"),
-    "num_process": (lambda value: value >= 0, "a number of processes, 0 or more"),
+    # A process each: a machine forks hundreds, never billions (a typo's -n 99999999999).
+    "num_process": (lambda value: 0 <= value <= 1024, "a number of processes from 0 to 1024"),
     "verbosity": (lambda value: value in (0, 1, 2), "0, 1 or 2"),
     "failure_verbosity": (lambda value: value in (0, 1, 2), "0, 1 or 2"),
 }

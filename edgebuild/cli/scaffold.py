@@ -137,14 +137,16 @@ def starter_manifest(plugins: bool = False, starters: list[tuple[str, Any]] | No
 
 
 def init_project(directory: Path, ci: str | None = None, plugins: bool = False,
-                 requirements: list[str] | tuple[str, ...] = ()) -> InitResult:
+                 requirements: list[str] | tuple[str, ...] = (), refresh_requirements: bool = False) -> InitResult:
     """Write the starter files into ``directory`` (created if missing), with the CI files
     of ``ci`` (``github``, ``script`` or ``None``); keep every file that exists. With
     ``plugins``, the installed plugin kinds' starters and parameters too (each imported;
     one that does not load is left out and named in ``plugin_errors``). ``requirements``:
     where a CI runner installs packages from, instead of what this installation says
-    (``ci/requirements.txt``). :class:`InitError` before anything is written when a path
-    is in the way, or a package cannot be installed on a runner."""
+    (``ci/requirements.txt``); ``refresh_requirements``: write ``ci/requirements.txt``
+    again from the manifest as it is now, where it exists. :class:`InitError` before
+    anything is written when a path is in the way, or a package cannot be installed on a
+    runner."""
     from edgebuild.cli.ci_template import CI_CHOICES, REQUIREMENTS_FILE, ci_files, requirements_text
     from edgebuild.core.manifest import manifest_json_schema
     from edgebuild.core.registry import plugin_names
@@ -153,6 +155,8 @@ def init_project(directory: Path, ci: str | None = None, plugins: bool = False,
         raise InitError(f"--ci: expected one of {', '.join(CI_CHOICES)}, found {ci!r}")
     if requirements and ci is None:
         raise InitError("--requirement: says what CI installs; give it with --ci github or --ci script")
+    if refresh_requirements and ci is None:
+        raise InitError("--refresh-requirements: writes ci/requirements.txt again; give it with --ci github or --ci script")
     _check_directory(directory)
     result = InitResult(directory)
     if not plugins:
@@ -181,9 +185,15 @@ def init_project(directory: Path, ci: str | None = None, plugins: bool = False,
             result.kept[relative] = what
         else:
             planned[relative] = content
+    if refresh_requirements and REQUIREMENTS_FILE in result.kept:
+        # Written again from the manifest as it is now (the other CI files are kept).
+        del result.kept[REQUIREMENTS_FILE]
+        (directory / REQUIREMENTS_FILE).unlink()
+        planned[REQUIREMENTS_FILE] = files[REQUIREMENTS_FILE][1]
     if REQUIREMENTS_FILE in planned:
         # Derived now: a package a runner cannot install refuses init before anything is written.
-        text = requirements_text(_manifest_kinds(directory, starters), requirements)
+        kinds, extras = _manifest_needs(directory, starters)
+        text = requirements_text(kinds, requirements, extras)
         planned[REQUIREMENTS_FILE] = lambda: text.encode()
     gitignore = _gitignore_plan(directory)
     written: list[Path] = []
@@ -228,19 +238,22 @@ def init_project(directory: Path, ci: str | None = None, plugins: bool = False,
     return result
 
 
-def _manifest_kinds(directory: Path, starters: list[tuple[str, Any]]) -> list[str]:
-    """The kinds the project's manifest uses: an ``artifacts.yaml`` init keeps, or else the
+def _manifest_needs(directory: Path, starters: list[tuple[str, Any]]) -> tuple[list[str], list[str]]:
+    """The kinds the project's manifest uses and the extras its verify settings need
+    (``ci_template.manifest_extras``): an ``artifacts.yaml`` init keeps, or else the
     starter's (the kinds whose starter entry is written uncommented)."""
+    from edgebuild.cli.ci_template import manifest_extras
     from edgebuild.core.manifest import load_manifest
     from edgebuild.errors import EdgebuildError
 
     path = directory / MANIFEST_FILE
     if path.is_file():
         try:
-            return sorted({params.kind for params in load_manifest(path, environ={}).artifacts.values()})
+            manifest = load_manifest(path, environ={})
+            return sorted({params.kind for params in manifest.artifacts.values()}), sorted(manifest_extras(manifest))
         except EdgebuildError:
             pass  # a manifest being written: what the starter would use is the best guess
-    return [name for name, starter in starters if starter.available()]
+    return [name for name, starter in starters if starter.available()], []
 
 
 def _check_directory(directory: Path) -> None:

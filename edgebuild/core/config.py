@@ -200,6 +200,9 @@ def _parse(variable: Variable, text: str, cwd: Path | None) -> Any:
             raise ConfigError(f"{variable.name}: expected paths separated by commas, found an empty one in {text!r}")
         return ",".join(_absolute(part, cwd) for part in parts)
     if variable.type == "location":
+        if not text.strip() or any(character in text for character in "\n\r\0"):
+            raise ConfigError(f"{variable.name}: expected a directory or a URL (or 'off'), found {text!r}; unset it "
+                              "for the manifest's remote_cache")
         return text if text == REMOTE_CACHE_OFF or "://" in text else _absolute(text, cwd)
     return text
 

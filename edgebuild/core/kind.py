@@ -36,6 +36,7 @@ from edgebuild.core.console import TERMINAL_SAFE_PATTERN
 if TYPE_CHECKING:
     from edgebuild.core.figures import Plots
     from edgebuild.core.report import Check
+    from edgebuild.core.runner import Inputs
 
 
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16"}
@@ -275,10 +276,16 @@ class VerifyContext(ArtifactContext[P]):
     :ivar source_params: The manifest parameters of each source artifact, by its name: for a
         verification that measures on a source's own input files (they are in this
         artifact's verification fingerprint).
+    :ivar held_out: A function giving the nearest held-out inputs along the artifact's
+        chain (its own kind's ``evaluation_inputs`` first, then its source's, ...), made on
+        the first call; ``None`` where none is declared. What a kind judges itself on
+        beside its random inputs (a target against its program on the program's held-out
+        images); the files are in the verification fingerprint.
     """
 
     build_info: dict[str, Any] = field(default_factory=dict)
     source_params: dict[str, ArtifactParams] = field(default_factory=dict)
+    held_out: "Callable[[], Inputs | None]" = field(default=lambda: None)
 
 
 @dataclass
@@ -308,6 +315,10 @@ class CoverageTarget:
     :ivar tool_packages: Distributions that compute the certificate when the artifact is
         judged (a new version re-verifies); one that reads what the build recorded names none.
     :ivar vocabulary: What ``never_on_cpu`` names for this target.
+    :ivar op_types: ``"module:function"``: ``function() -> Iterable[str]``, every name
+        ``never_on_cpu`` may give (the manifest is checked against it when it is loaded: a
+        misspelt op type would never match a node, and its gate would always pass);
+        ``None``: the names are not checked, and the manifest's reference says so.
     """
 
     name: str
@@ -315,6 +326,14 @@ class CoverageTarget:
     certify: str
     tool_packages: tuple[str, ...] = ()
     vocabulary: str = "op types"
+    op_types: str | None = None
+
+    def known_op_types(self) -> frozenset[str] | None:
+        """The names ``never_on_cpu`` may give (:attr:`op_types`); ``None`` where unchecked."""
+        if self.op_types is None:
+            return None
+        module, _, function = self.op_types.partition(":")
+        return frozenset(getattr(importlib.import_module(module), function)())
 
 
 @dataclass(frozen=True)
@@ -466,6 +485,11 @@ class ArtifactKind(Generic[P]):
     # change since the committed build (``None``: the first check named ``cosine`` or
     # ``<something>.cosine``, if any).
     headline_check: ClassVar[str | None] = None
+    # True for a kind that only changes its source's file format (the same graph, the same
+    # numbers): against the float model of its chain it is held to its source's limits
+    # where the source is judged against float (a QDQ graph's, not an fp32 conversion's),
+    # unless the manifest sets its own ``vs_float`` (docs/concepts/chains.md).
+    exact_conversion: ClassVar[bool] = False
     # Set by the registry: the distribution a plugin kind comes from, and its version
     # (in the kind's fingerprints: upgrading a plugin can change what it builds).
     distribution: ClassVar[tuple[str, str] | None] = None
@@ -504,6 +528,12 @@ class ArtifactKind(Generic[P]):
     def check_parameters(self, params: P, checkpoints: dict[str, "Checkpoint"]) -> None:
         """Raise :class:`~edgebuild.errors.ParameterError` for parameters this checkpoint
         cannot honour. Called before anything is built or written."""
+
+    def check_deeply(self, params: P, checkpoints: dict[str, "Checkpoint"]) -> None:
+        """What ``check --deep`` checks beyond :meth:`check_parameters`, where that takes
+        importing the model's code (an input name against its ``forward``): raise
+        :class:`~edgebuild.errors.ParameterError` with the key at fault. Never called on the
+        way to a build or a status (it may be slow)."""
 
     def check_sources(self, params: P, sources: dict[str, ArtifactParams]) -> None:
         """Raise :class:`~edgebuild.errors.ParameterError` (with the key at fault) for

@@ -451,7 +451,8 @@ def coverage_targets_schema(definitions: dict[str, Any], kinds: list[Any]) -> No
     for name, target in targets.items():
         settings["properties"][name] = {
             "anyOf": [gate, {"type": "null"}], "default": None,
-            "description": f"Gates on {target.summary}; never_on_cpu names {target.vocabulary}.",
+            "description": f"Gates on {target.summary}; never_on_cpu names {target.vocabulary}"
+                           + (" (checked when the manifest is loaded)." if target.op_types else " (not checked)."),
         }
     settings["additionalProperties"] = False
 
@@ -635,6 +636,14 @@ def _check_references(manifest: Manifest, origin: dict[str, str]) -> None:
                     f"{found.name} artifact, which writes {writes}; a {params.kind} artifact takes {wanted}"
                     + (f" (a source of kind {' or '.join(makers)})" if makers else "")
                 )
+        verify = getattr(params, "verify", None)
+        if not params.source_artifacts() and "vs_float" in getattr(verify, "model_fields_set", ()):
+            # Judged against nothing: a limit here would be dropped without a word.
+            errors.append(
+                f"{source.where((*path, 'verify', 'vs_float'))}: artifacts -> {name} -> verify -> vs_float: {name} is "
+                "made from no source, so it is the float model of its own chain and nothing compares it with one; "
+                "set vs_float on the artifacts made from it (a dataset gate judges a root on data)"
+            )
     for default in manifest.defaults:
         if default not in manifest.artifacts:
             hint = _did_you_mean(default, list(manifest.artifacts))

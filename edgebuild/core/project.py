@@ -475,6 +475,7 @@ class BuildGraph:
         try:
             checkpoints = self.checkpoints_for(params)
             self._check_parameters(artifact, checkpoints)
+            self._check_parameters(artifact, checkpoints, deeply=True)
             for checkpoint_name in params.checkpoint_names():
                 checkpoint = checkpoints[checkpoint_name]
                 selection = artifact.kind.tensor_selection(params, checkpoint)
@@ -497,9 +498,12 @@ class BuildGraph:
             for role, patterns in params.input_patterns(verify_only).items():
                 expand_inputs(patterns, self.manifest.root, artifact.where(*role.split(".")))
 
-    def _check_parameters(self, artifact: Artifact, checkpoints: dict[str, Checkpoint]) -> None:
+    def _check_parameters(self, artifact: Artifact, checkpoints: dict[str, Checkpoint], deeply: bool = False) -> None:
         params = artifact.params
         try:
+            if deeply:
+                artifact.kind.check_deeply(params, checkpoints)
+                return
             artifact.kind.check_parameters(params, checkpoints)
             artifact.kind.check_sources(params, {source.name: source.params for source in artifact.sources})
         except ParameterError as error:

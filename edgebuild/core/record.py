@@ -92,6 +92,10 @@ class BuildRecord(BaseModel):
     build_info: dict[str, Any] = Field(default_factory=dict)
     build_seconds: float | None = None
     outputs: dict[str, OutputFile] = Field(default_factory=dict)
+    # The report files as verification wrote them, by size and digest, sealed when it
+    # writes them (not hashed): a report that no longer holds these bytes is not the
+    # verdict, whatever it says.
+    reports: dict[str, OutputFile] = Field(default_factory=dict)
 
     @classmethod
     def create(cls, kind: str, params: dict[str, Any], inputs: dict[str, Any], code: dict[str, str],
@@ -118,6 +122,28 @@ class BuildRecord(BaseModel):
                   outputs: dict[str, OutputFile]) -> "BuildRecord":
         return self.model_copy(update={"artifact": artifact, "build_info": build_info,
                                        "build_seconds": build_seconds, "outputs": outputs})
+
+    def sealing_reports(self, directory: Path) -> "BuildRecord":
+        """This record with the report files now in ``directory`` sealed (:attr:`reports`)."""
+        sealed = {}
+        for name in REPORT_FILES:
+            info = regular_file_below(directory, name)
+            if info is not None:
+                sealed[name] = OutputFile(size=info.st_size, digest=file_digest(directory / name))
+        return self.model_copy(update={"reports": sealed})
+
+    def unsealed_report(self, directory: Path, digest: Callable[[Path], str] = file_digest) -> str | None:
+        """Why the report files in ``directory`` are not the ones verification wrote and
+        sealed (one line); ``None`` when every one holds its sealed bytes."""
+        if not self.reports:
+            return "its record seals no report (it was judged by an earlier edgebuild, or its verification was cut short)"
+        for name, meta in self.reports.items():
+            info = regular_file_below(directory, name)
+            if info is None:
+                return f"{name} is missing or not a regular file"
+            if info.st_size != meta.size or digest(directory / name) != meta.digest:
+                return f"{name} is not the file verification wrote (edited since: its digest is not the one its record seals)"
+        return None
 
     def to_json(self, only: tuple[str, ...] | None = None) -> dict[str, Any]:
         data = self.model_dump(mode="json")

@@ -65,7 +65,9 @@ class Runner:
     says what ran (the runtime, its version, the provider) in reports; ``inputs`` and
     ``outputs`` declare the signature feeds must fit. ``simulated``: a simulator of the
     device (its time says nothing of the device's: latency is recorded, never gated);
-    ``threads``: the threads it runs on, when it says."""
+    ``threads``: the threads it runs on, when it says; ``on_threads``: the same model on
+    a fixed number of threads (a new runner, closed by its caller), where the runtime
+    lets that be fixed: what latency is timed on (``edgebuild/run/latency.py``)."""
 
     description: str
     inputs: list[TensorSpec]
@@ -74,6 +76,7 @@ class Runner:
     close: Callable[[], None] = field(default=lambda: None)
     simulated: bool = False
     threads: int | None = None
+    on_threads: "Callable[[int], Runner] | None" = None
 
     def run(self, feeds: list[Feed]) -> list[Outputs]:
         return [self.run_one(feed) for feed in feeds]
@@ -126,3 +129,16 @@ def random_feeds(specs: Sequence[TensorSpec], count: int, seed: "int | numpy.ran
                 feed[spec.name] = numpy.zeros(shape, dtype=spec.dtype)
         feeds.append(feed)
     return feeds
+
+
+def with_held_out(inputs: Inputs, held: Inputs | None, specs: Sequence[TensorSpec]) -> Inputs:
+    """``inputs`` and those of ``held`` (the held-out inputs along a chain:
+    ``VerifyContext.held_out``) that fit ``specs``: judged on data where the manifest
+    declares some, not on noise alone."""
+    if held is None:
+        return inputs
+    names = {spec.name for spec in specs}
+    fitting = [feed for feed in held.feeds if set(feed) == names and all(spec.fits(feed[spec.name]) for spec in specs)]
+    if not fitting:
+        return inputs
+    return Inputs(inputs.feeds + fitting, f"{held.description} and {inputs.description}", inputs.labels)

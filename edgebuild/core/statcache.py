@@ -289,6 +289,13 @@ class StatCache:
         if not create and not os.path.lexists(self.path) and not os.path.lexists(self.legacy_path):
             return None
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            # SQLite follows a link, dangling or not, and writes the database (and its
+            # journal) where it points: outside the project. Never written through a link.
+            linked = Path(f"{self.path}{suffix}")
+            if linked.is_symlink():
+                raise IrregularFile(linked, f"a symbolic link (to {os.readlink(linked)}); the stat cache is never "
+                                            "written through a link: remove it")
         # A FIFO, a device or a directory in its place is one line (SQLite would wait on a
         # FIFO, or say only "unable to open database file"). Looked at, never opened here:
         # closing a descriptor of the file drops every lock this process's connections hold.

@@ -91,7 +91,7 @@ class DatasetGate(Strict):
         default=None, ge=2, le=100_000,
         description="At most this many samples, a seeded random subset (unset: all of them).",
     )
-    seed: int = Field(default=0, description="Seed of the subset and of the bootstrap resampling.")
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of the subset and of the bootstrap resampling.")
     resamples: int = Field(default=1000, ge=100, le=100_000, description="Bootstrap resamples per interval.")
     min_cosine: float | None = Field(
         default=None, ge=-1.0, le=1.0,
@@ -143,8 +143,17 @@ class LatencySettings(Strict):
     """How the artifact is timed here, and the opt-in gate: its median time over its float
     source's, measured in the same verification (a ratio, never an absolute time)."""
 
-    runs: int = Field(default=10, ge=3, le=10_000, description="Timed runs (at most; at least 3 are made).")
+    runs: int = Field(
+        default=50, ge=3, le=10_000,
+        description="Timed runs, at most: the timing stops before once each median's 95% interval is within 5% "
+                    "(after 10 runs); at least 3 are made.",
+    )
     warmup: int = Field(default=1, ge=0, le=1000, description="Untimed runs first.")
+    threads: int = Field(
+        default=1, ge=1, le=1024,
+        description="Threads the artifact and its float source each run on while timed (the same for both; "
+                    "recorded). A runtime that cannot be pinned runs on its own choice, and no ratio is stated.",
+    )
     budget_s: float = Field(
         default=5.0, gt=0.0, le=3600.0,
         description="Seconds the timing may take: it stops early once they are spent (after at least 3 timed runs).",
@@ -214,6 +223,10 @@ class CoverageSettings(Strict):
                 hint = difflib.get_close_matches(target, list(known), n=1, cutoff=0.6)
                 raise ValueError(f"unknown coverage target {target!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                                  + f"; this artifact's kind can be certified for {', '.join(known) or 'none'}")
+        for target, gate in self.gates().items():
+            certificate = known.get(target) if isinstance(known, dict) else None
+            if gate.never_on_cpu and certificate is not None:
+                _known_op_types(target, gate.never_on_cpu, certificate)
         return self
 
     def gates(self) -> dict[str, CoverageGate]:
@@ -273,5 +286,22 @@ def coverage_targets(kind: Any, params: Any) -> list[str]:
 
 
 def coverage_context(kind: Any) -> dict[str, Any]:
-    """The validation context that checks ``verify.coverage``'s targets against ``kind``'s."""
-    return {COVERAGE_CONTEXT: tuple(kind.certificates())}
+    """The validation context that checks ``verify.coverage``'s targets (and the op types
+    their ``never_on_cpu`` names) against ``kind``'s."""
+    return {COVERAGE_CONTEXT: kind.certificates()}
+
+
+def _known_op_types(target: str, named: list[str], certificate: Any) -> None:
+    """ValueError naming the first of ``named`` that is no op type ``certificate``'s
+    target knows (a name that matches no node would make the gate pass always)."""
+    known = certificate.known_op_types()
+    if known is None:
+        return
+    for name in named:
+        if name in known:
+            continue
+        folded = {op.casefold(): op for op in known}
+        hint = folded.get(name.casefold()) or next(iter(difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)), None)
+        raise ValueError(f"{target}: never_on_cpu names {name!r}, which is none of the {certificate.vocabulary}"
+                         + (f" (did you mean {hint!r}?)" if hint else "") + ": it would match no node, and the gate "
+                         "could never fail")

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     import numpy
 
 CONFIDENCE = 0.95
+# The most resample indices drawn at once (32 MiB of int64).
+BOOTSTRAP_ELEMENTS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,22 @@ def sample_cosines(reference: "numpy.ndarray", actual: "numpy.ndarray") -> "nump
     with numpy.errstate(invalid="ignore", divide="ignore"):
         cosines = numpy.where(norms > 0, dots / numpy.where(norms > 0, norms, 1), 0.0)
     return numpy.where(both_zero, 1.0, cosines)
+
+
+def spread(outputs: "numpy.ndarray", floor: float = 0.0) -> float:
+    """How much an output varies across samples, relative to its size: the root mean
+    square distance of each sample's output (row of ``[samples, ...]``, flattened) from
+    their mean, over the root mean square norm of the outputs (or ``floor``, where that is
+    larger: an output that vanishes has no size to vary against), in float64. 0 when
+    every sample gives the same output (a model that ignores its input), about 1 when
+    outputs are independent of each other; 0 for outputs that are all zero."""
+    import numpy
+
+    rows = outputs.reshape(len(outputs), -1).astype(numpy.float64)
+    size = max(float(numpy.sqrt((rows ** 2).sum(axis=1).mean())), floor)
+    if size == 0 or not numpy.isfinite(size):
+        return 0.0 if size == 0 else float("nan")
+    return float(numpy.sqrt(((rows - rows.mean(axis=0)) ** 2).sum(axis=1).mean()) / size)
 
 
 def embeddings(outputs: "numpy.ndarray") -> "numpy.ndarray":
@@ -81,12 +99,19 @@ def bootstrap(per_sample: dict[str, "numpy.ndarray"], resamples: int, seed: int)
     if len(sizes) != 1:
         raise ValueError(f"every series needs one value per sample, found lengths {sorted(sizes)}")
     (count,) = sizes
-    indices = numpy.random.default_rng(seed).integers(0, count, size=(resamples, count))
+    series = {name: numpy.asarray(values, dtype=numpy.float64) for name, values in per_sample.items()}
+    means: dict[str, list["numpy.ndarray"]] = {name: [] for name in series}
+    generator = numpy.random.default_rng(seed)
+    # Drawn a block of resamples at a time, in bounded memory (1,797 samples x 100,000
+    # resamples at once was 1.4 GB of indices): the same draws, one stream, as at once.
+    rows = max(1, BOOTSTRAP_ELEMENTS // count)
+    for start in range(0, resamples, rows):
+        indices = generator.integers(0, count, size=(min(rows, resamples - start), count))
+        for name, values in series.items():
+            means[name].append(values[indices].mean(axis=1))
     tail = (1 - CONFIDENCE) / 2
     found = {}
-    for name, values in per_sample.items():
-        values = numpy.asarray(values, dtype=numpy.float64)
-        means = values[indices].mean(axis=1)
-        low, high = numpy.quantile(means, [tail, 1 - tail])
+    for name, values in series.items():
+        low, high = numpy.quantile(numpy.concatenate(means[name]), [tail, 1 - tail])
         found[name] = Interval(float(values.mean()), float(low), float(high))
     return found

@@ -23,6 +23,7 @@ from edgebuild.core.kind import TensorSelection
 from edgebuild.core.runner import TensorSpec
 from edgebuild.errors import CheckpointError, ExportError, ParameterError
 from edgebuild.models.family import Family
+from edgebuild.models.inputs import tokenizer_files
 from edgebuild.models.qwen3_5.family import TowerFamily
 
 if TYPE_CHECKING:
@@ -56,9 +57,17 @@ class TransformersFamily(Family):
             except ExportError as error:
                 raise ParameterError(str(error).removeprefix("model_class: "), key="model_class") from None
 
+    def check_deeply(self, params: "ModelFields", checkpoint: "Checkpoint") -> None:
+        from edgebuild.models.hf import check_forward_inputs
+
+        if not params.submodule:
+            # A submodule's forward is known only once the model is made; the build says.
+            check_forward_inputs(params.model_class, params.inputs or {})
+
     def selection(self, params: "ModelFields", checkpoint: "Checkpoint") -> TensorSelection:
         prefixes = tuple(params.tensor_prefixes) if params.tensor_prefixes is not None else ("",)
-        files = (PREPROCESSOR_FILE,) if params.held_out.images else ()
+        files = ((PREPROCESSOR_FILE,) if params.held_out.images else ()) + \
+            (tokenizer_files(checkpoint) if params.held_out.texts else ())
         return TensorSelection(prefixes=prefixes, config_key=None, files=files)
 
     def inputs(self, params: "ModelFields", checkpoint: "Checkpoint") -> list[TensorSpec]:

@@ -28,6 +28,9 @@ class Family:
     def check(self, params: "ModelFields", checkpoint: "Checkpoint") -> None:
         """:class:`ParameterError` (with the key) for a description this family cannot build."""
 
+    def check_deeply(self, params: "ModelFields", checkpoint: "Checkpoint") -> None:
+        """:meth:`check`, with the model's code imported (``check --deep`` only)."""
+
     def selection(self, params: "ModelFields", checkpoint: "Checkpoint") -> TensorSelection:
         """The part of the checkpoint the module reads."""
         raise NotImplementedError

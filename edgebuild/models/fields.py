@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PositiveInt, field_validator
+from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
 
 from edgebuild.core.kind import Dtype, Strict
 from edgebuild.models.inputs import (DynamicInput, HeldOut, check_class_name, check_input_names,
@@ -62,8 +62,16 @@ class ModelFields(Strict):
     )
     held_out: HeldOut = Field(
         default_factory=HeldOut,
-        description="Images compared beside the random inputs (verification only).",
+        description="Images, tensors files or texts compared beside the random inputs (verification only; every "
+                    "target made from the artifact is judged on them too).",
     )
+
+    @model_validator(mode="after")
+    def _texts_need_ids(self) -> "ModelFields":
+        if self.held_out.texts and "input_ids" not in (self.inputs or {}):
+            raise ValueError("held_out texts go through the checkpoint's tokenizer into an 'input_ids' input "
+                             f"[batch, length]; the inputs are {', '.join(self.inputs or {}) or 'none'}")
+        return self
 
     @field_validator("model_class")
     @classmethod

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from edgebuild.errors import CheckpointError, ExportError
+from edgebuild.errors import CheckpointError, ExportError, ParameterError
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -66,6 +66,26 @@ def transformers_class(name: str, what: str) -> Any:
         hint = f" (did you mean {match[0]!r}?)" if match else ""
         raise ExportError(f"{what}: {name!r} is not a class transformers provides{hint}")
     return found
+
+
+def check_forward_inputs(model_class: str, inputs: Any) -> None:
+    """:class:`ParameterError` (key ``inputs``) for an input name ``model_class``'s
+    ``forward`` does not take: a typo (``pixelvalues``) would otherwise end in
+    transformers' traceback at the build."""
+    import difflib
+    import inspect
+
+    try:
+        forward = transformers_class(model_class, "model_class").forward
+    except ExportError as error:
+        raise ParameterError(str(error).removeprefix("model_class: "), key="model_class") from None
+    taken = [name for name, parameter in inspect.signature(forward).parameters.items()
+             if name != "self" and parameter.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
+    for name in inputs:
+        if name not in taken:
+            hint = difflib.get_close_matches(name, taken, n=1)
+            raise ParameterError(f"{name!r} is not an input of {model_class}.forward" + (f" (did you mean {hint[0]!r}?)"
+                                 if hint else "") + f"; it takes {', '.join(taken)}", key="inputs")
 
 
 def image_processor(checkpoint: "Checkpoint", default: str) -> Any:

@@ -6,7 +6,10 @@ preprocessor (``preprocessor_config.json``).
   ``CLIPImageProcessor``;
 - ``dinov2_tiny``: a ``Dinov2Model`` (64x64 images, patch 8) with its ``BitImageProcessor``;
 - ``wav2vec2_tiny``: a ``Wav2Vec2Model`` (16 kHz audio, two convolutions) with its
-  ``Wav2Vec2FeatureExtractor``.
+  ``Wav2Vec2FeatureExtractor``;
+- ``distilbert_tiny``: a ``DistilBertForSequenceClassification`` (two labels, named) with
+  its tokenizer (``tokenizer.json``: a WordPiece vocabulary of a few dozen English words
+  and the letters).
 
 Tensor names and shapes come from instantiating transformers' own classes; values
 are redrawn from a seeded generator (``redraw_weights``), so two machines write the
@@ -55,6 +58,24 @@ WAV2VEC2_TINY: dict[str, Any] = {
 }
 
 
+# A vocabulary small enough to read, large enough that a sentence of common words is not
+# all [UNK]: special tokens, words, letters and their continuations, punctuation.
+_WORDS = ("a an and at bad big blue by car cat day dog fast fine for from good great green house in is it night of "
+          "on photo picture red sky slow small that the this to tree was with").split()
+DISTILBERT_VOCAB = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *_WORDS, *"abcdefghijklmnopqrstuvwxyz",
+                    *(f"##{letter}" for letter in "abcdefghijklmnopqrstuvwxyz"), *".,!?'")
+DISTILBERT_TINY: dict[str, Any] = {
+    "dim": 64,
+    "hidden_dim": 128,
+    "n_layers": 2,
+    "n_heads": 4,
+    "vocab_size": len(DISTILBERT_VOCAB),
+    "max_position_embeddings": 64,
+    "id2label": {"0": "negative", "1": "positive"},
+    "label2id": {"negative": 0, "positive": 1},
+}
+
+
 def _write_model(directory: Path, config: Any, model_class: Any, architecture: str, seed: int) -> None:
     import torch
     from safetensors.torch import save_file
@@ -72,11 +93,15 @@ def _write_model(directory: Path, config: Any, model_class: Any, architecture: s
     (directory / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
 
 
-def _save_processor(directory: Path, processor: Any) -> None:
-    """The processor's ``preprocessor_config.json``, keys sorted (the bytes stay the same)."""
-    path = directory / "preprocessor_config.json"
+def _save_processor(directory: Path, processor: Any, names: tuple[str, ...] = ("preprocessor_config.json",)) -> None:
+    """The processor (or tokenizer) saved as transformers saves it, the JSON files of
+    ``names`` rewritten with their keys sorted (the same bytes from every transformers
+    that writes the same content)."""
     processor.save_pretrained(str(directory))
-    path.write_text(json.dumps(json.loads(path.read_text()), indent=2, sort_keys=True) + "\n")
+    for name in names:
+        path = directory / name
+        if path.is_file():
+            path.write_text(json.dumps(json.loads(path.read_text()), indent=2, sort_keys=True) + "\n")
 
 
 def _write_clip_vision(directory: Path, config: dict[str, Any], seed: int) -> None:
@@ -109,6 +134,17 @@ def _write_wav2vec2(directory: Path, config: dict[str, Any], seed: int) -> None:
     _save_processor(directory, Wav2Vec2FeatureExtractor(sampling_rate=16000, do_normalize=True))
 
 
+def _write_distilbert(directory: Path, config: dict[str, Any], seed: int) -> None:
+    with quiet_transformers():
+        from transformers import DistilBertConfig, DistilBertForSequenceClassification, DistilBertTokenizerFast
+
+    _write_model(directory, DistilBertConfig(**config), DistilBertForSequenceClassification,
+                 "DistilBertForSequenceClassification", seed)
+    tokenizer = DistilBertTokenizerFast(vocab={token: index for index, token in enumerate(DISTILBERT_VOCAB)},
+                                        do_lower_case=True)
+    _save_processor(directory, tokenizer, ("tokenizer.json", "tokenizer_config.json"))
+
+
 FIXTURES = (
     Fixture("clip_vision_tiny", "CLIP vision encoder (CLIPVisionModel), 2 layers, 64-wide, 64x64 images, with its "
             "CLIPImageProcessor", CLIP_VISION_TINY, _write_clip_vision),
@@ -116,4 +152,6 @@ FIXTURES = (
             DINOV2_TINY, _write_dinov2),
     Fixture("wav2vec2_tiny", "wav2vec 2.0 encoder (Wav2Vec2Model), 2 layers, 64-wide, 16 kHz audio, with its "
             "Wav2Vec2FeatureExtractor", WAV2VEC2_TINY, _write_wav2vec2),
+    Fixture("distilbert_tiny", "DistilBERT text classifier (DistilBertForSequenceClassification), 2 layers, 64-wide, "
+            "2 named labels, with its tokenizer", DISTILBERT_TINY, _write_distilbert),
 )

@@ -111,8 +111,43 @@ def input_spec(value: Any) -> Any:
     return {"shape": value} if isinstance(value, list) else value
 
 
+# The files a Hugging Face tokenizer may be saved as (any of them, beside config.json).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+
+
+def tokenizer_files(checkpoint: Any) -> tuple[str, ...]:
+    """The tokenizer files ``checkpoint`` has: what held-out texts read of it (its
+    ``TensorSelection.files``, so the fingerprint covers them)."""
+    return tuple(name for name in TOKENIZER_FILES if checkpoint.has_file(name))
+
+
 class HeldOut(InputFiles):
     """Held-out inputs for verification: images, run through the checkpoint's own image
-    processor into the ``pixel_values`` input (resized to its fixed height and width)."""
+    processor into the ``pixel_values`` input (resized to its fixed height and width);
+    tensors files for any model (text, audio); text files through the checkpoint's own
+    tokenizer (``edgebuild/models/held_out.py``)."""
 
     images: list[str] = Field(default_factory=list, description="Images (paths or globs) for the pixel_values input.")
+    tensors: list[str] = Field(
+        default_factory=list,
+        description="Tensors files (paths or globs): SafeTensors or NumPy .npz holding one array per model input, "
+                    "named as the input, of shape [n, *shape] or [n * batch, ...]; a NumPy .npy for a model of one "
+                    "input.",
+    )
+    texts: list[str] = Field(
+        default_factory=list,
+        description="Text files (paths or globs), one sample a line, through the checkpoint's own tokenizer into "
+                    "input_ids (and attention_mask, token_type_ids where the model takes them), padded or cut to "
+                    "the input's length.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_empty_new_roles(self, handler: Any) -> dict[str, Any]:
+        # Written as before when unused: the parameters, and the fingerprints made of them,
+        # of every existing artifact stay what they were.
+        data = handler(self)
+        for role in ("tensors", "texts"):
+            if not data.get(role):
+                data.pop(role, None)
+        return data

@@ -33,18 +33,19 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from edgebuild.cache.references import References, digest_arrays
 from edgebuild.core.datasets import dataset_files, dataset_identity
 from edgebuild.core.hashing import digest_json
 from edgebuild.core.kind import VerifyContext
 from edgebuild.core.record import read_record_or_none
-from edgebuild.core.report import Check, format_number, read_report
+from edgebuild.core.report import Check, format_number, read_report, report_passed
 from edgebuild.core.runner import Inputs, Runner, random_feeds
 from edgebuild.core.thresholds import OutputLimits, PerOutputLimits, dataset_gate, latency_settings
 from edgebuild.errors import CheckpointError, NotRunnable
-from edgebuild.run.latency import latency_checks, latency_line, latency_record, not_measured, time_in_turn
+from edgebuild.run.latency import (latency_checks, latency_line, latency_record, machine_load, not_measured,
+                                  time_in_turn)
 
 if TYPE_CHECKING:
     import numpy
@@ -60,6 +61,14 @@ ONNX_MODEL = "model.onnx"
 # Limits against the float model of the chain for a kind that names none.
 GENERIC_FLOAT_LIMITS = OutputLimits(cosine_min=0.99)
 RANDOM_SAMPLES = 2
+# A float model's output whose spread across different inputs (statistics.spread: its
+# distance from the mean output over its size) is below this ignores its input, and no
+# agreement with it is evidence. Calibrated in docs/concepts/verification.md.
+MIN_REFERENCE_SPREAD = 1e-3
+# An output whose root mean square norm is below this vanishes (a network whose activations
+# died out: randomly initialised MobileNetV2 gives logits of 1e-22): it is measured against
+# this size instead, so that it reads as not varying.
+VANISHING_OUTPUT = 1e-10
 RANDOM_SEED = 0
 REFERENCES_DIR = "references"
 
@@ -94,7 +103,8 @@ def artifact_runner(kind: "ArtifactKind", context: VerifyContext) -> Runner:
                       f"{kind.verify_module}, and no {ONNX_MODEL} among its outputs)")
 
 
-def judge_along_chain(project: "BuildGraph", artifact: "Artifact", context: VerifyContext, log: Log) -> ChainVerdict:
+def judge_along_chain(project: "BuildGraph", artifact: "Artifact", contexts: "dict[str, VerifyContext]",
+                      log: Log) -> ChainVerdict:
     """The ``vs_float.*`` checks of an artifact made from a source and the ``dataset.*``
     checks of one with a dataset gate, and what ``report.json`` records of its chain."""
     verdict = ChainVerdict()
@@ -103,6 +113,7 @@ def judge_along_chain(project: "BuildGraph", artifact: "Artifact", context: Veri
         verdict.extra["chain"] = [_ancestor_verdict(ancestor) for ancestor in chain[1:]]
     gate = dataset_gate(artifact.params)
     timing = latency_settings(artifact.params)
+    context = verify_context(project, artifact, log, contexts)
     try:
         runner = artifact_runner(artifact.kind, context)
     except NotRunnable as error:
@@ -115,7 +126,7 @@ def judge_along_chain(project: "BuildGraph", artifact: "Artifact", context: Veri
         verdict.extra["latency"] = not_measured(str(error))
         verdict.checks += latency_checks(verdict.extra["latency"], timing)
         return verdict
-    judge = _Judge(project, chain, {artifact.name: context}, runner, log)
+    judge = _Judge(project, chain, contexts, runner, log)
     try:
         for wanted, prefix, judgement in ((len(chain) > 1, "vs_float", judge.versus_float),
                                           (gate is not None, "dataset", judge.on_dataset)):
@@ -137,7 +148,7 @@ def _ancestor_verdict(ancestor: "Artifact") -> dict[str, Any]:
     must have passed for this one to count: ``state.py``)."""
     report = read_report(ancestor.directory) or {}
     return {"artifact": ancestor.name, "kind": ancestor.params.kind, "fingerprint": report.get("fingerprint"),
-            "verify_fingerprint": report.get("verify_fingerprint"), "passed": bool(report.get("passed"))}
+            "verify_fingerprint": report.get("verify_fingerprint"), "passed": report_passed(report)}
 
 
 class _Judge:
@@ -163,14 +174,7 @@ class _Judge:
     # --- the pieces ------------------------------------------------------------------
 
     def context(self, artifact: "Artifact") -> VerifyContext:
-        if artifact.name not in self.contexts:
-            record = read_record_or_none(artifact.directory)
-            self.contexts[artifact.name] = VerifyContext(
-                **self.project.kind_inputs(artifact), out_dir=artifact.directory,
-                build_info=record.build_info if record is not None else {},
-                source_params={source.name: source.params for source in artifact.sources}, log=self.log,
-            )
-        return self.contexts[artifact.name]
+        return verify_context(self.project, artifact, self.log, self.contexts)
 
     @property
     def float_model(self) -> Runner:
@@ -204,13 +208,9 @@ class _Judge:
     def evaluation_inputs(self) -> Inputs:
         """The nearest evaluation inputs of the chain that fit the runner; else seeded random
         ones. Once per judgement: the checks along the chain and the timing share them."""
-        for member in self.chain:
-            hook = verify_hook(member.kind, "evaluation_inputs")
-            if hook is None:
-                continue
-            found = hook(self.context(member))
-            if found is not None and found.feeds and self.runner.misfit(found.feeds[0]) is None:
-                return found if member is self.artifact else Inputs(found.feeds, f"{found.description} (of {member.name})")
+        for found in chain_inputs(self.chain, self.context):
+            if self.runner.misfit(found.feeds[0]) is None:
+                return found
         return random_inputs(self.runner, RANDOM_SAMPLES, RANDOM_SEED)
 
     def image_feeds(self, images: list[Any], what: str) -> "list[Feed]":
@@ -244,6 +244,14 @@ class _Judge:
             verdict.checks.append(Check("vs_float.outputs", sorted(self.runner.outputs), sorted(reference[0]), "==", False,
                                         "no output of the artifact is an output of the float model of its chain"))
             return
+        unknown = sorted(set(limits.outputs) - set(compared))
+        if unknown:
+            # A limit on an output nothing compares would be dropped without a word.
+            verdict.checks.append(Check("vs_float.outputs", unknown, compared, "==", False,
+                                        f"verify.vs_float.outputs names {', '.join(unknown)}, which is no output both the "
+                                        f"artifact and its float model give (they share: {', '.join(compared)})"))
+        verdict.checks += _spread_checks("vs_float", {name: [expected[name] for expected in reference] for name in compared},
+                                         f"the float model of its chain (root: {self.root.name})", inputs.description)
         for name in compared:
             per_sample = [agreement(_tensor(expected[name])[None], _tensor(found[name])[None])
                           for expected, found in zip(reference, actual)]
@@ -275,7 +283,8 @@ class _Judge:
         actual = _per_sample(self.runner.run(feeds), count, where)
         reference = _per_sample(self.float_outputs(feeds), count, where)
         measured, checks = _dataset_gates(gate, reference, actual, samples.labels, samples.description)
-        verdict.checks += checks
+        verdict.checks += _spread_checks("dataset", {name: reference[name] for name in actual if name in reference},
+                                         self.float_model.description, samples.description) + checks
         verdict.extra["dataset"] = {
             "name": gate.name, "digest": digest_json(identity), "n": count, "description": samples.description,
             "reference": self.float_model.description, "runner": self.runner.description,
@@ -302,19 +311,105 @@ class _Judge:
         if reference is self.runner:
             reference = None
         runners = [self.runner] if reference is None else [self.runner, reference]
-        timed = time_in_turn(runners, feed, settings.runs, settings.warmup, settings.budget_s)
+        # Each on the same fixed threads where its runtime lets them be fixed (else its own).
+        pinned = [runner.on_threads(settings.threads) if runner.on_threads is not None else runner for runner in runners]
+        try:
+            before = machine_load()
+            timed = time_in_turn(pinned, feed, settings.runs, settings.warmup, settings.budget_s)
+            load = (before, machine_load())
+        finally:
+            for each, runner in zip(pinned, runners):
+                if each is not runner:
+                    each.close()
         source = self.root.name if self.root is not self.artifact else f"{self.root.name} (its float model)"
-        record = latency_record(timed[0], self.runner, timed[1] if len(timed) > 1 else None,
-                                source if reference is not None else None)
+        float_threads = pinned[1].threads if len(pinned) > 1 and pinned[1] is not runners[1] else None
+        artifact = pinned[0] if pinned[0] is not runners[0] else _unpinned(self.runner)
+        record = latency_record(timed[0], artifact, timed[1] if len(timed) > 1 else None,
+                                source if reference is not None else None, float_threads, load)
         verdict.extra["latency"] = record
         verdict.checks += latency_checks(record, settings)
         self.log(latency_line(record))
+
+
+def _unpinned(runner: Runner) -> Runner:
+    """``runner`` as timed without fixed threads: whatever it says of its threads is the
+    runtime's default, not a count it was held to."""
+    from dataclasses import replace
+
+    return replace(runner, threads=None)
+
+
+def verify_context(project: "BuildGraph", artifact: "Artifact", log: Log,
+                   contexts: "dict[str, VerifyContext]") -> VerifyContext:
+    """The context ``artifact``'s kind is judged in (its built directory, its record's
+    build info, its sources' parameters, the held-out inputs along its chain), made once
+    per judgement and kept in ``contexts`` by name."""
+    if artifact.name not in contexts:
+        record = read_record_or_none(artifact.directory)
+        contexts[artifact.name] = VerifyContext(
+            **project.kind_inputs(artifact), out_dir=artifact.directory,
+            build_info=record.build_info if record is not None else {},
+            source_params={source.name: source.params for source in artifact.sources}, log=log,
+            held_out=held_out_along(project, artifact, lambda member: verify_context(project, member, log, contexts)),
+        )
+    return contexts[artifact.name]
+
+
+def chain_inputs(chain: "list[Artifact]", context_of: "Callable[[Artifact], VerifyContext]") -> "Iterator[Inputs]":
+    """The evaluation inputs (held-out images or tensors) each member of ``chain`` gives,
+    nearest first, named by the member that gives them where it is not the first."""
+    for member in chain:
+        hook = verify_hook(member.kind, "evaluation_inputs")
+        found = hook(context_of(member)) if hook is not None else None
+        if found is not None and found.feeds:
+            yield found if member is chain[0] else Inputs(found.feeds, f"{found.description} (of {member.name})",
+                                                         found.labels)
+
+
+def held_out_along(project: "BuildGraph", artifact: "Artifact", context_of: "Callable[[Artifact], VerifyContext]"
+                   ) -> "Callable[[], Inputs | None]":
+    """``VerifyContext.held_out`` of ``artifact``: the nearest evaluation inputs of its chain,
+    made on the first call and kept."""
+    made: list[Inputs | None] = []
+
+    def held_out() -> Inputs | None:
+        if not made:
+            made.append(next(chain_inputs(project.lineage(artifact), context_of), None))
+        return made[0]
+
+    return held_out
 
 
 def random_inputs(runner: Runner, count: int, seed: int) -> Inputs:
     """``count`` seeded inputs for the runner's signature, by the one rule
     (:func:`~edgebuild.core.runner.random_feeds`)."""
     return Inputs(random_feeds(runner.inputs, count, seed), f"{count} random inputs (seed {seed})")
+
+
+def _spread_checks(prefix: str, outputs: "dict[str, Any]", whose: str, inputs: str) -> list[Check]:
+    """``<prefix>.<output>.reference_spread``: each output of the float model varies across
+    the inputs it was judged on (``MIN_REFERENCE_SPREAD``). Nothing to say of one input."""
+    import numpy
+
+    from edgebuild.ml.statistics import spread
+
+    checks = []
+    for name, samples in outputs.items():
+        stacked = numpy.stack([numpy.asarray(sample) for sample in samples]) if isinstance(samples, list) else samples
+        if len(stacked) < 2:
+            continue
+        measured = spread(stacked, VANISHING_OUTPUT)
+        detail = f"{whose}'s {name} across {inputs}"
+        if not measured >= MIN_REFERENCE_SPREAD:
+            largest = float(numpy.abs(stacked).max())
+            said = (f"{whose}'s {name} vanishes (at most {format_number(largest)} in magnitude) on every one of "
+                    f"{inputs}" if largest < VANISHING_OUTPUT else f"{whose} gives nearly the same {name} for each of "
+                    f"{inputs}")
+            detail = (f"{said}: it ignores its input, and "
+                      "agreeing with it proves nothing (a checkpoint whose weights did not load is initialised at "
+                      "random: look for 'newly initialized' from transformers, and run it on two different inputs)")
+        checks.append(Check.measure(f"{prefix}.{name}.reference_spread", measured, ">=", MIN_REFERENCE_SPREAD, detail))
+    return checks
 
 
 def _tensor(array: "numpy.ndarray") -> Any:
@@ -329,6 +424,13 @@ def _limits(artifact: "Artifact", key: str) -> PerOutputLimits:
 
 
 def _float_defaults(artifact: "Artifact", output: str) -> OutputLimits:
+    """The limits against the float model of the chain that the manifest's ``vs_float``
+    fills in: the kind's (``float_limits``), or, for an exact conversion of a source that
+    is itself judged against float, that source's (an ORT file of a QDQ graph carries the
+    QDQ graph's error, and is held to its limits)."""
+    source = artifact.sources[0] if artifact.kind.exact_conversion and len(artifact.sources) == 1 else None
+    if source is not None and source.sources:
+        return _limits(source, "vs_float").for_output(output, _float_defaults(source, output))
     hook = verify_hook(artifact.kind, "float_limits")
     return hook(artifact.params, output) if hook is not None else GENERIC_FLOAT_LIMITS
 

@@ -25,7 +25,7 @@ from edgebuild.core.hashing import is_digest
 from edgebuild.core.lock_format import parse_lock
 from edgebuild.core.project import Artifact, SourceNotBuilt
 from edgebuild.core.record import read_record_or_none
-from edgebuild.core.report import read_report
+from edgebuild.core.report import read_report, report_passed
 from edgebuild.core.staleness import explain, mapping_changes, verification_changes
 from edgebuild.errors import DiffError, EdgebuildError, RemoteError
 from edgebuild.run.vcs import committed_bytes, resolve_commit, work_tree_top
@@ -177,10 +177,19 @@ class ArtifactDiff:
     latency: LatencyChange | None = None
     # Each target's certificate whose counts or fallbacks differ between the two reports.
     coverage: tuple[CoverageChange, ...] = ()
+    # The baseline's verdict as its lock entry records it: True verified, False failed,
+    # None not verified (or not known: a baseline read from a published index).
+    verified_before: bool | None = None
 
     @property
     def flipped(self) -> tuple[CheckChange, ...]:
         return tuple(check for check in self.checks if check.flipped)
+
+    @property
+    def verdict_flipped(self) -> bool:
+        """Verified in one build and failed in the other (whatever the checks kept say)."""
+        after = {"verified": True, "verification failed": False}.get(self.state_after or "")
+        return None not in (self.verified_before, after) and self.verified_before != after
 
     def check(self, name: str) -> CheckChange | None:
         return next((check for check in self.checks if check.name == name), None)
@@ -196,6 +205,7 @@ class ArtifactDiff:
             "state_after": self.state_after, "notes": list(self.notes),
             "latency": self.latency.to_json() if self.latency is not None else None,
             "coverage": [change.to_json() for change in self.coverage],
+            "verified_before": self.verified_before, "verdict_flipped": self.verdict_flipped,
         }
 
 
@@ -344,6 +354,14 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
                             outputs=_outputs({}, (after_record or {}).get("outputs", {})), after_from=after_from,
                             state_after=state, notes=(f"not in {baseline.label}", *notes))
     before_record, before_report, before_from = _baseline_build(workspace, name, entry, baseline, notes)
+    judged = entry.get("verify_fingerprint")
+    if before_report is not None and is_digest(judged) and before_report.get("verify_fingerprint") != judged:
+        # The store keeps a build's latest passing report: a later judgement of the same
+        # bytes (thresholds moved since) is not the verdict the baseline recorded.
+        before_report = None
+    if before_report is None and entry.get("verified") is False:
+        notes.append(f"it FAILED verification at {baseline.label}, and no cache keeps the report of a failed "
+                     "verification: its checks then are not shown (its thresholds are, from the lock entry)")
     change: Change = "unchanged" if before_fp == after_fp else "changed"
     reasons = tuple(explain(before_record, current.to_json())) if change == "changed" else ()
     verify_reasons = _verify_changes(workspace, artifact, entry, before_report, verify_fp, change)
@@ -352,6 +370,7 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
         _outputs(before_record.get("outputs", {}), (after_record or {}).get("outputs", {})) if after_record else (),
         _checks(before_report, after_report), before_from, after_from, state, tuple(notes),
         _latency(before_report, after_report), _coverage(before_report, after_report),
+        entry.get("verified") if isinstance(entry.get("verified"), bool) else None,
     )
 
 
@@ -379,10 +398,11 @@ def _verify_changes(workspace: "Workspace", artifact: Artifact, entry: dict[str,
     against the manifest's now), the judging code (from the lock entry), and -- when the
     build is the same but its verification fingerprint is not, with neither of those --
     the files only verification reads."""
-    # The thresholds it was judged with: the baseline's report's, else its lock entry's.
-    thresholds = before_report.get("verify") if before_report is not None else None
+    # The thresholds it was judged with: its lock entry's (what that commit declared), else
+    # its report's (a published baseline's index holds none).
+    thresholds = entry.get("verify")
     if not isinstance(thresholds, dict):
-        thresholds = entry.get("verify")
+        thresholds = before_report.get("verify") if before_report is not None else None
     parts = entry.get("verify_parts")
     reasons = verification_changes(thresholds, parts if verify_fp is not None else None,
                                    artifact.params.verify_parameters(), _verify_parts(workspace, artifact), skip=("code",))
@@ -413,7 +433,7 @@ def _current_build(workspace: "Workspace", artifact: Artifact,
     if stored is not None:
         report = _report_of(workspace.store.report(fingerprint), fingerprint)
         verified = report is not None and verify_fp is not None and report.get("verify_fingerprint") == verify_fp
-        state = (VerificationState.VERIFIED if report.get("passed") else VerificationState.FAILED) if verified \
+        state = (VerificationState.VERIFIED if report_passed(report) else VerificationState.FAILED) if verified \
             else VerificationState.NOT_VERIFIED
         return stored.to_json(), report, FROM_STORE, f"{state.value} (in the store, not in build/)"
     return None, None, None, VerificationState.NOT_BUILT.value
@@ -568,9 +588,12 @@ def render(result: Diff, verbose: bool = False) -> list[str]:
             head += f"  {artifact.fingerprint_before[:12]} → {(artifact.fingerprint_after or '?')[:12]}"
         if artifact.state_after and artifact.change != "removed":
             head += f"  (now {artifact.state_after})"
+        if artifact.verdict_flipped:
+            head += f"  verdict {'verified' if artifact.verified_before else 'FAILED'} → " \
+                    f"{'verified' if artifact.state_after == 'verified' else 'FAILED'}"
         lines.append(head)
         quiet = artifact.change == "unchanged" and not artifact.flipped and not artifact.verify_reasons \
-            and not artifact.coverage and not verbose
+            and not artifact.coverage and not artifact.verdict_flipped and not verbose
         if quiet:
             continue
         if artifact.change == "added" and not verbose:

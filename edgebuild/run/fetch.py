@@ -34,7 +34,7 @@ from typing import Callable
 from edgebuild.cache.location import FROM_SETTINGS, Location
 from edgebuild.cache.signing import load_public_key
 from edgebuild.core.files import RECORD_BYTES, REPORT_BYTES, UnreadableFile, describe_entry, read_json
-from edgebuild.core.report import REPORT_JSON
+from edgebuild.core.report import REPORT_JSON, verdict_problem
 from edgebuild.errors import FetchError, PublishError
 from edgebuild.run.publish import (
     CHECKSUMS_FILE, PROVENANCE_FILE, file_sha256, latest_published, parse_checksums, read_index,
@@ -148,7 +148,13 @@ def _verdict_distrust(directory: Path) -> str | None:
         provenance = read_json(directory / PROVENANCE_FILE, RECORD_BYTES)
     except (OSError, UnreadableFile) as error:
         return f"its {REPORT_JSON} or {PROVENANCE_FILE} cannot be read ({error})"
-    if not isinstance(report, dict) or report.get("passed") is not True:
+    if not isinstance(report, dict):
+        return f"its {REPORT_JSON} is not a report"
+    # Signed is not checked: the verdict is re-derived from the checks the release holds.
+    problem = verdict_problem(report)
+    if problem is not None:
+        return f"its {REPORT_JSON}'s verdict does not follow from its checks ({problem})"
+    if report.get("passed") is not True:
         return f"its {REPORT_JSON} does not say it passed verification"
     inputs = provenance.get("inputs") if isinstance(provenance, dict) else None
     made_from_sources = isinstance(inputs, dict) and any(role.split(".")[0] == "source" for role in inputs)

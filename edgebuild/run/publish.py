@@ -81,9 +81,9 @@ from edgebuild.core.faults import fault_point
 from edgebuild.core.files import locked
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import read_record
-from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report
+from edgebuild.core.report import REPORT_JSON, REPORT_MD, read_report, report_passed
 from edgebuild.errors import EdgebuildError, PublishError, RemoteError
-from edgebuild.run.state import VerificationState, source_blocking, verification_state
+from edgebuild.run.state import VerificationState, refused_report, source_blocking, verification_state
 from edgebuild.run.lockfile import lock_names
 from edgebuild.run.release import SIGNATURE_FILE, STATEMENT_FILE, sign_entry, statement
 from edgebuild.run.vcs import git_state, is_ignored, work_tree_top
@@ -236,6 +236,9 @@ def _unpublishable(workspace: "Workspace", artifact: Artifact) -> str | None:
     if blocking is not None:
         return f"{name}: not verified while {blocking[1]}"
     if state is not VerificationState.VERIFIED:
+        refused = refused_report(workspace, artifact)
+        if refused is not None:
+            return f"{name}: {refused} (run `doit verify {name}`; nothing is signed that verification did not write)"
         return f"{name}: not verified at its current fingerprint (run `doit verify {name}`)"
     record = read_record(directory)
     changed = record.changed_outputs(directory) if record is not None else ["the build record"]
@@ -311,7 +314,7 @@ def provenance_record(
         "git": git,
         "build": record.get("build_info", {}),
         "verification": {
-            "passed": report.get("passed"),
+            "passed": report_passed(report),
             "verify_fingerprint": report.get("verify_fingerprint"),
             "thresholds": report.get("verify"),
             # The verdicts of the artifacts it is made from, when it was judged: a release

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 from edgebuild.core.project import Artifact, SourceNotBuilt
 from edgebuild.core.record import BuildRecord, read_record_or_none
-from edgebuild.core.report import read_report
+from edgebuild.core.report import read_report, verdict_problem
 from edgebuild.core.staleness import explain
 from edgebuild.errors import EdgebuildError
 
@@ -71,12 +71,36 @@ def verification_state(workspace: "Workspace", artifact: "Artifact") -> Verifica
 
 
 def _own_verification_state(workspace: "Workspace", artifact: Artifact) -> VerificationState:
-    if current_record(workspace, artifact) is None:
+    record = current_record(workspace, artifact)
+    if record is None:
         return VerificationState.NOT_BUILT
     report = read_report(artifact.directory)
     if report is None or report.get("verify_fingerprint") != artifact.verify_fingerprint:
         return VerificationState.NOT_VERIFIED
-    return VerificationState.VERIFIED if report.get("passed") else VerificationState.FAILED
+    if report_distrust(workspace, artifact, record, report) is not None:
+        # Not the verdict verification wrote: judged again, never trusted.
+        return VerificationState.NOT_VERIFIED
+    return VerificationState.VERIFIED if report["passed"] is True else VerificationState.FAILED
+
+
+def report_distrust(workspace: "Workspace", artifact: Artifact, record: BuildRecord,
+                    report: dict[str, Any]) -> str | None:
+    """Why ``build/<name>/report.json`` is not a verdict to go by (one line): its files
+    are not the ones verification sealed in the record, or its verdict does not follow
+    from its checks' values and limits. ``None`` when it is."""
+    problem = record.unsealed_report(artifact.directory, digest=workspace.stat_cache.file_digest) \
+        or verdict_problem(report)
+    return f"build/{artifact.name}/report.json is not taken as written: {problem}" if problem else None
+
+
+def refused_report(workspace: "Workspace", artifact: Artifact) -> str | None:
+    """:func:`report_distrust` of the current build's report at the current verification
+    fingerprint; ``None`` where there is no such report, or it is taken as written."""
+    record = current_record(workspace, artifact)
+    report = read_report(artifact.directory) if record is not None else None
+    if report is None or report.get("verify_fingerprint") != artifact.verify_fingerprint:
+        return None
+    return report_distrust(workspace, artifact, record, report)
 
 
 def unverified_source(workspace: "Workspace", artifact: "Artifact") -> "tuple[Artifact, VerificationState] | None":
@@ -209,6 +233,9 @@ def _rejudged_because(workspace: "Workspace", artifact: Artifact) -> list[str]:
     report = read_report(artifact.directory)
     if report is None or report.get("fingerprint") != artifact.fingerprint:
         return []
+    distrust = refused_report(workspace, artifact)
+    if distrust is not None:
+        return [f"{distrust}; `doit verify {artifact.name}` judges it again"]
     try:
         now = workspace.verify_parts(artifact)
     except EdgebuildError as error:

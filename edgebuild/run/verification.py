@@ -11,18 +11,32 @@ fingerprint covers: editing either re-verifies, and rebuilds nothing.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
-from edgebuild.core.kind import VerifyContext
+from edgebuild.core.kind import Verification, VerifyContext
 from edgebuild.core.record import read_record
 from edgebuild.core.report import Check, Report
-from edgebuild.errors import EdgebuildError
-from edgebuild.run.chain import judge_along_chain
+from edgebuild.errors import EdgebuildError, NotRunnable
+from edgebuild.run.chain import ChainVerdict, judge_along_chain, verify_context
 from edgebuild.run.coverage import judge_coverage
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     # Annotations only: the judging code's digest must not hold the manifest's.
     from edgebuild.core.project import Artifact, BuildGraph
+
+
+def _ran(judgement: Callable[[], T], what: str, failing: Callable[[Check], T]) -> T:
+    """``judgement()``; where its kind says the artifact cannot run here (:class:`NotRunnable`:
+    an input the converted model cannot take, no runtime for it), one failed check
+    ``verify.ran`` saying why, in one line, so that the report is written FAILED (never
+    "not verified yet" again and again). Anything else is raised as it is: the user's input
+    (one line, nothing written), or a bug in a kind's code (its traceback, for its author)."""
+    try:
+        return judgement()
+    except NotRunnable as error:
+        return failing(Check("verify.ran", False, True, "==", False, f"{what} could not run here: {error}"))
 
 
 def judge(project: BuildGraph, artifact: Artifact, log: Callable[[str], None]) -> Report:
@@ -44,20 +58,22 @@ def judge(project: BuildGraph, artifact: Artifact, log: Callable[[str], None]) -
             f"changed since build: {', '.join(changed)}" if changed else "every output matches its recorded digest",
         )
     ]
-    context = VerifyContext(
-        **project.kind_inputs(artifact),
-        out_dir=directory,
-        build_info=built.build_info,
-        source_params={source.name: source.params for source in artifact.sources},
-        log=log,
-    )
+    # One context per member of the chain, shared by the kind's checks and the chain's.
+    contexts: dict[str, VerifyContext] = {}
+    context = verify_context(project, artifact, log, contexts)
     started = time.perf_counter()
-    verification = kind.verify(context)
+    verification = _ran(lambda: kind.verify(context), f"the {kind.name} kind's checks",
+                        lambda failed: Verification(checks=[failed]))
     checks.extend(verification.checks)
-    along = judge_along_chain(project, artifact, context, log)
+    along = _ran(lambda: judge_along_chain(project, artifact, contexts, log), "the checks along its chain",
+                 lambda failed: ChainVerdict(checks=[failed]))
     checks.extend(along.checks)
     coverage = judge_coverage(kind, artifact.params, directory, log)
     checks.extend(coverage.checks)
+    # Noise alone proves little (a model judged on N(0, 1) pixels): the headline says so.
+    held = context.held_out()
+    judged_on = {"held_out": held.description if held is not None else None,
+                 "dataset": along.extra.get("dataset", {}).get("description")}
     report = Report(
         artifact=name,
         kind=kind.name,
@@ -67,10 +83,12 @@ def judge(project: BuildGraph, artifact: Artifact, log: Callable[[str], None]) -
         | ({"coverage_not_computed": coverage.missing} if coverage.missing else {}),
         build=built.build_info,
         extra={"verify_fingerprint": artifact.verify_fingerprint, "verify": artifact.params.verify_parameters(),
+               "judged_on": judged_on | {"random_only": not any(judged_on.values())},
                # Each part of the verification fingerprint, by digest: `doit status` names the one that moves.
                "verify_parts": project.verify_parts(artifact)}
         | along.extra
         | ({"coverage": coverage.certificates} if coverage.certificates else {}),
     )
+    # Sealed in the build record as written (Report.write): an edit after is refused.
     report.write(directory)
     return report

@@ -537,8 +537,12 @@ def _write_result(descriptor: int | None, result: dict[str, Any]) -> None:
         sys.stdout.buffer.write(payload)
         sys.stdout.flush()
         return
-    with os.fdopen(descriptor, "wb") as pipe:
-        pipe.write(payload)
+    try:
+        with os.fdopen(descriptor, "wb") as pipe:
+            pipe.write(payload)
+    except BrokenPipeError:
+        # The command that asked is gone (Ctrl-C, a kill): no one to tell, nothing to say.
+        pass
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ class Certificate:
     # Every node the target does not take: {node, op_type, module} (node or module None
     # where the tool does not say).
     fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    # The same count on another form of the graph, where the tool counts on a rewritten one
+    # (the usability checker optimizes first): {nodes_total, nodes_taken, partitions}.
+    as_built: dict[str, int] | None = None
 
     @property
     def fraction(self) -> float:

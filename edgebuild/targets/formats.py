@@ -16,12 +16,16 @@ from edgebuild.core.kind import CoverageTarget, Format
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.onnx.data"
 _ONNX_CERTIFICATES = "edgebuild.targets.onnx_graph"
+# Every op type an ONNX graph may hold: the standard's and onnxruntime's contrib operators.
+ONNX_OP_TYPES = "edgebuild.targets.onnx_ops:onnx_op_types"
 NNAPI = CoverageTarget("nnapi", "NNAPI (onnxruntime's mobile usability checker: its static table)",
-                       f"{_ONNX_CERTIFICATES}:nnapi", tool_packages=("onnxruntime",), vocabulary="ONNX op types")
+                       f"{_ONNX_CERTIFICATES}:nnapi", tool_packages=("onnxruntime",), vocabulary="ONNX op types",
+                       op_types=ONNX_OP_TYPES)
 COREML = CoverageTarget("coreml", "Core ML MLProgram (onnxruntime's mobile usability checker: its static table)",
-                        f"{_ONNX_CERTIFICATES}:coreml", tool_packages=("onnxruntime",), vocabulary="ONNX op types")
+                        f"{_ONNX_CERTIFICATES}:coreml", tool_packages=("onnxruntime",), vocabulary="ONNX op types",
+                        op_types=ONNX_OP_TYPES)
 DIRECTML = CoverageTarget("directml", "DirectML (the static table of onnxruntime's DML kernel registrations)",
-                          f"{_ONNX_CERTIFICATES}:directml", vocabulary="ONNX op types")
+                          f"{_ONNX_CERTIFICATES}:directml", vocabulary="ONNX op types", op_types=ONNX_OP_TYPES)
 # Any ONNX graph: what every exporter and quantizer writes.
 ONNX_GRAPH = Format("onnx_graph", "an ONNX graph", (MODEL_FILE,), certificates=(NNAPI, COREML, DIRECTML))
 

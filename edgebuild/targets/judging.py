@@ -9,11 +9,12 @@ from typing import Any
 
 from edgebuild.core.kind import Verification, VerifyContext
 from edgebuild.core.report import Check
-from edgebuild.core.runner import Runner
+from edgebuild.core.runner import Runner, with_held_out
 from edgebuild.core.thresholds import OutputLimits
 from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 from edgebuild.targets.params import LEVELS, Level, TargetParams
-from edgebuild.targets.program import load_program, output_names, program_feeds, program_info, program_path
+from edgebuild.targets.program import (input_specs, load_program, output_names, program_feeds, program_info,
+                                      program_path)
 
 
 def judge_target(context: VerifyContext[TargetParams], runner: Runner | None, level: Level, reason: str,
@@ -26,13 +27,12 @@ def judge_target(context: VerifyContext[TargetParams], runner: Runner | None, le
 
     source = context.source
     verify = context.params.verify
-    passed = LEVELS.index(level) >= LEVELS.index(verify.require_level)
-    checks = [Check("level", level, verify.require_level, ">=", passed, reason)]
+    checks = [Check.measure("level", level, ">=", verify.require_level, reason, order=LEVELS)]
     metrics = metrics | {"level": level}
     if runner is None:
         return Verification(checks=checks, metrics=metrics)
     info = program_info(source)
-    inputs = program_feeds(info, verify.samples, verify.seed)
+    inputs = with_held_out(program_feeds(info, verify.samples, verify.seed), context.held_out(), input_specs(info))
     program = load_program(program_path(source)).module()
     names = output_names(info)
     comparisons: dict[str, list[dict[str, Any]]] = {name: [] for name in names}

@@ -18,7 +18,8 @@ _ORT_TYPES = {
 }
 
 
-def session_runner(session: Any, description: str, simulated: bool = False) -> Runner:
+def session_runner(session: Any, description: str, simulated: bool = False,
+                   on_threads: "Callable[[int], Runner] | None" = None) -> Runner:
     """A runner of an onnxruntime ``session`` (inputs and outputs as the graph declares
     them); ``simulated`` for a session on a simulator of the device."""
     inputs = [TensorSpec(item.name, tuple(dim if isinstance(dim, int) else None for dim in item.shape),
@@ -28,15 +29,22 @@ def session_runner(session: Any, description: str, simulated: bool = False) -> R
     def run_one(feed: Feed) -> Outputs:
         return dict(zip(outputs, session.run(outputs, feed)))
 
-    return Runner(description, inputs, outputs, run_one, simulated=simulated, threads=_session_threads(session))
+    return Runner(description, inputs, outputs, run_one, simulated=simulated, threads=_session_threads(session),
+                  on_threads=on_threads)
 
 
-def onnx_runner(path: Path) -> Runner:
-    """The graph at ``path`` on onnxruntime's CPU provider."""
+def onnx_runner(path: Path, threads: int | None = None) -> Runner:
+    """The graph at ``path`` on onnxruntime's CPU provider (on ``threads`` intra-op threads
+    and one inter-op thread; ``None``: onnxruntime's default)."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session_runner(session, f"onnxruntime {onnxruntime.__version__} CPUExecutionProvider ({path.name})")
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return session_runner(session, f"onnxruntime {onnxruntime.__version__} CPUExecutionProvider ({path.name})",
+                          on_threads=lambda count: onnx_runner(path, count))
 
 
 def torch_runner(forward: Callable[..., Any], inputs: list[TensorSpec], outputs: list[str], description: str) -> Runner:
@@ -59,7 +67,15 @@ def torch_runner(forward: Callable[..., Any], inputs: list[TensorSpec], outputs:
 
     import torch
 
-    return Runner(description, inputs, outputs, run_one, threads=torch.get_num_threads())
+    def on_threads(count: int) -> Runner:
+        # torch's thread count is the process's: set while the pinned runner is open (not
+        # in each timed run: resizing OpenMP's pool is not the model's time), put back on close.
+        before = torch.get_num_threads()
+        torch.set_num_threads(count)
+        return Runner(description, inputs, outputs, run_one, threads=count,
+                      close=lambda: torch.set_num_threads(before))
+
+    return Runner(description, inputs, outputs, run_one, threads=torch.get_num_threads(), on_threads=on_threads)
 
 
 def _session_threads(session: Any) -> int | None:

@@ -35,7 +35,7 @@ from edgebuild.core.atomic import write_text
 from edgebuild.core.figures import Plots, format_bytes
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import read_record_or_none
-from edgebuild.core.report import REPORT_JSON, REPORT_MD, format_number, read_report
+from edgebuild.core.report import REPORT_JSON, REPORT_MD, format_number, read_report, report_passed
 from edgebuild.errors import EdgebuildError
 from edgebuild.run.state import ArtifactState, statuses
 
@@ -137,7 +137,7 @@ def _headline(artifact: Artifact, report: dict[str, Any] | None) -> dict[str, An
     checks = [check for check in (report or {}).get("checks", []) if isinstance(check, dict)]
     chosen = artifact.kind.headline([str(check.get("name")) for check in checks])
     headline = next((check for check in checks if check.get("name") == chosen), None) if chosen else None
-    if report is not None and not report.get("passed") and (headline is None or headline.get("passed")):
+    if report is not None and not report_passed(report) and (headline is None or headline.get("passed")):
         headline = next((check for check in checks if not check.get("passed")), headline)
     return headline
 
@@ -292,15 +292,25 @@ def _latency_of(latency: Any) -> _Latency | None:
     if not latency.get("measured"):
         return _Latency(False, str(latency.get("reason", "")))
     try:
-        text = (f"latency: {format_number(float(latency['median_ms']))} ms median "
-                f"(p90 {format_number(float(latency['p90_ms']))}) over {int(latency['runs'])} runs")
+        interval = latency.get("median_ci95_ms")
+        text = f"latency: {format_number(float(latency['median_ms']))} ms median"
+        if isinstance(interval, list) and len(interval) == 2:
+            # One unit, never a number cut across lines: the interval is one phrase.
+            text += f" (95% CI {format_number(float(interval[0]))}–{format_number(float(interval[1]))})"
+        text += f", p90 {format_number(float(latency['p90_ms']))}, over {int(latency['runs'])} runs"
+        if latency.get("noisy"):
+            text += ", noisy"
         source = latency.get("float_source")
         if isinstance(source, dict) and isinstance(latency.get("ratio"), (int, float)):
             text += (f", {format_number(float(latency['ratio']))}x its float source {source.get('artifact')} "
                      f"({format_number(float(source['median_ms']))} ms)")
+        elif isinstance(source, dict) and latency.get("ratio_not_stated"):
+            text += f"; its ratio to {source.get('artifact')} is {latency['ratio_not_stated']}"
         described = latency.get("machine") if isinstance(latency.get("machine"), dict) else {}
         text += f"; {latency.get('runtime', '')} on {described.get('cpu', '?')} ({described.get('cores', '?')} cores"
-        text += f", {described['threads']} threads)" if described.get("threads") else ")"
+        text += f", {described['threads']} threads" if described.get("threads") else ""
+        load = latency.get("load") if isinstance(latency.get("load"), dict) else {}
+        text += f", load {format_number(float(load['before']))})" if isinstance(load.get("before"), (int, float)) else ")"
     except (KeyError, TypeError, ValueError):
         return _Latency(True, None)
     return _Latency(True, text, bool(latency.get("simulated")))

@@ -76,7 +76,8 @@ class HfOnnxParams(ArtifactParams):
     )
     held_out: HeldOut = Field(
         default_factory=HeldOut,
-        description="Images compared beside the random inputs (verification only).",
+        description="Images, tensors files or texts compared beside the random inputs (verification only; every "
+                    "artifact made from this one is judged on them too).",
     )
     verify: HfOnnxVerify = Field(default_factory=HfOnnxVerify, description="Verification thresholds and inputs.")
 
@@ -113,6 +114,9 @@ class HfOnnxParams(ArtifactParams):
             pixels = self.inputs.get("pixel_values")
             if pixels is None or len(pixels.shape) != 4:
                 raise ValueError("held_out images go into a 'pixel_values' input of shape [batch, channels, height, width]")
+        if self.held_out.texts and "input_ids" not in self.inputs:
+            raise ValueError("held_out texts go through the checkpoint's tokenizer into an 'input_ids' input "
+                             f"[batch, length]; the inputs are {', '.join(self.inputs)}")
         return self
 
     def limits(self, output: str) -> OutputLimits:

@@ -15,6 +15,7 @@ from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext, expand_inputs
 
 from edgebuild.models.hf import at_each_size, image_inputs, load_model, outputs_module, random_inputs
+from edgebuild.models.held_out import held_out_feeds
 
 from .params import INFO_FILE, MODEL_FILE, HfOnnxParams
 
@@ -32,10 +33,10 @@ def verify(context: VerifyContext[HfOnnxParams]) -> Verification:
                for sample in random_inputs(sized, model.config, params.verify.samples, params.verify.seed)]
     described = f"{len(samples)} random inputs" + (" at the smallest and at the largest dynamic sizes"
                                                   if params.dynamic else "")
-    held_out = _held_out(context)
+    held_out, said = _held_out(context)
     if held_out:
         samples += held_out
-        described += f" and {len(held_out)} batches of held-out images"
+        described += f" and {' and '.join(said)}"
     produced = run_session(context.out_dir / MODEL_FILE, _feeds(params, samples))
     comparisons: dict[str, list[dict[str, Any]]] = {name: [] for name in params.outputs}
     with torch.no_grad():
@@ -57,12 +58,22 @@ def verify(context: VerifyContext[HfOnnxParams]) -> Verification:
                                                 "export": info})
 
 
-def _held_out(context: VerifyContext[HfOnnxParams]) -> list[tuple[Any, ...]]:
+def _held_out(context: VerifyContext[HfOnnxParams]) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """The held-out samples (images, tensors files, texts), in the graph's input order, and
+    what they are in words."""
+    import torch
+
     params = context.params
-    if not params.held_out.images:
-        return []
-    return image_inputs(params, context.checkpoint, expand_inputs(params.held_out.images, context.input_root,
-                                                                  "held_out.images"))
+    samples: list[tuple[Any, ...]] = []
+    said = []
+    if params.held_out.images:
+        samples += image_inputs(params, context.checkpoint, expand_inputs(params.held_out.images, context.input_root,
+                                                                          "held_out.images"))
+        said.append(f"{len(samples)} batches of held-out images")
+    specs = [TensorSpec(name, tuple(spec.shape), params.input_dtype(name)) for name, spec in params.inputs.items()]
+    feeds, told = held_out_feeds(params.held_out, context.input_root, context.checkpoint, specs)
+    samples += [tuple(torch.from_numpy(feed[name]) for name in params.inputs) for feed in feeds]
+    return samples, said + told
 
 
 def _feeds(params: HfOnnxParams, samples: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
@@ -86,12 +97,12 @@ def float_model(context: VerifyContext[HfOnnxParams]) -> Runner:
 
 
 def evaluation_inputs(context: VerifyContext[HfOnnxParams]) -> Inputs | None:
-    """The held-out images, as this graph takes them (``None`` without any)."""
+    """The held-out images, tensors and texts, as this graph takes them (``None`` without any)."""
     params = context.params
-    held_out = _held_out(context)
+    held_out, said = _held_out(context)
     if not held_out:
         return None
-    return Inputs(_feeds(params, held_out), f"{len(held_out)} batches of held-out images")
+    return Inputs(_feeds(params, held_out), " and ".join(said))
 
 
 def image_feeds(context: VerifyContext[HfOnnxParams], images: list[Any]) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgebuild.core.files import RECORD_BYTES, read_json
+from edgebuild.errors import NotRunnable
 from edgebuild.plugin import OutputLimits, Runner, TensorSpec, Verification, VerifyContext
 from edgebuild.targets.judging import judge_target
 from edgebuild.targets.program import output_names, program_info
@@ -19,14 +20,15 @@ def verify(context: VerifyContext[LitertParams]) -> Verification:
                         "executed by the LiteRT interpreter", DEFAULT_LIMITS, metrics)
 
 
-def runner(context: VerifyContext[LitertParams]) -> Runner:
-    """The model in LiteRT's interpreter; its inputs and outputs in the program's order."""
+def runner(context: VerifyContext[LitertParams], threads: int | None = None) -> Runner:
+    """The model in LiteRT's interpreter (on ``threads`` threads; ``None``: its default);
+    its inputs and outputs in the program's order."""
     from importlib import metadata
 
     from ai_edge_litert.interpreter import Interpreter
 
     info = program_info(context.source)
-    interpreter = Interpreter(model_path=str(context.out_dir / MODEL_FILE))
+    interpreter = Interpreter(model_path=str(context.out_dir / MODEL_FILE), num_threads=threads)
     interpreter.allocate_tensors()
     # The converter names them serving_default_args_<i> and ..._output_<i>: in the program's order.
     inputs = sorted(interpreter.get_input_details(), key=lambda item: _position(item["name"]))
@@ -36,11 +38,32 @@ def runner(context: VerifyContext[LitertParams]) -> Runner:
 
     def run_one(feed: dict[str, Any]) -> dict[str, Any]:
         for spec, detail in zip(specs, inputs):
-            interpreter.set_tensor(detail["index"], feed[spec.name])
+            interpreter.set_tensor(detail["index"], as_declared(feed[spec.name], detail["dtype"], spec.name))
         interpreter.invoke()
         return {name: interpreter.get_tensor(detail["index"]).copy() for name, detail in zip(names, outputs)}
 
-    return Runner(f"LiteRT {metadata.version('ai-edge-litert')} interpreter", specs, names, run_one)
+    return Runner(f"LiteRT {metadata.version('ai-edge-litert')} interpreter", specs, names, run_one,
+                  threads=threads, on_threads=lambda count: runner(context, count))
+
+
+def as_declared(value: Any, declared: Any, name: str) -> Any:
+    """``value`` as the dtype the converted model declares for input ``name``: the converter
+    turns int64 ids and masks into int32 (``litert.json`` records what it declared). Cast
+    only where every value survives; :class:`NotRunnable` naming the input otherwise."""
+    import numpy
+
+    wanted = numpy.dtype(declared)
+    if value.dtype == wanted:
+        return value
+    if numpy.issubdtype(value.dtype, numpy.integer) and numpy.issubdtype(wanted, numpy.integer):
+        bounds = numpy.iinfo(wanted)
+        if value.size and (int(value.min()) < bounds.min or int(value.max()) > bounds.max):
+            raise NotRunnable(f"input {name}: values from {int(value.min())} to {int(value.max())} do not fit the "
+                              f"{wanted} the converted model declares")
+        return value.astype(wanted)
+    if numpy.issubdtype(value.dtype, numpy.floating) and numpy.issubdtype(wanted, numpy.floating):
+        return value.astype(wanted)
+    raise NotRunnable(f"input {name}: the converted model declares {wanted}, and the input is {value.dtype}")
 
 
 def _position(name: str) -> int:

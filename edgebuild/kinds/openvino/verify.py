@@ -30,13 +30,15 @@ def verify(context: VerifyContext[OpenvinoParams]) -> Verification:
                         DEFAULT_LIMITS[params.quantize], metrics)
 
 
-def runner(context: VerifyContext[OpenvinoParams]) -> Runner:
-    """The IR compiled for the CPU plugin in float32."""
+def runner(context: VerifyContext[OpenvinoParams], threads: int | None = None) -> Runner:
+    """The IR compiled for the CPU plugin in float32 (on ``threads`` inference threads;
+    ``None``: the plugin's choice)."""
     import openvino
 
     params = context.params
     info = program_info(context.source)
-    compiled = openvino.Core().compile_model(str(context.out_dir / MODEL_FILE), params.device, PRECISION)
+    config = PRECISION | ({"INFERENCE_NUM_THREADS": threads} if threads is not None else {})
+    compiled = openvino.Core().compile_model(str(context.out_dir / MODEL_FILE), params.device, config)
     names = output_names(info)
     specs = input_specs(info)
 
@@ -44,7 +46,8 @@ def runner(context: VerifyContext[OpenvinoParams]) -> Runner:
         produced = compiled([feed[spec.name] for spec in specs])
         return {name: produced[port] for name, port in zip(names, compiled.outputs)}
 
-    return Runner(f"OpenVINO {openvino.__version__} {params.device} plugin (f32)", specs, names, run_one)
+    return Runner(f"OpenVINO {openvino.__version__} {params.device} plugin (f32)", specs, names, run_one,
+                  threads=threads, on_threads=lambda count: runner(context, count))
 
 
 def float_limits(params: OpenvinoParams, output: str) -> OutputLimits:

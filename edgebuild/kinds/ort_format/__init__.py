@@ -18,6 +18,8 @@ class OrtFormat(ArtifactKind[OrtFormatParams]):
     build_module = "edgebuild.kinds.ort_format.build"
     verify_module = "edgebuild.kinds.ort_format.verify"
     process = Process(memory_factor=2.0, quiet_loggers=("ort_format_model",))
+    # The source's graph in another file format: a QDQ source's error is the ORT file's.
+    exact_conversion = True
     starter = Starter(
         entry="""\
   # The ONNX graph above in onnxruntime's ORT format, for a reduced onnxruntime build on a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgebuild.core.runner import random_feeds
+from edgebuild.core.runner import Inputs, random_feeds, with_held_out
 from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 from edgebuild.plugin import OutputLimits, Runner, Verification, VerifyContext
 
@@ -20,14 +20,16 @@ def verify(context: VerifyContext[OrtFormatParams]) -> Verification:
     params = context.params
     ort_model = runner(context)
     graph = onnx_runner(context.source / SOURCE_MODEL)
-    feeds = random_feeds(ort_model.inputs, params.verify.samples, params.verify.seed)
+    described = f"{params.verify.samples} random inputs (seed {params.verify.seed})"
+    inputs = with_held_out(Inputs(random_feeds(ort_model.inputs, params.verify.samples, params.verify.seed), described),
+                           context.held_out(), ort_model.inputs)
     comparisons: dict[str, list[dict[str, Any]]] = {name: [] for name in ort_model.outputs}
-    for feed in feeds:
+    for feed in inputs.feeds:
         expected, found = graph.run_one(feed), ort_model.run_one(feed)
         for name in ort_model.outputs:
             comparisons[name].append(agreement(torch.from_numpy(expected[name]).float()[None],
                                                torch.from_numpy(found[name]).float()[None]))
-    note = f"{ort_model.description} vs {graph.description}, {params.verify.samples} random inputs"
+    note = f"{ort_model.description} vs {graph.description}, on {inputs.description}"
     checks = []
     measured = {}
     for name in ort_model.outputs:

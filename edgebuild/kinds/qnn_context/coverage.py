@@ -8,6 +8,7 @@ from typing import Any
 
 from edgebuild.core.files import RECORD_BYTES, read_json
 from edgebuild.core.kind import CoverageTarget, Format
+from edgebuild.targets.formats import ONNX_OP_TYPES
 from edgebuild.targets.coverage import Certificate
 
 from .params import CONTEXT_BINARY_FILE, INFO_FILE, MODEL_FILE, PROVIDER
@@ -35,6 +36,6 @@ def qnn_htp(directory: Path, memo: dict[str, Any]) -> Certificate:
 
 
 QNN_HTP = CoverageTarget("qnn_htp", "the QNN HTP backend (the provider's placement at compile time)",
-                         f"{__name__}:qnn_htp", vocabulary="ONNX op types")
+                         f"{__name__}:qnn_htp", vocabulary="ONNX op types", op_types=ONNX_OP_TYPES)
 QNN_CONTEXT = Format("qnn_context", "a QNN HTP context",
                      (MODEL_FILE, CONTEXT_BINARY_FILE, INFO_FILE), certificates=(QNN_HTP,))

@@ -62,6 +62,9 @@ class TorchExport(ArtifactKind[TorchExportParams]):
     def check_parameters(self, params: TorchExportParams, checkpoints: dict[str, Checkpoint]) -> None:
         family_of(params).check(params, checkpoints[params.checkpoint])
 
+    def check_deeply(self, params: TorchExportParams, checkpoints: dict[str, Checkpoint]) -> None:
+        family_of(params).check_deeply(params, checkpoints[params.checkpoint])
+
     def code_roots(self, params: TorchExportParams) -> tuple[str, ...]:
         if params.model_class in BUILT_IN:
             return ()

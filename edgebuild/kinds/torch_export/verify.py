@@ -13,7 +13,8 @@ from typing import Any
 
 from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 from edgebuild.models.families import family_of
-from edgebuild.plugin import Check, Inputs, Runner, Verification, VerifyContext, expand_inputs
+from edgebuild.models.held_out import held_out_feeds
+from edgebuild.plugin import Check, Inputs, Runner, TensorSpec, Verification, VerifyContext, expand_inputs
 from edgebuild.targets.formats import PROGRAM_FILE
 from edgebuild.targets.program import input_specs, load_program, program_info
 
@@ -60,12 +61,11 @@ def sample_inputs(context: VerifyContext[TorchExportParams]) -> tuple[list[tuple
         samples += family.examples(params, context.checkpoint, shapes, params.verify.samples, params.verify.seed)
     described = f"{params.verify.samples} random inputs" + (" at the smallest and at the largest dynamic sizes"
                                                             if params.dynamic else "")
-    if params.held_out.images:
-        images = expand_inputs(params.held_out.images, context.input_root, "held_out.images")
-        feeds = family.image_feeds(params, context.checkpoint, images)
+    held = evaluation_inputs(context)
+    if held is not None:
         samples += [tuple(torch.from_numpy(feed[spec.name]) for spec in family.inputs(params, context.checkpoint))
-                    for feed in feeds]
-        described += f" and {len(feeds)} batches of held-out images"
+                    for feed in held.feeds]
+        described += f" and {held.description}"
     dtype = getattr(torch, params.dtype)
     return [tuple(tensor.to(dtype) if tensor.is_floating_point() else tensor for tensor in sample)
             for sample in samples], described
@@ -100,13 +100,22 @@ def runner(context: VerifyContext[TorchExportParams]) -> Runner:
 
 
 def evaluation_inputs(context: VerifyContext[TorchExportParams]) -> Inputs | None:
-    """The held-out images, as the program takes them (``None`` without any)."""
+    """The held-out images, tensors and texts, as the program takes them (``None`` without
+    any): what the program and every target lowered from it are judged on."""
     params = context.params
-    if not params.held_out.images:
-        return None
-    images = expand_inputs(params.held_out.images, context.input_root, "held_out.images")
-    feeds = family_of(params).image_feeds(params, context.checkpoint, images)
-    return Inputs(feeds, f"{len(feeds)} batches of held-out images")
+    feeds, said = [], []
+    if params.held_out.images:
+        images = expand_inputs(params.held_out.images, context.input_root, "held_out.images")
+        feeds += family_of(params).image_feeds(params, context.checkpoint, images)
+        said.append(f"{len(feeds)} batches of held-out images")
+    if params.held_out.tensors or params.held_out.texts:
+        # At the shapes the program was exported at.
+        specs = [TensorSpec(spec["name"], tuple(spec["shape"]), spec["dtype"])
+                 for spec in program_info(context.out_dir)["inputs"]]
+        more, told = held_out_feeds(params.held_out, context.input_root, context.checkpoint, specs)
+        feeds += more
+        said += told
+    return Inputs(feeds, " and ".join(said)) if feeds else None
 
 
 def image_feeds(context: VerifyContext[TorchExportParams], images: list[Any]) -> list[dict[str, Any]]:
