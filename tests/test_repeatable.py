@@ -145,14 +145,14 @@ def test_a_degenerate_reference_fails_with_one_line() -> None:
     from edgebuild.run.chain import MIN_REFERENCE_SPREAD, _spread_checks
 
     rng = numpy.random.default_rng(1)
-    healthy = [rng.normal(size=(1, 8)).astype("float32") for _ in range(3)]
+    healthy = numpy.stack([rng.normal(size=(1, 8)).astype("float32") for _ in range(3)])
     (passed,) = _spread_checks("vs_float", {"logits": healthy}, "the float model", "3 held-out images")
     assert passed.passed and passed.name == "vs_float.logits.reference_spread" and passed.limit == MIN_REFERENCE_SPREAD
-    (same,) = _spread_checks("dataset", {"logits": [healthy[0]] * 3}, "the float model", "26 images")
+    (same,) = _spread_checks("dataset", {"logits": numpy.stack([healthy[0]] * 3)}, "the float model", "26 images")
     assert not same.passed and "\n" not in same.detail
     assert same.detail.startswith("the float model gives nearly the same logits for each of 26 images: it ignores its "
                                   "input, and agreeing with it proves nothing")
-    (dead,) = _spread_checks("vs_float", {"logits": [1e-25 * item for item in healthy]}, "the float model", "3 inputs")
+    (dead,) = _spread_checks("vs_float", {"logits": 1e-25 * healthy}, "the float model", "3 inputs")
     assert not dead.passed and dead.detail.startswith("the float model's logits vanishes (at most 1.3")
     # One input says nothing of spread.
     assert _spread_checks("vs_float", {"logits": healthy[:1]}, "the float model", "1 input") == []

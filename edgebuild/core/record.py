@@ -137,13 +137,12 @@ class BuildRecord(BaseModel):
         sealed (one line); ``None`` when every one holds its sealed bytes."""
         if not self.reports:
             return "its record seals no report (it was judged by an earlier edgebuild, or its verification was cut short)"
-        for name, meta in self.reports.items():
-            info = regular_file_below(directory, name)
-            if info is None:
-                return f"{name} is missing or not a regular file"
-            if info.st_size != meta.size or digest(directory / name) != meta.digest:
-                return f"{name} is not the file verification wrote (edited since: its digest is not the one its record seals)"
-        return None
+        changed = _changed_files(directory, self.reports, digest)
+        if not changed:
+            return None
+        if regular_file_below(directory, changed[0]) is None:
+            return f"{changed[0]} is missing or not a regular file"
+        return f"{changed[0]} is not the file verification wrote (edited since: its digest is not the one its record seals)"
 
     def to_json(self, only: tuple[str, ...] | None = None) -> dict[str, Any]:
         data = self.model_dump(mode="json")
@@ -156,15 +155,21 @@ class BuildRecord(BaseModel):
         """The recorded outputs missing from ``directory`` or whose size or digest no longer
         matches (empty when all match). ``digest=None`` compares sizes only (cheap); pass the
         stat cache's ``file_digest`` to skip files not written since they were last hashed."""
-        changed = []
-        for relative, meta in self.outputs.items():
-            # A link (to a file with the same bytes, even) is not the output the build wrote.
-            info = regular_file_below(directory, relative)
-            if info is None or info.st_size != meta.size:
-                changed.append(relative)
-            elif digest is not None and digest(directory / relative) != meta.digest:
-                changed.append(relative)
-        return changed
+        return _changed_files(directory, self.outputs, digest)
+
+
+def _changed_files(directory: Path, files: dict[str, OutputFile], digest: Callable[[Path], str] | None) -> list[str]:
+    """The ``files`` (relative path -> size and digest) missing from ``directory`` or no
+    longer holding those bytes; ``digest=None`` compares sizes only."""
+    changed = []
+    for relative, meta in files.items():
+        # A link (to a file with the same bytes, even) is not the file that was written.
+        info = regular_file_below(directory, relative)
+        if info is None or info.st_size != meta.size:
+            changed.append(relative)
+        elif digest is not None and digest(directory / relative) != meta.digest:
+            changed.append(relative)
+    return changed
 
 
 def config_leaves(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 from edgebuild.cache.references import References, digest_arrays
 from edgebuild.core.datasets import dataset_files, dataset_identity
@@ -208,7 +208,7 @@ class _Judge:
     def evaluation_inputs(self) -> Inputs:
         """The nearest evaluation inputs of the chain that fit the runner; else seeded random
         ones. Once per judgement: the checks along the chain and the timing share them."""
-        for found in chain_inputs(self.chain, self.context):
+        for found in cast(ChainInputs, self.context(self.artifact).held_out):
             if self.runner.misfit(found.feeds[0]) is None:
                 return found
         return random_inputs(self.runner, RANDOM_SAMPLES, RANDOM_SEED)
@@ -230,6 +230,8 @@ class _Judge:
     # --- the judgements --------------------------------------------------------------
 
     def versus_float(self, verdict: ChainVerdict) -> None:
+        import numpy
+
         from edgebuild.ml.agreement import agreement, output_checks, worst_agreement
 
         inputs = self.evaluation_inputs
@@ -250,7 +252,8 @@ class _Judge:
             verdict.checks.append(Check("vs_float.outputs", unknown, compared, "==", False,
                                         f"verify.vs_float.outputs names {', '.join(unknown)}, which is no output both the "
                                         f"artifact and its float model give (they share: {', '.join(compared)})"))
-        verdict.checks += _spread_checks("vs_float", {name: [expected[name] for expected in reference] for name in compared},
+        verdict.checks += _spread_checks("vs_float", {name: numpy.stack([expected[name] for expected in reference])
+                                                      for name in compared},
                                          f"the float model of its chain (root: {self.root.name})", inputs.description)
         for name in compared:
             per_sample = [agreement(_tensor(expected[name])[None], _tensor(found[name])[None])
@@ -350,7 +353,7 @@ def verify_context(project: "BuildGraph", artifact: "Artifact", log: Log,
             **project.kind_inputs(artifact), out_dir=artifact.directory,
             build_info=record.build_info if record is not None else {},
             source_params={source.name: source.params for source in artifact.sources}, log=log,
-            held_out=held_out_along(project, artifact, lambda member: verify_context(project, member, log, contexts)),
+            held_out=ChainInputs(project.lineage(artifact), lambda member: verify_context(project, member, log, contexts)),
         )
     return contexts[artifact.name]
 
@@ -366,18 +369,30 @@ def chain_inputs(chain: "list[Artifact]", context_of: "Callable[[Artifact], Veri
                                                          found.labels)
 
 
-def held_out_along(project: "BuildGraph", artifact: "Artifact", context_of: "Callable[[Artifact], VerifyContext]"
-                   ) -> "Callable[[], Inputs | None]":
-    """``VerifyContext.held_out`` of ``artifact``: the nearest evaluation inputs of its chain,
-    made on the first call and kept."""
-    made: list[Inputs | None] = []
+class ChainInputs:
+    """``VerifyContext.held_out`` of an artifact: called, the nearest evaluation inputs of
+    its chain (``None`` without any); iterated, each member's, nearest first. Each member's
+    are made once per judgement, when first asked for: the kind's own checks, the checks
+    along the chain and the report's headline share them (images go through a processor,
+    texts through a tokenizer, once)."""
 
-    def held_out() -> Inputs | None:
-        if not made:
-            made.append(next(chain_inputs(project.lineage(artifact), context_of), None))
-        return made[0]
+    def __init__(self, chain: "list[Artifact]", context_of: "Callable[[Artifact], VerifyContext]") -> None:
+        self._pending = chain_inputs(chain, context_of)
+        self._made: list[Inputs] = []
 
-    return held_out
+    def __iter__(self) -> "Iterator[Inputs]":
+        index = 0
+        while True:
+            if index == len(self._made):
+                found = next(self._pending, None)
+                if found is None:
+                    return
+                self._made.append(found)
+            yield self._made[index]
+            index += 1
+
+    def __call__(self) -> Inputs | None:
+        return next(iter(self), None)
 
 
 def random_inputs(runner: Runner, count: int, seed: int) -> Inputs:
@@ -386,16 +401,16 @@ def random_inputs(runner: Runner, count: int, seed: int) -> Inputs:
     return Inputs(random_feeds(runner.inputs, count, seed), f"{count} random inputs (seed {seed})")
 
 
-def _spread_checks(prefix: str, outputs: "dict[str, Any]", whose: str, inputs: str) -> list[Check]:
-    """``<prefix>.<output>.reference_spread``: each output of the float model varies across
-    the inputs it was judged on (``MIN_REFERENCE_SPREAD``). Nothing to say of one input."""
+def _spread_checks(prefix: str, outputs: "dict[str, numpy.ndarray]", whose: str, inputs: str) -> list[Check]:
+    """``<prefix>.<output>.reference_spread``: each output of the float model (``[samples,
+    ...]``) varies across the inputs it was judged on (``MIN_REFERENCE_SPREAD``). Nothing
+    to say of one input."""
     import numpy
 
     from edgebuild.ml.statistics import spread
 
     checks = []
-    for name, samples in outputs.items():
-        stacked = numpy.stack([numpy.asarray(sample) for sample in samples]) if isinstance(samples, list) else samples
+    for name, stacked in outputs.items():
         if len(stacked) < 2:
             continue
         measured = spread(stacked, VANISHING_OUTPUT)

@@ -70,12 +70,21 @@ def verification_state(workspace: "Workspace", artifact: "Artifact") -> Verifica
     return own
 
 
-def _own_verification_state(workspace: "Workspace", artifact: Artifact) -> VerificationState:
+def _judged(workspace: "Workspace", artifact: Artifact) -> tuple[BuildRecord | None, dict[str, Any] | None]:
+    """The current build's record (``None``: not built) and its report at the current
+    verification fingerprint (``None``: not judged at it)."""
     record = current_record(workspace, artifact)
+    report = read_report(artifact.directory) if record is not None else None
+    if report is None or report.get("verify_fingerprint") != artifact.verify_fingerprint:
+        return record, None
+    return record, report
+
+
+def _own_verification_state(workspace: "Workspace", artifact: Artifact) -> VerificationState:
+    record, report = _judged(workspace, artifact)
     if record is None:
         return VerificationState.NOT_BUILT
-    report = read_report(artifact.directory)
-    if report is None or report.get("verify_fingerprint") != artifact.verify_fingerprint:
+    if report is None:
         return VerificationState.NOT_VERIFIED
     if report_distrust(workspace, artifact, record, report) is not None:
         # Not the verdict verification wrote: judged again, never trusted.
@@ -96,11 +105,8 @@ def report_distrust(workspace: "Workspace", artifact: Artifact, record: BuildRec
 def refused_report(workspace: "Workspace", artifact: Artifact) -> str | None:
     """:func:`report_distrust` of the current build's report at the current verification
     fingerprint; ``None`` where there is no such report, or it is taken as written."""
-    record = current_record(workspace, artifact)
-    report = read_report(artifact.directory) if record is not None else None
-    if report is None or report.get("verify_fingerprint") != artifact.verify_fingerprint:
-        return None
-    return report_distrust(workspace, artifact, record, report)
+    record, report = _judged(workspace, artifact)
+    return report_distrust(workspace, artifact, record, report) if record is not None and report is not None else None
 
 
 def unverified_source(workspace: "Workspace", artifact: "Artifact") -> "tuple[Artifact, VerificationState] | None":

@@ -61,7 +61,8 @@ def sample_inputs(context: VerifyContext[TorchExportParams]) -> tuple[list[tuple
         samples += family.examples(params, context.checkpoint, shapes, params.verify.samples, params.verify.seed)
     described = f"{params.verify.samples} random inputs" + (" at the smallest and at the largest dynamic sizes"
                                                             if params.dynamic else "")
-    held = evaluation_inputs(context)
+    # The program's own held-out inputs (a root: its chain is itself), made once per judgement.
+    held = context.held_out()
     if held is not None:
         samples += [tuple(torch.from_numpy(feed[spec.name]) for spec in family.inputs(params, context.checkpoint))
                     for feed in held.feeds]
