@@ -330,9 +330,10 @@ def verify_digest(kind_name: str) -> dict[str, str]:
 
 
 # In every digest of every kind: the kind interface (with the bounded reader checkpoints are
-# read through, and the sizes it words errors with); in every verify digest also the judge.
-KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/console.py", "edgebuild/core/files.py",
-                  "edgebuild/core/kind.py"]
+# read through, the sizes it words errors with, and the consumer contract every build writes
+# beside its outputs); in every verify digest also the judge.
+KIND_INTERFACE = ["edgebuild/core/checkpoint.py", "edgebuild/core/console.py", "edgebuild/core/consumer.py",
+                  "edgebuild/core/files.py", "edgebuild/core/kind.py"]
 JUDGING = ["edgebuild/core/atomic.py", "edgebuild/core/hashing.py", "edgebuild/core/record.py",
            "edgebuild/core/report.py", "edgebuild/run/verification.py",
            # Along the chain and on data (edgebuild/run/chain.py), for every kind.

@@ -119,7 +119,7 @@ def test_a_tensor_group_and_a_parameter_are_named_with_every_check_old_and_new(
         assert f"<li>{html.escape(reason)}</li>" in section
     assert f"<td>max_abs</td><td>{format_number(max_abs['before'])}</td><td>{format_number(max_abs['after'])}</td>" in section
     overview = page.split('<section class="overview">')[1].split("</section>")[0]
-    assert f"cosine {format_number(after['checks'][1]['value'])}" in overview
+    assert f"cosine <span class=\"num\">{format_number(after['checks'][1]['value'])}</span>" in overview
     # Without a browser the page was checked as text only.
     skip_unless_present("chromium")
     probe = root / "build" / "height-probe.html"

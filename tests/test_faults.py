@@ -114,7 +114,10 @@ def test_store_write_killed_leaves_the_build_and_blobs_that_gc_removes(verified_
 
 
 @pytest.mark.slow
-def test_verify_killed_after_its_report_pushes_on_the_next_run(verified_seed: Path, tmp_path: Path) -> None:
+def test_verify_killed_after_its_passing_report_is_kept_and_pushed_by_its_run(verified_seed: Path, tmp_path: Path) -> None:
+    """Killed between its report and the store: the summary said "1 failed" while `doit
+    status` said verified (issue 60). The run that started it keeps and pushes the build
+    itself, so its summary, `doit status`, the store and the remote agree."""
     project = clone_project(verified_seed, tmp_path / "p")
     remote = tmp_path / "remote"
     remote.mkdir()
@@ -123,15 +126,18 @@ def test_verify_killed_after_its_report_pushes_on_the_next_run(verified_seed: Pa
     # verification fingerprint would be kept and pushed without judging).
     (project.root / "build" / "t" / "report.json").unlink()
     killed = project.doit("verify", env=env | {"EDGEBUILD_FAULT": "verify.after_report=kill"})
-    assert killed.returncode != 0
-    assert not (remote / "v1").exists()
-    assert ("; its report was complete and passed before it ended: t is verified (the next `doit verify` keeps it in "
-            "the store and pushes it)\n") in killed.stdout
-    assert project.doit("status", env=env).stdout == "t  up to date (verified)\n"
-    again = project.doit("verify", env=env)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "remote cache: pushed" in again.stderr
+    said = killed.stdout + killed.stderr
+    assert killed.returncode == 0, said
+    assert ("was killed by SIGKILL (out of memory? the kernel's OOM killer sends SIGKILL); its report was complete and "
+            "passed before it ended: t is verified, and kept in the store and pushed by the run that started it") in said
+    assert "remote cache: pushed" in killed.stderr and "verify: 1 passed, 0 failed, 0 not run" in said, said
     assert len(list((remote / "v1" / "entries").rglob("*.json"))) == 1
+    assert project.doit("status", env=env).stdout == "t  up to date (verified)\n"
+    workspace = project.project()
+    artifact = workspace.artifact("t")
+    assert workspace.store.has_report(artifact.fingerprint, artifact.verify_fingerprint)
+    again = project.doit("verify", env=env)
+    assert again.returncode == 0 and "-- verify:t" in again.stdout, again.stdout + again.stderr
 
 
 def _file_size_limit(limit: int):
@@ -220,7 +226,9 @@ def test_truncated_doit_state_is_set_aside(verified_seed: Path, tmp_path: Path) 
 @pytest.mark.slow
 def test_unwritable_stat_cache_is_one_line(verified_seed: Path, tmp_path: Path) -> None:
     """A stat cache that cannot be written (here a directory in its place: as root, file
-    modes do not stop writes) fails the build with its path named."""
+    modes do not stop writes) is a cache: the build goes on without it, and says so once,
+    its path named (the command and its worker process each met it; the worker's line is
+    not repeated). tests/test_cache_without_cache.py: read-only, full, locked, damaged."""
     project = unbuilt_clone(verified_seed, tmp_path / "p")
     cache = project.root / "cache" / "statcache.sqlite"
     for suffix in ("", "-wal", "-shm"):
@@ -228,6 +236,9 @@ def test_unwritable_stat_cache_is_one_line(verified_seed: Path, tmp_path: Path) 
     cache.mkdir()
     result = project.doit("build", env=NO_REMOTE)
     output = result.stdout + result.stderr
-    assert result.returncode != 0
-    assert f"{cache}: cannot save the stat cache: a directory, not a regular file" in output, output
+    assert result.returncode == 0, output
+    assert "[t] built in" in result.stderr
+    said = f"edgebuild: {cache}: a directory, not a regular file: digests taken afresh and not kept\n"
+    assert output.count(said) == 1, output
     assert "Traceback" not in output
+    assert cache.is_dir() and list(cache.iterdir()) == []

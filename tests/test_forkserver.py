@@ -86,7 +86,7 @@ def test_a_fork_server_killed_under_its_worker_is_said_so_with_what_was_left(ver
     assert re.fullmatch(
         r"t: the verify process \(pid \d+\) ended with the fork server it was forked from \(the server was stopped or "
         r"killed before the worker ended; a shared one by another command, or by hand\); its report was complete and "
-        r"passed before it ended: t is verified \(the next `doit verify` keeps it in the store and pushes it\)",
+        r"passed before it ended: t is verified, and kept in the store and pushed by the run that started it",
         str(lost.value)), str(lost.value)
     again = Workspace.open(project.root / "artifacts.yaml", project.root,
                            Settings.from_environ().replace(remote_cache="off"))

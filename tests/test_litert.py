@@ -54,9 +54,10 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
         "litert",
         build=[*common,
                "edgebuild/core/runner.py", "edgebuild/kinds/litert/build.py", "edgebuild/kinds/litert/convert.py",
-               "edgebuild/kinds/litert/environment.py", "edgebuild/targets/folding.py"],
+               "edgebuild/kinds/litert/environment.py", "edgebuild/kinds/litert/signature.py",
+               "edgebuild/targets/folding.py"],
         verify=[*common,
-                "edgebuild/kinds/litert/verify.py", "edgebuild/targets/judging.py"],
+                "edgebuild/kinds/litert/signature.py", "edgebuild/kinds/litert/verify.py", "edgebuild/targets/judging.py"],
     )
 
 

@@ -49,7 +49,8 @@ def test_code_digests_cover_exactly_what_builds_and_judges_it() -> None:
     assert_code_digests(
         "ort_format",
         build=[*common,
-               "edgebuild/kinds/ort_format/build.py"],
+               "edgebuild/kinds/ort_format/build.py",
+               "edgebuild/kinds/ort_format/canonical.py"],
         verify=[*common,
                 "edgebuild/kinds/ort_format/verify.py"],
     )

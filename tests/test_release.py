@@ -125,7 +125,34 @@ def test_a_signed_release_is_fetched_and_a_tampered_one_is_refused(remote_url: s
     destination.write(sums_key, sums.encode())
     index["artifacts"]["t"][fingerprint]["checksum"] = "sha256:" + hashlib.sha256(sums.encode()).hexdigest()
     destination.write("index.json", json.dumps(index).encode())
-    refused("its signature does not verify with any trusted key (team.pub: ")
+    refused("its signature does not verify with any trusted key (team.pub: the files are not those it signs "
+            "(changed since signed: model.onnx.data)); nothing fetched")
+
+
+def test_a_signature_over_other_files_says_which_in_whole_names(tmp_path: Path) -> None:
+    """model-signing words a mismatch as the repr of a list of messages with digests; a
+    cut at a fixed length left it mid-escape. Each file is named whole, none cut."""
+    from edgebuild.cache.signing import generate
+    from edgebuild.run.release import SIGNATURE_FILE, release_distrust, sign_entry
+
+    private, public = generate(tmp_path / "k")
+    files = {"model.onnx": b"x" * 64, 'odd "name".json': b"{}"}
+    signature = sign_entry(files, private, tmp_path)
+    release = tmp_path / "release"
+    release.mkdir()
+    for name, data in files.items():
+        (release / name).write_bytes(data)
+    (release / SIGNATURE_FILE).write_bytes(signature)
+    assert release_distrust(release, [str(public)]) is None
+    (release / "model.onnx").write_bytes(b"y" * 64)
+    for index in range(7):
+        (release / f"extra{index}.bin").write_bytes(b"")
+    (release / 'odd "name".json').unlink()
+    assert release_distrust(release, [str(public)]) == (
+        "its signature does not verify with any trusted key (k.pub: the files are not those it signs (changed since "
+        "signed: model.onnx; not signed: extra0.bin, extra1.bin, extra2.bin, extra3.bin, extra4.bin and 2 more; "
+        'signed but missing: odd "name".json))'
+    )
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -558,6 +559,20 @@ def test_second_clone_pulls_and_a_corrupt_remote_file_is_rebuilt(remote_url: str
     checked = second.doit("verify", env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "-- verify:t" in checked.stdout and checked.stderr == ""
+
+    # The team's key taken off the trusted list: what came under its signature counts no more.
+    withdrawn = {**env, "EDGEBUILD_TRUSTED_KEYS": f"{keys['other']}.pub"}
+    withdrawn.pop("EDGEBUILD_SIGNING_KEY")
+    status = second.doit("status", "t", env=withdrawn)
+    assert "t  up to date (not verified)" in status.stdout, status.stdout
+    assert re.search(r"build/t/report\.json is not taken as written: it was pulled from \S+ under the signature of "
+                     r"key [0-9a-f]{16}, which is no longer a trusted key here \(EDGEBUILD_TRUSTED_KEYS\); "
+                     r"`doit verify t` judges it again", status.stdout), status.stdout
+    # Judged here, it counts again (this runner's own verdict), with or without the key.
+    judged = second.doit("verify", "t", env={**withdrawn, "EDGEBUILD_REMOTE_CACHE": "off"})
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    assert "t  up to date (verified)" in second.doit("status", "t", env=withdrawn).stdout
+    assert Store(second.root / "cache" / "store").vouched_by(fingerprint) is None
 
     # One remote file corrupted (same size): detected on pull, never used, rebuilt.
     entry = json.loads(cache.location.read(entry_key(fingerprint)))

@@ -98,7 +98,6 @@ def test_the_bootstrap_draws_in_bounded_memory_the_same_numbers(monkeypatch: pyt
 
 def test_the_stat_cache_is_never_written_through_a_link(tmp_path: Path) -> None:
     from edgebuild.core.statcache import StatCache
-    from edgebuild.errors import FilesystemError
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -109,8 +108,9 @@ def test_the_stat_cache_is_never_written_through_a_link(tmp_path: Path) -> None:
     data = tmp_path / "data.bin"
     data.write_bytes(b"x" * 10)
     cache.file_digest(data)
-    with pytest.raises(FilesystemError, match="never written through a link"):
-        cache.save()
+    cache.save()
+    # Gone on without (tests/test_cache_without_cache.py: what the command says).
+    assert cache.unusable is not None and "never written through a link" in cache.unusable
     assert list(outside.iterdir()) == []
 
 
@@ -201,3 +201,4 @@ def test_ctrl_c_during_a_command_is_one_line_and_keeps_what_finished(tmp_path: P
     assert "edgebuild: error: interrupted (Ctrl-C): the verification in progress was stopped and counts for nothing" \
         in stderr
     assert not (tmp_path / "build" / "clip").exists()
+

@@ -460,7 +460,8 @@ def test_the_versions_digest_follows_every_installed_package(tmp_path: Path) -> 
 @pytest.mark.workflow
 def test_the_ci_jobs_run_as_written_check_shards_lock_and_a_frozen_gather_that_publishes(tmp_path: Path, keys) -> None:
     """The steps of every job of the workflow, each on a fresh clone as a runner has it, on
-    two tiny towers: the check; two shards that sign and push (each writing the lock file
+    two tiny towers and the ORT file of one (whose bytes onnxruntime laid out anew in each
+    process: the lock job failed on it): the check; two shards that sign and push (each writing the lock file
     of its part); the lock job, which merges the shards' lock files and fails while the
     committed one is not that, then passes once it is committed; and the gather (frozen,
     trusting the key), which pulls, exports and judges nothing, and publishes a signed release."""
@@ -470,7 +471,8 @@ def test_the_ci_jobs_run_as_written_check_shards_lock_and_a_frozen_gather_that_p
 
     project = ci_project(tmp_path)
     (project / "artifacts.yaml").write_text(
-        TOWER_MANIFEST + "  u:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 96\n")
+        TOWER_MANIFEST + "  u:\n    kind: qwen3_5_vision_tower\n    checkpoint: qwen\n    image_size: 96\n"
+        "  u_ort:\n    kind: ort_format\n    source: u\n")
     commit(project, ".", message="the project, without a lock file")
     remote, published = tmp_path / "remote", tmp_path / "published"
     remote.mkdir()
@@ -492,7 +494,8 @@ def test_the_ci_jobs_run_as_written_check_shards_lock_and_a_frozen_gather_that_p
         assert done.returncode == status, done.stdout + done.stderr
         return done
 
-    assert step(runner(), "--check").stdout == "t\tqwen3_5_vision_tower\t\nu\tqwen3_5_vision_tower\t\n"
+    assert step(runner(), "--check").stdout == \
+        "t\tqwen3_5_vision_tower\t\nu\tqwen3_5_vision_tower\t\nu_ort\tort_format\t\n"
     def shards(run: str) -> tuple[Path, dict]:
         """Both shards of the matrix, each on a runner of its own; the lock files they wrote
         as the lock job downloads them, and every entry they wrote."""
@@ -507,7 +510,7 @@ def test_the_ci_jobs_run_as_written_check_shards_lock_and_a_frozen_gather_that_p
         return locks, built
 
     locks, built = shards("first")
-    assert sorted(built) == ["t", "u"]
+    assert sorted(built) == ["t", "u", "u_ort"]
     gate = runner()
     stale = step(gate, "--lock", str(locks), status=1)
     assert stale.stderr == ("edgebuild: error: artifacts.lock is not committed; 2 shards' lock files merged into "
@@ -515,14 +518,19 @@ def test_the_ci_jobs_run_as_written_check_shards_lock_and_a_frozen_gather_that_p
     assert json.loads((gate / "artifacts.lock").read_text())["artifacts"] == built
     shutil.copy(gate / "artifacts.lock", project / "artifacts.lock")
     commit(project, "artifacts.lock", message="the lock file the shards wrote")
-    # The next run's shards pull what the first pushed, and write the committed lock again.
-    locks, _ = shards("second")
+    # The next run's shards pull what the first pushed, and write the committed lock again;
+    # the ORT file, gone from the remote, is converted again in another process, to the same bytes.
+    from edgebuild.cache.entries import entry_key
+
+    (remote / entry_key(built["u_ort"]["fingerprint"])).unlink()
+    locks, again = shards("second")
+    assert again["u_ort"] == built["u_ort"]
     assert step(runner(), "--lock", str(locks)).stdout == "2 shards' lock files merged into artifacts.lock: as committed\n"
 
     gather = step(runner(), "--gather", EDGEBUILD_FROZEN="1", EDGEBUILD_PUBLISH_TO=str(published), **signing)
     assert "built in" not in gather.stderr and "(qwen3_5_vision_tower): PASSED" not in gather.stderr
     assert "-- verify:t" in gather.stdout and "-- verify:u" in gather.stdout
     index = json.loads((published / "index.json").read_text())
-    for name in ("t", "u"):
+    for name in ("t", "u", "u_ort"):
         assert index["artifacts"][name][index["latest"][name]]["signed"] is True
     assert git(project, "status", "--porcelain") == ""

@@ -180,6 +180,12 @@ def test_a_signed_entry_is_pulled_with_its_report(remote_url: str, keys: dict[st
     )
     assert pulled is not None and pulled.fingerprint == fingerprint
     assert (tmp_path / "b" / "artifact" / "report.json").is_file() and other.unvouched(fingerprint) is None
+    # Which key it was taken under: it counts while that key is trusted (run/state.py).
+    assert other.vouched_by(fingerprint) == {"key": key_id(load_public_key(Path(f"{keys['team']}.pub"))),
+                                             "from": remote_url}
+    # Judged here, it is this runner's verdict: the note goes.
+    other.put_report(fingerprint, tmp_path / "b" / "artifact")
+    assert other.vouched_by(fingerprint) is None
 
 
 def poison(location: Location, fingerprint: str, sign_with: Trust | None = None, keep_signature: bool = True) -> None:

@@ -268,6 +268,9 @@ class RemoteCache:
                 # behind, and `doit verify` judges it here.
                 files = {relative: meta for relative, meta in files.items() if relative not in REPORT_FILES}
             store.put_files(fingerprint, files, scratch)
+            if distrust is None and REPORT_JSON in files:
+                # Taken under this key's signature: it counts while the key is trusted here.
+                store.mark_vouched(fingerprint, entry["signature"]["key"], self.label)
             if distrust is not None:
                 store.mark_unvouched(fingerprint, f"pulled from {self.label}: {distrust}")
                 log(f"remote cache: {fingerprint[:12]} is pulled as a build, not as verified ({distrust}); "

@@ -9,9 +9,14 @@ entries by fingerprint, blobs by digest, so a file two builds share (a config,
 the same weights behind two fingerprints) is stored once, and ``gc`` removes an
 entry and then every blob no remaining entry reaches. Beside an entry,
 ``<fp>.unvouched`` says it was pulled and no trusted key vouched for it; the
-entry file's modification time is when it was last used. ``<fp>.rejected``, where
+entry file's modification time is when it was last used. ``<fp>.vouched`` names the
+key whose signature a pulled entry's report was taken under (its id, and the remote it
+came from): the report counts only while that key is still trusted here, and the note
+goes once the build is verified here. ``<fp>.rejected``, where
 no entry is, says the build of that fingerprint was refused by its target's tool
 (:class:`~edgebuild.errors.BuildRejected`), and why: it is not tried again.
+``failed/<fp>.json`` is the report of the latest failed verification of that build (the
+latest 64 builds' kept), for ``doit diff`` to show; it is no part of any entry.
 
 A blob is written once: a build's file is copied into it (a reflink where the
 filesystem has them, else written past the page cache: ``copying.py``), a pulled
@@ -50,16 +55,22 @@ from edgebuild.core.faults import fault_point
 from edgebuild.core.files import (
     RECORD_BYTES, SMALL_BYTES, NotRegular, UnreadableFile, read_bytes, read_text, regular_file_below, regular_tree,
 )
-from edgebuild.core.hashing import canonical_json, digest_bytes, file_digest
+from edgebuild.core.hashing import canonical_json, digest_bytes, file_digest, is_digest
 from edgebuild.errors import RecordError, StoreError
 from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
+from edgebuild.core.report import read_report_file, report_passed
 
 # Beside an entry pulled from a remote cache that no trusted key signed: where it came
 # from and why it is not taken as verified. Removed once it is verified here.
 UNVOUCHED_SUFFIX = ".unvouched"
 REJECTED_SUFFIX = ".rejected"
+# Beside an entry whose report was pulled under a trusted signature: which key, from where.
+VOUCHED_SUFFIX = ".vouched"
 # Where blobs and entries are written before they are renamed into place, and removed from.
 SCRATCH_DIR = ".tmp"
+# The reports of the latest failed verifications, one per fingerprint, outside every entry.
+FAILED_DIR = "failed"
+FAILED_REPORTS_KEPT = 64
 # A blob no entry reaches is kept this long: a build that found it present may be
 # about to write the entry that names it.
 UNREACHED_BLOB_GRACE_SECONDS = 3600.0
@@ -138,6 +149,9 @@ class Store:
 
     def _rejected_path(self, fingerprint: str) -> Path:
         return self.entry_path(fingerprint).with_suffix(REJECTED_SUFFIX)
+
+    def _vouched_path(self, fingerprint: str) -> Path:
+        return self.entry_path(fingerprint).with_suffix(VOUCHED_SUFFIX)
 
     # --- reading ------------------------------------------------------------------
 
@@ -278,6 +292,24 @@ class Store:
             # There, but not a note of ours: still not vouched for (never trusted by accident).
             return "pulled, unsigned" if os.path.lexists(path) else None
 
+    def vouched_by(self, fingerprint: str) -> dict[str, str] | None:
+        """``{"key", "from"}`` when the report of the stored build of ``fingerprint`` was
+        pulled under the signature of that key (:meth:`mark_vouched`); ``None`` when it
+        was judged here, or no report came with it. A note that cannot be read names no
+        key any list holds, so the report is judged again rather than taken."""
+        if self._unlisted(fingerprint, VOUCHED_SUFFIX):
+            return None
+        path = self._vouched_path(fingerprint)
+        try:
+            note = json.loads(read_text(path, SMALL_BYTES))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, UnreadableFile, UnicodeDecodeError, ValueError):
+            return {"key": "(unreadable)", "from": "a remote cache"} if os.path.lexists(path) else None
+        if not (isinstance(note, dict) and isinstance(note.get("key"), str) and isinstance(note.get("from"), str)):
+            return {"key": "(unreadable)", "from": "a remote cache"}
+        return {"key": note["key"], "from": note["from"]}
+
     def rejection(self, fingerprint: str) -> dict[str, Any] | None:
         """``{"message", "at"}`` when the build of ``fingerprint`` was refused by its
         target's tool (:meth:`remember_rejection`); ``None`` otherwise, or when the note
@@ -302,6 +334,39 @@ class Store:
 
     def forget_rejection(self, fingerprint: str) -> None:
         self._rejected_path(fingerprint).unlink(missing_ok=True)
+
+    def keep_failed_report(self, fingerprint: str, report: Path) -> None:
+        """Keep the report of a verification of the build of ``fingerprint`` that failed
+        (``report``, as it was written), under ``failed/``: ``doit diff`` shows a failed
+        build's checks from it. The latest :data:`FAILED_REPORTS_KEPT` are kept. It is no
+        part of any entry: nothing that asks whether a build is verified (its state, a
+        push, a publish, a fetch) reads it. A report that passed is not kept here."""
+        found = read_report_file(report)
+        if not is_digest(fingerprint) or found is None or found.get("fingerprint") != fingerprint \
+                or report_passed(found):
+            return
+        directory = self.root / FAILED_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        write_text(directory / f"{fingerprint}.json", json.dumps(found, sort_keys=True) + "\n")
+        kept = []
+        for path in directory.glob("*.json"):
+            try:
+                kept.append((path.stat().st_mtime, path.name, path))
+            except FileNotFoundError:
+                continue
+        for _, _, path in sorted(kept, reverse=True)[FAILED_REPORTS_KEPT:]:
+            path.unlink(missing_ok=True)
+
+    def failed_report(self, fingerprint: str) -> dict[str, Any] | None:
+        """The report of the latest failed verification of the build of ``fingerprint``
+        kept by :meth:`keep_failed_report`; ``None`` when none is, or what is there is not
+        a failed report of that build."""
+        if not is_digest(fingerprint):
+            return None
+        found = read_report_file(self.root / FAILED_DIR / f"{fingerprint}.json")
+        if found is None or found.get("fingerprint") != fingerprint or report_passed(found):
+            return None
+        return found
 
     def put(self, fingerprint: str, directory: Path) -> None:
         """Store the artifact directory ``directory`` (outputs + record, not its report)
@@ -355,6 +420,13 @@ class Store:
                 files[name] = self.add_blob(directory / name)
         self._write_entry(fingerprint, files)
         self._unvouched_path(fingerprint).unlink(missing_ok=True)
+        self._vouched_path(fingerprint).unlink(missing_ok=True)
+
+    def mark_vouched(self, fingerprint: str, key: str, source: str) -> None:
+        """Say that the stored build of ``fingerprint`` came with a report signed by
+        ``key`` (its id) at ``source``: the report counts only while that key is trusted."""
+        if self.entry_path(fingerprint).is_file():
+            write_text(self._vouched_path(fingerprint), json.dumps({"key": key, "from": source}, sort_keys=True) + "\n")
 
     def mark_unvouched(self, fingerprint: str, why: str) -> None:
         """Say that the stored build of ``fingerprint`` was pulled and nobody trusted
@@ -448,6 +520,7 @@ class Store:
         entry reaching them (other entries may share them)."""
         self.entry_path(fingerprint).unlink(missing_ok=True)
         self._unvouched_path(fingerprint).unlink(missing_ok=True)
+        self._vouched_path(fingerprint).unlink(missing_ok=True)
 
     def remove_leftovers(self, older_than_seconds: float = 3600.0) -> int:
         """Remove what killed writes and removals left under ``.tmp/`` (only what is

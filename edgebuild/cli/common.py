@@ -109,6 +109,14 @@ class OneLineErrors:
     def arranged(self, args: list[str]) -> list[str]:
         return args
 
+    def get_backends(self):  # noqa: D102 - doit's signature
+        from edgebuild.cli.doit_state import DoitState
+
+        # doit's state file is a cache (``doit_state.py``): under doit's own name for its
+        # JSON backend, the one the dodo file names (``doit_config``), so that another
+        # package's command, which gets doit's own backend, reads and writes the same file.
+        return {**super().get_backends(), "json": DoitState}  # type: ignore[misc]
+
     def parse_execute(self, in_args):  # noqa: D102 - doit's signature
         from doit.cmdparse import CmdParseError
 

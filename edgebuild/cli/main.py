@@ -293,7 +293,7 @@ def _merge_locks(locks: list[Path]) -> int:
     from edgebuild.core.files import LOCK_BYTES
     from edgebuild.core.lock_format import parse_lock, read_lock, render_lock
     from edgebuild.core.manifest import manifest_path
-    from edgebuild.run.lockfile import lock_changes, merge_shard_locks
+    from edgebuild.run.lockfile import lock_change_described, lock_changes, merge_shard_locks, rebuilt_with_other_bytes
     from edgebuild.run.vcs import committed_bytes
     from edgebuild.core.atomic import write_text
 
@@ -312,9 +312,16 @@ def _merge_locks(locks: list[Path]) -> int:
         print(f"edgebuild: error: {name} is not committed; {shards}: commit it (frozen runs pull by it)", file=sys.stderr)
         return 1
     if changed:
-        listed = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-        print(f"edgebuild: error: {name} at HEAD is stale for {listed}; {shards}: commit it (frozen runs pull by "
-              "it), or run doit verify and commit what it writes", file=sys.stderr)
+        listed = ", ".join(lock_change_described(committed, merged, artifact) for artifact in changed[:5]) \
+            + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        if any(rebuilt_with_other_bytes(committed.get(artifact), merged.get(artifact)) for artifact in changed):
+            # Building again wrote other bytes: a doit verify elsewhere would too, so only
+            # the bytes this run built (and its lock file names) can be committed.
+            advice = ("commit it (frozen runs pull by it): a build of the same fingerprint wrote other bytes than the "
+                      "committed lock names, so a doit verify elsewhere would not write this run's")
+        else:
+            advice = "commit it (frozen runs pull by it), or run doit verify and commit what it writes"
+        print(f"edgebuild: error: {name} at HEAD is stale for {listed}; {shards}: {advice}", file=sys.stderr)
         return 1
     print(f"{shards}: as committed")
     return 0

@@ -19,7 +19,6 @@ import os
 import shutil
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from edgebuild.errors import EdgebuildError
@@ -82,45 +81,14 @@ def current_workspace() -> Any:
 
 
 def doit_config(workspace: Workspace) -> dict[str, Any]:
-    dep_file = workspace.layout.cache_dir / "doit.json"
-    # doit writes its state when it finishes, failed tasks included: a first run that
-    # fails before anything made cache/ (a checkpoint not found) would end in doit's
-    # traceback instead of the one-line error.
-    try:
-        dep_file.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        print(f"edgebuild: error: {dep_file.parent}: cannot create the cache directory ({error.strerror})", file=sys.stderr)
-        raise SystemExit(2) from None
-    _set_aside_unreadable_state(dep_file)
+    # doit's state is a cache: read and written by ``edgebuild/cli/doit_state.py`` (under
+    # the backend name "json"), which says in one line what it cannot read or write.
     return {
         "default_tasks": list(workspace.manifest.defaults),
-        "dep_file": str(dep_file),
+        "dep_file": str(workspace.layout.cache_dir / "doit.json"),
         "backend": "json",
         "verbosity": 2,
     }
-
-
-def _set_aside_unreadable_state(dep_file: Path) -> None:
-    """doit stops with a traceback on a state file that is not JSON (a killed write, a
-    full disk). Its state only remembers what edgebuild's fingerprints decide anyway,
-    so an unreadable one is moved aside, said in one line, and started afresh."""
-    from edgebuild.core.files import LOCK_BYTES, UnreadableFile, read_json
-
-    try:
-        # doit's own JSON: as large as a lock file, nested a few levels (doit reads it unbounded).
-        read_json(dep_file, LOCK_BYTES)
-    except FileNotFoundError:
-        return
-    except (OSError, UnreadableFile) as error:
-        aside = dep_file.with_name(dep_file.name + ".unreadable")
-        try:
-            os.replace(dep_file, aside)
-        except OSError as move_error:
-            print(f"edgebuild: error: {dep_file}: unreadable doit state ({error}); cannot move it aside ({move_error.strerror})",
-                  file=sys.stderr)
-            raise SystemExit(2) from None
-        print(f"edgebuild: {dep_file}: unreadable doit state ({error}); moved to {aside.name}, starting afresh "
-              "(edgebuild's fingerprints decide what is stale)", file=sys.stderr)
 
 
 @contextmanager
@@ -235,27 +203,15 @@ def _verify_action(manifest_path: str, name: str) -> Any:
 
 def _run_action(workspace: Workspace, action: Callable[[], Any]) -> Any:
     """Run ``action``; an edgebuild error becomes doit's one-line task failure. The
-    stat cache is saved either way (what was hashed stays hashed); failing to save it
-    fails the task only when nothing failed before."""
+    stat cache is saved either way (what was hashed stays hashed; one that cannot be
+    saved says so itself, and fails nothing)."""
     try:
         result = action()
     except EdgebuildError as error:
-        _save_caches(workspace)
-        return _failed(error)
-    try:
         workspace.save_caches()
-    except EdgebuildError as error:
         return _failed(error)
+    workspace.save_caches()
     return result
-
-
-def _save_caches(workspace: Workspace) -> None:
-    """Save the stat cache where a failure to save is not the story (an up-to-date
-    check, or after another error): the next action reports it if it persists."""
-    try:
-        workspace.save_caches()
-    except EdgebuildError:
-        pass
 
 
 def _build_uptodate(task: Any, values: dict[str, Any], manifest_path: str, name: str) -> bool:
@@ -278,7 +234,7 @@ def _uptodate(manifest_path: str, name: str, needs: Callable[[Any, Any], bool]) 
         # Not up to date: the action runs and reports the error properly.
         return False
     finally:
-        _save_caches(workspace)
+        workspace.save_caches()
 
 
 def _clean_action(directory: str, dryrun: bool = False) -> None:

@@ -30,6 +30,9 @@ INDEX_FILE = "model.safetensors.index.json"
 CONFIG_FILE = "config.json"
 # The weights of a checkpoint without an index, as transformers reads them.
 WEIGHTS_FILE = "model.safetensors"
+# The files a Hugging Face tokenizer may be saved as (any of them, beside config.json).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
 # A header larger than this is not a SafeTensors header but a corrupt or foreign file.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 # config.json, an index of shards, a preprocessor config: kilobytes to a few megabytes.

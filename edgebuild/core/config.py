@@ -28,6 +28,9 @@ from edgebuild.errors import ConfigError
 # ``EDGEBUILD_<TOOL>_PYTHON``: one variable per tool environment (a kind declares those).
 TOOL = "<TOOL>"
 _TOOL_PYTHON = re.compile(r"EDGEBUILD_([A-Z0-9]+(?:_[A-Z0-9]+)*)_PYTHON")
+# How long a tool environment's Python may take to say its packages' versions (50 ms in a
+# made one): a program that hung there held `doit status` for minutes.
+TOOL_PROBE_SECONDS = 5.0
 # ``EDGEBUILD_REMOTE_CACHE=off``: no remote cache, whatever the manifest says.
 REMOTE_CACHE_OFF = "off"
 _TRUE = ("1", "true", "yes", "on")
@@ -79,7 +82,9 @@ VARIABLES = (
     Variable(f"EDGEBUILD_{TOOL}_PYTHON", "tool_pythons", "tool paths",
              "The Python of the environment of its own that a kind's tool runs in, for a tool that cannot share "
              "edgebuild's (default: .venv-<tool> beside the environment edgebuild runs in, as python -m edgebuild "
-             "toolenv TOOL makes it; python -m edgebuild toolenv --list lists the tools)."),
+             "toolenv TOOL makes it; python -m edgebuild toolenv --list lists the tools). It must be an executable "
+             f"file that says its packages' versions within {TOOL_PROBE_SECONDS:g} s when asked (they go into the "
+             "fingerprints): one that does not is stopped, and its kind's artifacts are an error in one line."),
     Variable("EDGEBUILD_RETRY_REJECTED", "retry_rejected", "switch",
              "Try again a build its target's tool refused at the same fingerprint (a QNN compile that failed), "
              "instead of repeating the failure the store remembers."),

@@ -126,6 +126,37 @@ def quieted(verbose: bool = False, libraries: tuple[str, ...] = ()) -> Iterator[
                 logging.getLogger().removeFilter(_ROOT_FILTER)
 
 
+# The lines said once per command (:func:`say_once`), and the worker processes' lines
+# their relay passed on (:func:`relayed_once`).
+_SAID_ONCE: set[str] = set()
+_RELAYED: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """``message`` as one line on stderr (``edgebuild: message``), unless this process said
+    it already, or passed it on from a worker it started: a cache that cannot be written
+    is said once per command, not at each of the saves of its processes."""
+    import sys
+
+    line = f"edgebuild: {message}\n"
+    if line in _SAID_ONCE:
+        return
+    _SAID_ONCE.add(line)
+    if line not in _RELAYED:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def relayed_once(line: str) -> bool:
+    """Whether a worker's stderr ``line`` is to be passed on: not when this process said it
+    with :func:`say_once` already; remembered, so that this process does not say it after."""
+    if line in _SAID_ONCE:
+        return False
+    if line.startswith("edgebuild: "):
+        _RELAYED.add(line)
+    return True
+
+
 def reader_gone() -> int:
     """The reader of stdout went away (``doit status | head``): stop without a word, as
     other command-line tools do, and return the status to exit with. stdout points at

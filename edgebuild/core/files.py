@@ -204,7 +204,14 @@ def open_lock(path: Path) -> BinaryIO:
     """The lock file ``path`` (created if missing), opened to hold an ``flock`` on:
     :class:`IrregularFile` when something else is there (a FIFO opened for writing
     would wait for a reader forever)."""
-    return _open_checked(path, os.O_RDWR | os.O_CREAT, "r+b")
+    try:
+        return _open_checked(path, os.O_RDWR | os.O_CREAT, "r+b")
+    except OSError as error:
+        if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.path.lexists(path):
+            raise
+    # An flock needs no write access: a lock file that is there but cannot be written (a
+    # read-only cache/) serialises its holders all the same.
+    return _open_checked(path, os.O_RDONLY, "rb")
 
 
 @contextmanager

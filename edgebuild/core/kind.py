@@ -514,6 +514,28 @@ class ArtifactKind(Generic[P]):
         JSON values, a function of ``params`` alone (the file is a build output). None by default."""
         return {}
 
+    def consumer_programs(self, params: P, out_dir: Path, sources: dict[str, Path]) -> dict[str, dict[str, Any]]:
+        """What each program among the built outputs in ``out_dir`` takes and gives, as its
+        runtime feeds it (``programs`` of ``consumer.json``; an ONNX graph is described
+        there already, under ``graphs``): its path relative to ``out_dir`` -> ``{"inputs":
+        [...], "outputs": [...]}``, each ``{"name", "dtype", "shape"}`` in the order the
+        runtime takes and gives them (``dtype`` a NumPy dtype name, each dimension a number
+        or ``None`` where it is dynamic), with any key the runtime needs besides (a tensor's
+        own name in the file). Read from the outputs and the ``sources``' built directories,
+        with code the build module imports: every byte must be a function of the
+        fingerprint. None by default."""
+        return {}
+
+    def write_consumer_contract(self, out_dir: Path, params: P, checkpoints: dict[str, Checkpoint],
+                                sources: dict[str, Path]) -> None:
+        """Write ``consumer.json`` (and what it ships beside the outputs) into the build's
+        scratch directory ``out_dir``, after ``build``: ``edgebuild/core/consumer.py``. Called
+        through the kind's interface so that the contract's code is in every kind's build
+        digest, as the code of every other output is."""
+        from edgebuild.core.consumer import write_consumer_contract
+
+        write_consumer_contract(out_dir, self, params, checkpoints, sources)
+
     def extra_versions(self) -> dict[str, str]:
         """Versions of tools this kind runs outside edgebuild's environment (a converter in an
         environment of its own): in its fingerprints, like ``tool_packages``'. None by default."""

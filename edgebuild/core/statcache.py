@@ -9,38 +9,46 @@ writes only the rows it changed, so the cost of saving a task does not grow with
 number of files the cache holds. The JSON file it replaces was read, merged and
 rewritten whole at every save, under a lock: quadratic over a large build (issue 40).
 WAL mode lets readers go on while one process writes; writers (the processes of
-``doit -n``, two commands at once) take turns, each waiting up to a minute.
+``doit -n``, two commands at once) take turns, each waiting 2 s at most (``BUSY_SECONDS``).
 
-It is a cache: a damaged file is said in one line and started afresh (the files it
-described are hashed again); a file that cannot be written is the usual
-:class:`FilesystemError` line, when the entries are saved. Its format number is the
-file's ``PRAGMA user_version``; a file of another format is started afresh too. The JSON
-file of earlier versions (``cache/statcache.json``, format 1) is taken over the first
-time a command opens the cache, then deleted.
+It is a cache, and no command depends on it. A damaged file (not a database, a table
+gone, another format) is said in one line and started afresh (the files it described
+are hashed again). A file that cannot be used -- read-only, on a full disk, locked by
+another process for over 2 s, a link (never written through) or a FIFO in its place --
+is said in one line naming it and what is wrong (``cache/statcache.sqlite: read-only:
+digests taken afresh and not kept``), once per command, and the command answers as it
+would otherwise: from then on the process hashes what it reads afresh and keeps the
+digests in memory only (:meth:`StatCache.save` never raises). Its format number is the
+file's ``PRAGMA user_version``. The JSON file of earlier versions
+(``cache/statcache.json``, format 1) is taken over the first time a
+command opens the cache, then deleted.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Callable, Iterable, Iterator
 
+from edgebuild.core.console import say_once
 from edgebuild.core.files import CACHE_BYTES, IrregularFile, UnreadableFile, describe_entry, locked, parse_json, read_json
 from edgebuild.core.fingerprint import _hash_ranges, _stat_key
 from edgebuild.core.hashing import HASH_NAME, is_digest
-from edgebuild.errors import FilesystemError
 
 # PRAGMA user_version of the file; the JSON file before it was format 1.
 STAT_CACHE_FORMAT = 2
-# How long a writer waits for another process's write to finish before it gives up: a
-# write is a few rows, so waiting this long means a process hung holding the lock.
-BUSY_TIMEOUT_MS = 60_000
+# How long a process waits for another's write to finish before it goes on without the
+# file: a write is a few rows (milliseconds), so a lock held this long is held by
+# something else (a process hung holding it, someone's `sqlite3` shell), and hashing the
+# files again costs less than waiting on it. It was a minute: `doit status` stood
+# silent that long, then failed.
+BUSY_SECONDS = 2.0
 # Largest entry read back (its ranges and named digests, as JSON): the ranges of a shard
 # of 100,000 tensors take about 10 MB. A longer one is read as absent (hashed again).
 ENTRY_BYTES = 64 << 20
@@ -134,7 +142,8 @@ class StatCache:
         self.rows_written = 0
         self._connection: sqlite3.Connection | None = None
         self._pid = 0
-        self._reads_failed = False
+        # Why this process no longer uses the file (said once), or ``None``.
+        self.unusable: str | None = None
 
     @property
     def legacy_path(self) -> Path:
@@ -222,19 +231,17 @@ class StatCache:
         return _entry_of_row(stat, rows[0][0]) if rows else None
 
     def _query(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """Rows of a read; none where there is no file yet, or it cannot be read (said once)."""
-        if self._reads_failed:
-            return []
+        """Rows of a read; none where there is no file yet, or it cannot be used (said once)."""
         for attempt in range(2):
+            if self.unusable is not None:
+                return []
             try:
                 return _when_not_busy(lambda: self._read_rows(sql, parameters))
             except (_Damaged, sqlite3.Error, OSError, UnreadableFile) as error:
                 if _is_damage(error) and not attempt:
                     self._start_afresh(str(error))
                     continue
-                self._say(f"cannot read the stat cache ({_reason(error)}); the files it would describe are hashed again")
-                break
-        self._reads_failed = True
+                self._go_on_without(error)
         return []
 
     def _read_rows(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -245,19 +252,19 @@ class StatCache:
 
     def save(self) -> None:
         """Write the entries changed here, one row each: merged, for a file at the same stat,
-        with what another process saved since. :class:`FilesystemError` when it cannot."""
-        if not self.dirty:
-            return
+        with what another process saved since. Where the file cannot be written, said in
+        one line (once), and the entries stay with this process: never raises."""
         for attempt in range(2):
+            if not self.dirty or self.unusable is not None:
+                break
             try:
                 _when_not_busy(lambda: self._write(self._connect(create=True)))
                 break
-            except (_Damaged, sqlite3.Error) as error:
-                if not _is_damage(error) or attempt:
-                    raise FilesystemError(f"{self.path}: cannot save the stat cache: {error}") from None
-                self._start_afresh(str(error))
-            except OSError as error:
-                raise FilesystemError.of(error, self.path, "cannot save the stat cache") from None
+            except (_Damaged, sqlite3.Error, OSError, UnreadableFile) as error:
+                if _is_damage(error) and not attempt:
+                    self._start_afresh(str(error))
+                    continue
+                self._go_on_without(error)
         self.dirty.clear()
 
     def _write(self, connection: sqlite3.Connection) -> None:
@@ -294,8 +301,9 @@ class StatCache:
             # journal) where it points: outside the project. Never written through a link.
             linked = Path(f"{self.path}{suffix}")
             if linked.is_symlink():
-                raise IrregularFile(linked, f"a symbolic link (to {os.readlink(linked)}); the stat cache is never "
-                                            "written through a link: remove it")
+                which = f"its {suffix[1:]} file, {linked.name}, is " if suffix else ""
+                raise IrregularFile(linked, f"{which}a symbolic link (to {os.readlink(linked)}); the stat cache is "
+                                            "never written through a link: remove it")
         # A FIFO, a device or a directory in its place is one line (SQLite would wait on a
         # FIFO, or say only "unable to open database file"). Looked at, never opened here:
         # closing a descriptor of the file drops every lock this process's connections hold.
@@ -306,8 +314,7 @@ class StatCache:
         else:
             if not S_ISREG(mode):
                 raise IrregularFile(self.path, f"{describe_entry(self.path, mode)}, not a regular file")
-        connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                     check_same_thread=False)
+        connection = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
         try:
             self._prepare(connection)
         except BaseException:
@@ -320,7 +327,7 @@ class StatCache:
     @staticmethod
     def _prepare(connection: sqlite3.Connection) -> None:
         try:
-            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            connection.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
             # NORMAL: a commit is not synced until the next checkpoint. A power cut may lose
             # the last few saves; for a cache that only means hashing those files again.
             connection.execute("PRAGMA synchronous = NORMAL")
@@ -338,8 +345,11 @@ class StatCache:
             hashed = connection.execute("SELECT value FROM meta WHERE name = 'hash'").fetchone()
             if hashed is None or hashed[0] != HASH_NAME:
                 raise _Damaged(f"digests of {hashed[0] if hashed else 'no named hash'}, not {HASH_NAME}")
+            # A table dropped or altered (by hand, by a tool) at this format number: asked
+            # here, else every read and every save would meet it again.
+            connection.execute("SELECT path, stat, digests FROM files LIMIT 0").fetchall()
         except sqlite3.OperationalError as error:
-            if "no such table" in str(error):
+            if "no such table" in str(error) or "no such column" in str(error):
                 raise _Damaged(str(error)) from None
             raise
         except sqlite3.DatabaseError as error:
@@ -380,39 +390,53 @@ class StatCache:
     def _start_afresh(self, reason: str) -> None:
         """A damaged file: deleted and created again, said in one line. Under a lock, so that
         of two processes that found it damaged, the second neither deletes the first's new
-        file nor says it again."""
+        file nor says it again. One that cannot be deleted is gone on without."""
+        self._disconnect()
+        try:
+            with locked(self.path.with_name(self.path.name + ".lock")):
+                try:
+                    connection = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
+                    try:
+                        self._prepare(connection)
+                        connection.execute("SELECT count(*) FROM files").fetchone()
+                        return
+                    finally:
+                        connection.close()
+                except (_Damaged, sqlite3.DatabaseError):
+                    pass
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        except OSError as error:
+            self._go_on_without(error, f"damaged ({reason}) and cannot be started afresh")
+            return
+        self._say(f"damaged stat cache ({reason}); started afresh, the files it described are hashed again")
+
+    def _go_on_without(self, error: BaseException, problem: str | None = None) -> None:
+        """This process stops using the file: said once, in one line naming what is wrong;
+        what it has looked up stays in memory, what it reads from now on is hashed afresh."""
+        self.unusable = problem or _problem(error)
+        self._disconnect()
+        self._say(f"{self.unusable}: digests taken afresh and not kept")
+
+    def _disconnect(self) -> None:
         if self._connection is not None:
             if self._pid == os.getpid():
                 self._connection.close()
             else:
                 _INHERITED.append(self._connection)
             self._connection = None
-        with locked(self.path.with_name(self.path.name + ".lock")):
-            try:
-                connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-                try:
-                    self._prepare(connection)
-                    connection.execute("SELECT count(*) FROM files").fetchone()
-                    return
-                finally:
-                    connection.close()
-            except (_Damaged, sqlite3.DatabaseError):
-                pass
-            self._say(f"damaged stat cache ({reason}); started afresh, the files it described are hashed again")
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
     def _say(self, message: str) -> None:
-        print(f"edgebuild: {self.path}: {message}", file=sys.stderr, flush=True)
+        say_once(f"{self.path}: {message}")
 
 
 def _when_not_busy(action: Callable[[], Any]) -> Any:
     """``action``, tried again while SQLite says the file is busy without having waited
-    itself, up to ``BUSY_TIMEOUT_MS``. SQLite waits on a lock another writer holds, but
-    not in every case (it answers at once where waiting could deadlock, and around a WAL
-    file's recovery): ``test_two_processes_saving_at_once_lose_no_entry`` once got
+    itself, up to ``BUSY_SECONDS`` in all. SQLite waits on a lock another writer holds,
+    but not in every case (it answers at once where waiting could deadlock, and around a
+    WAL file's recovery): ``test_two_processes_saving_at_once_lose_no_entry`` once got
     "database is locked" under load, with a 60 s busy timeout set."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + BUSY_SECONDS
     pause = 0.001
     while True:
         try:
@@ -449,3 +473,24 @@ def _is_damage(error: BaseException) -> bool:
 
 def _reason(error: BaseException) -> str:
     return str(error.strerror) if isinstance(error, OSError) and error.strerror else str(error)
+
+
+def _problem(error: BaseException) -> str:
+    """What is wrong with the file, as the one line says it: read-only, full, locked, ..."""
+    code = getattr(error, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    number = error.errno if isinstance(error, OSError) else None
+    if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return f"locked by another process for over {BUSY_SECONDS:g} s"
+    if primary == sqlite3.SQLITE_READONLY:
+        return "read-only"
+    if number in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"read-only ({_reason(error)})"
+    if primary == sqlite3.SQLITE_FULL or number in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return f"no room to write ({_reason(error)})"
+    if code == sqlite3.SQLITE_IOERR_WRITE:
+        # What a write past ``ulimit -f`` gets too (EFBIG), and a full disk at some offsets.
+        return f"cannot be written ({_reason(error)})"
+    if isinstance(error, IrregularFile):
+        return _reason(error)
+    return f"cannot be used ({_reason(error)})"

@@ -18,9 +18,10 @@ Aliases and merge keys
     key, like any other.
 
     Copies are made where they are used, so the size of the result is bounded:
-    at most :data:`MAX_VALUES` values in all (an "alias bomb" of nested aliases
-    stops there instead of running for minutes) and at most :data:`MAX_DEPTH`
-    levels of nesting. An alias inside the node it refers to (``a: &a [*a]``)
+    at most :data:`MAX_VALUES` values copied by aliases and merge keys in all (an
+    "alias bomb" of nested aliases stops there instead of running for minutes;
+    values written out plainly are not counted, the file's size bounds them) and
+    at most :data:`MAX_DEPTH` levels of nesting. An alias inside the node it refers to (``a: &a [*a]``)
     is an error.
 
 Environment variables, in string values (not keys)
@@ -59,7 +60,9 @@ from edgebuild.core.files import MANIFEST_BYTES, UnreadableFile, read_bytes
 
 KeyPath = tuple[Any, ...]
 
-# Values produced in all, counting every use of an alias or merge key in full.
+# Values copied by aliases and merge keys in all, each use counted in full. Values
+# written out plainly are bounded by the manifest's size, not by this: a manifest
+# of thousands of plain artifacts is not an alias bomb.
 MAX_VALUES = 50_000
 # Levels of nested mappings and lists.
 MAX_DEPTH = 64
@@ -287,7 +290,7 @@ class _ValueBuilder:
         self.loader = loader
         self.source = source
         self.environ = environ
-        self.values_built = 0
+        self.values_copied = 0
         # Alias and merge-key uses being copied, outermost first: (where written, key path).
         self.expansions: list[tuple[yaml.Mark, KeyPath]] = []
         # Mappings and lists being built: meeting one again means an alias loops.
@@ -330,17 +333,18 @@ class _ValueBuilder:
         return value
 
     def _count(self, node: yaml.Node, path: KeyPath) -> None:
-        self.values_built += 1
-        if self.values_built <= MAX_VALUES and len(path) <= MAX_DEPTH:
+        if self.expansions:
+            self.values_copied += 1
+        if self.values_copied <= MAX_VALUES and len(path) <= MAX_DEPTH:
             return
         # Point at the outermost alias being copied: that is what the reader wrote
         # in the document's own tree.
         mark, at = self.expansions[0] if self.expansions else (node.start_mark, path)
-        if self.values_built > MAX_VALUES:
+        if self.values_copied > MAX_VALUES:
             raise self._error(
                 mark, at,
-                f"more than {MAX_VALUES} values (counting each use of an alias or merge key "
-                f"in full); expected at most {MAX_VALUES}",
+                f"aliases and merge keys copy more than {MAX_VALUES} values (each use counted "
+                f"in full); expected at most {MAX_VALUES} copied values",
             )
         raise self._error(
             mark, at,

@@ -23,7 +23,7 @@ from edgebuild.core.kind import TensorSelection
 from edgebuild.core.runner import TensorSpec
 from edgebuild.errors import CheckpointError, ExportError, ParameterError
 from edgebuild.models.family import Family
-from edgebuild.models.inputs import tokenizer_files
+from edgebuild.models.inputs import read_tokenizer_files
 from edgebuild.models.qwen3_5.family import TowerFamily
 
 if TYPE_CHECKING:
@@ -66,8 +66,7 @@ class TransformersFamily(Family):
 
     def selection(self, params: "ModelFields", checkpoint: "Checkpoint") -> TensorSelection:
         prefixes = tuple(params.tensor_prefixes) if params.tensor_prefixes is not None else ("",)
-        files = ((PREPROCESSOR_FILE,) if params.held_out.images else ()) + \
-            (tokenizer_files(checkpoint) if params.held_out.texts else ())
+        files = ((PREPROCESSOR_FILE,) if params.held_out.images else ()) + read_tokenizer_files(params, checkpoint)
         return TensorSelection(prefixes=prefixes, config_key=None, files=files)
 
     def inputs(self, params: "ModelFields", checkpoint: "Checkpoint") -> list[TensorSpec]:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_serializer, model_validator
 
+from edgebuild.core.checkpoint import TOKENIZER_FILES
 from edgebuild.core.kind import InputFiles, Strict
 
 # An input of more than this many elements is not a fixed-shape encoder input any
@@ -111,15 +112,18 @@ def input_spec(value: Any) -> Any:
     return {"shape": value} if isinstance(value, list) else value
 
 
-# The files a Hugging Face tokenizer may be saved as (any of them, beside config.json).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
-
-
 def tokenizer_files(checkpoint: Any) -> tuple[str, ...]:
     """The tokenizer files ``checkpoint`` has: what held-out texts read of it (its
     ``TensorSelection.files``, so the fingerprint covers them)."""
     return tuple(name for name in TOKENIZER_FILES if checkpoint.has_file(name))
+
+
+def read_tokenizer_files(params: Any, checkpoint: Any) -> tuple[str, ...]:
+    """The tokenizer files a model description (``inputs``, ``held_out``) reads of
+    ``checkpoint``: all it has for a text model (one that takes ``input_ids``: its
+    artifacts carry its tokenizer to an application, in ``consumer.json``, so the
+    fingerprint covers it) and for held-out texts; none otherwise."""
+    return tokenizer_files(checkpoint) if params.held_out.texts or "input_ids" in (params.inputs or {}) else ()
 
 
 class HeldOut(InputFiles):

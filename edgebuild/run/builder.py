@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from edgebuild.core.atomic import new_directory, remove_leftovers
-from edgebuild.core.consumer import write_consumer_contract
 from edgebuild.core.faults import fault_point
 from edgebuild.core.files import NotRegular, regular_tree
 from edgebuild.core.files import locked
 from edgebuild.core.kind import BuildContext
 from edgebuild.core.project import Artifact
 from edgebuild.core.record import BuildRecord, output_manifest, read_record_or_none
-from edgebuild.core.report import Report
+from edgebuild.core.report import REPORT_JSON, Report
 from edgebuild.core.timing import peak_rss_bytes
 from edgebuild.errors import (
     BuildRejected, EdgebuildError, ExportError, FilesystemError, RemoteError, SourceNotVerified, UnvouchedEntry, VerificationFailed,
@@ -199,7 +198,7 @@ def _build_into_place(workspace: "Workspace", artifact: Artifact, record: BuildR
         if missing:
             raise ExportError(f"{artifact.name}: the {kind.name} build did not write {', '.join(missing)}")
         # How a deployment job feeds it, carried with the outputs everywhere they go.
-        write_consumer_contract(scratch, kind, artifact.params, context.checkpoints, context.sources)
+        kind.write_consumer_contract(scratch, artifact.params, context.checkpoints, context.sources)
         complete = record.completed(artifact.name, info, elapsed, output_manifest(scratch))
         fault_point("build.before_record")
         # The record is written last: a directory without it never counts as built.
@@ -244,6 +243,12 @@ def verify_artifact(workspace: "Workspace", artifact: "Artifact", log: Log | Non
     fault_point("verify.after_report")
     print(report.summary(), file=sys.stderr, flush=True)
     if not report.passed:
+        try:
+            # For `doit diff` to show this build's checks once it is the old side, in the
+            # store's place for failed reports (never an entry: it counts as verified nowhere).
+            workspace.store.keep_failed_report(artifact.fingerprint, artifact.directory / REPORT_JSON)
+        except OSError:
+            pass  # a read-only or full cache/ loses a diff's old values, not the verdict
         failed = "; ".join(check.describe() for check in report.failed_checks)
         raise VerificationFailed(f"{artifact.name}: verification failed: {failed}")
     keep_verified(workspace, artifact, log)

@@ -25,6 +25,7 @@ from edgebuild.core.hashing import is_digest
 from edgebuild.core.lock_format import parse_lock
 from edgebuild.core.project import Artifact, SourceNotBuilt
 from edgebuild.core.record import read_record_or_none
+from edgebuild.cache.store import FAILED_REPORTS_KEPT
 from edgebuild.core.report import read_report, report_passed
 from edgebuild.core.staleness import explain, mapping_changes, verification_changes
 from edgebuild.errors import DiffError, EdgebuildError, RemoteError
@@ -180,6 +181,9 @@ class ArtifactDiff:
     # The baseline's verdict as its lock entry records it: True verified, False failed,
     # None not verified (or not known: a baseline read from a published index).
     verified_before: bool | None = None
+    # The baseline's checks are those of its failed verification (the store keeps the
+    # report of the latest failed verification of a build apart from its entry).
+    before_failed: bool = False
 
     @property
     def flipped(self) -> tuple[CheckChange, ...]:
@@ -206,6 +210,7 @@ class ArtifactDiff:
             "latency": self.latency.to_json() if self.latency is not None else None,
             "coverage": [change.to_json() for change in self.coverage],
             "verified_before": self.verified_before, "verdict_flipped": self.verdict_flipped,
+            "before_failed": self.before_failed,
         }
 
 
@@ -355,13 +360,20 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
                             state_after=state, notes=(f"not in {baseline.label}", *notes))
     before_record, before_report, before_from = _baseline_build(workspace, name, entry, baseline, notes)
     judged = entry.get("verify_fingerprint")
-    if before_report is not None and is_digest(judged) and before_report.get("verify_fingerprint") != judged:
+    later_judgement = before_report is not None and is_digest(judged) and before_report.get("verify_fingerprint") != judged
+    if later_judgement:
         # The store keeps a build's latest passing report: a later judgement of the same
         # bytes (thresholds moved since) is not the verdict the baseline recorded.
         before_report = None
+    before_failed = False
     if before_report is None and entry.get("verified") is False:
-        notes.append(f"it FAILED verification at {baseline.label}, and no cache keeps the report of a failed "
-                     "verification: its checks then are not shown (its thresholds are, from the lock entry)")
+        # No entry keeps a failed verification's report; the store keeps the latest ones
+        # apart (cache/store.py): the old checks of the loop of fixing a failing build.
+        failed = workspace.store.failed_report(before_fp) if isinstance(before_fp, str) else None
+        if failed is not None and (not is_digest(judged) or failed.get("verify_fingerprint") == judged):
+            before_report, before_failed = failed, True
+    if before_report is None and before_from != FROM_LOCK:
+        notes.append(_no_old_checks(baseline.label, entry, before_from, later_judgement))
     change: Change = "unchanged" if before_fp == after_fp else "changed"
     reasons = tuple(explain(before_record, current.to_json())) if change == "changed" else ()
     verify_reasons = _verify_changes(workspace, artifact, entry, before_report, verify_fp, change)
@@ -370,8 +382,23 @@ def _artifact_diff(workspace: "Workspace", artifact: Artifact, baseline: _Baseli
         _outputs(before_record.get("outputs", {}), (after_record or {}).get("outputs", {})) if after_record else (),
         _checks(before_report, after_report), before_from, after_from, state, tuple(notes),
         _latency(before_report, after_report), _coverage(before_report, after_report),
-        entry.get("verified") if isinstance(entry.get("verified"), bool) else None,
+        entry.get("verified") if isinstance(entry.get("verified"), bool) else None, before_failed,
     )
+
+
+def _no_old_checks(label: str, entry: dict[str, Any], before_from: str, later_judgement: bool) -> str:
+    """The one note that says why the baseline's check values are not shown, when its build
+    was found (a build only its lock entry describes is noted where it is looked for)."""
+    if entry.get("verified") is False:
+        return (f"it FAILED verification at {label}, and the report of that verification is not kept here (the store "
+                f"keeps those of the latest {FAILED_REPORTS_KEPT} failed verifications run on this machine): its "
+                "checks then are not shown (its thresholds are, from the lock entry)")
+    if later_judgement:
+        return (f"the report {before_from} keeps of its build is of a later verification (other thresholds or judging "
+                f"code) than the one at {label}: its checks then are not shown")
+    if entry.get("verified") is None and "verified" in entry:
+        return f"it was not verified at {label}: there are no checks then to show"
+    return f"{before_from} keeps its build but not the report of its verification at {label}: its checks then are not shown"
 
 
 def _verify_parts(workspace: "Workspace", artifact: Artifact) -> dict[str, str]:
@@ -591,6 +618,10 @@ def render(result: Diff, verbose: bool = False) -> list[str]:
         if artifact.verdict_flipped:
             head += f"  verdict {'verified' if artifact.verified_before else 'FAILED'} → " \
                     f"{'verified' if artifact.state_after == 'verified' else 'FAILED'}"
+        elif artifact.verified_before is False and artifact.change != "removed":
+            # The loop of fixing a failing build: FAILED then, and what it is now.
+            now = "FAILED" if (artifact.state_after or "").startswith("verification failed") else artifact.state_after
+            head += f"  verdict FAILED → {now}"
         lines.append(head)
         quiet = artifact.change == "unchanged" and not artifact.flipped and not artifact.verify_reasons \
             and not artifact.coverage and not artifact.verdict_flipped and not verbose

@@ -31,10 +31,12 @@ when ``EDGEBUILD_FORK_SERVER=0``.
 By default (``EDGEBUILD_FORK_SERVER=shared``; ``process`` is the default where ``CI`` is
 set: see :func:`edgebuild.core.config.fork_server_mode`) the server outlives the
 command, as Gradle's daemon and Bazel's server do: the next ``doit`` of this user, in
-the same comparable environment, forks from it instead of paying the imports again. It listens on a Unix socket in a
-directory of the user's own (mode 0700, refused otherwise), named by a digest of the
-interpreter, the comparable environment, the resource limits, cgroup and niceness
-(:func:`_shared_key`); it runs in a
+the same comparable environment, forks from it instead of paying the imports again. It listens on a Unix socket
+(mode 0600) in a directory of the user's own (mode 0700, refused otherwise), named by a
+digest of the user's uid, the interpreter, the comparable environment, the resource
+limits, cgroup and niceness (:func:`_shared_key`); a client refuses a socket of another
+user's, or one another user's server listens on (the kernel's ``SO_PEERCRED``), and
+forks from a server of its own instead; it runs in a
 session of its own (a terminal's Ctrl-C does not reach it); it sends a worker SIGINT,
 then SIGKILL, when the process that asked for it is gone (its status socket closed);
 it retires when a module file it imported changes on disk (an edited plugin, an
@@ -135,6 +137,12 @@ class StaleServer(OSError):
     """A shared server refused to fork: a module it imported has changed on disk."""
 
 
+class AnotherUsersServer(OSError):
+    """A shared server's socket that is not this user's (its file, or the process listening
+    on it): never talked to, since a worker forked there would run as that user, with
+    this user's command line and environment in its hands."""
+
+
 class _Client:
     """What a process asks of a server over its connection: forks."""
 
@@ -228,12 +236,27 @@ class SharedForkServer(_Client):
         self._socket = self._connect_or_start()
 
     def _connect(self) -> socket.socket | None:
+        """A connection to this user's server; ``None`` where none listens.
+        :class:`AnotherUsersServer` where the socket, or the server on it, is another user's."""
+        import stat
+
+        try:
+            status = self.path.lstat()
+        except OSError:
+            return None
+        if not stat.S_ISSOCK(status.st_mode) or status.st_uid != os.getuid():
+            raise AnotherUsersServer(f"{self.path}: not a socket of this user's (uid {os.getuid()})")
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             connection.connect(str(self.path))
         except OSError:
             connection.close()
             return None
+        server_uid = _peer_uid(connection)
+        if server_uid is not None and server_uid != os.getuid():
+            connection.close()
+            raise AnotherUsersServer(f"{self.path}: the fork server listening there runs as uid {server_uid}, "
+                                     f"not this user's {os.getuid()}")
         return connection
 
     def _connect_or_start(self) -> socket.socket:
@@ -289,6 +312,18 @@ class SharedForkServer(_Client):
         self._socket.close()  # the server lives on for the next process, until it idles out
 
 
+def _peer_uid(connection: socket.socket) -> int | None:
+    """The uid of the process at the other end of ``connection`` (the one that listened),
+    as the kernel says it; ``None`` where it cannot say (not Linux)."""
+    import struct
+
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    credentials = connection.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    return struct.unpack("3i", credentials)[1]
+
+
 def shared_directory(environ: "dict[str, str] | os._Environ[str]") -> Path | None:
     """The directory of this user's shared servers' sockets (made with mode 0700); ``None``
     when it is not this user's alone: another user could then connect and have code
@@ -323,11 +358,11 @@ _UNIX_PATH_BYTES = 107
 _SOCKET_NAME_BYTES = len("/") + 24 + len(".sock")
 
 
-def _shared_key(environment: dict[str, str]) -> str:
-    """One server per interpreter, comparable environment and process limits: a worker
-    runs under the resource limits, cgroup and niceness of the server it is forked from,
-    so a process under ``ulimit -v`` (or a full-disk ``ulimit -f``) gets a server of its
-    own that has them."""
+def _shared_key(environment: dict[str, str], uid: int | None = None) -> str:
+    """One server per user (``uid``, default this process's), interpreter, comparable
+    environment and process limits: a worker runs under the resource limits, cgroup and
+    niceness of the server it is forked from, so a process under ``ulimit -v`` (or a
+    full-disk ``ulimit -f``) gets a server of its own that has them."""
     import hashlib
     import resource
 
@@ -339,6 +374,8 @@ def _shared_key(environment: dict[str, str]) -> str:
     limits = {name: list(resource.getrlimit(getattr(resource, name))) for name in sorted(dir(resource))
               if name.startswith("RLIMIT_")}
     identity = {
+        # One user's server is never another's, whatever directory their sockets share.
+        "uid": os.getuid() if uid is None else uid,
         # `python` and `python3` of one virtual environment are one interpreter.
         "python": [os.path.realpath(sys.executable), sys.prefix, sys.version],
         "env": _comparable(environment),
@@ -468,9 +505,11 @@ def serve_shared(path: str, idle_seconds: float, ready_descriptor: int) -> None:
     for module in PRELOAD:
         __import__(module)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    # Made 0600 as it is made (no moment when another user may connect), and said again.
     old_umask = os.umask(0o077)
     try:
         listener.bind(path)
+        os.chmod(path, 0o600)
     finally:
         os.umask(old_umask)
     listener.listen(16)

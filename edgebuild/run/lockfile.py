@@ -26,7 +26,9 @@ brings back as it was).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
 from edgebuild.core.atomic import write_text
 from edgebuild.core.files import LOCK_BYTES, UnreadableFile, read_text
@@ -124,7 +126,7 @@ def update_lock(workspace: "Workspace", artifacts: list[Artifact]) -> bool:
     """Refresh the entries of those of ``artifacts`` that are built at their current
     fingerprint (the others keep theirs); ``True`` when the file changed."""
     path = workspace.lock_path
-    with locked(workspace.layout.mutex(path.name)):
+    with _mutex(workspace, path):
         entries = {name: entry for name, entry in read_lock(path).items() if name in workspace.manifest.artifacts}
         for artifact in artifacts:
             entry = lock_entry(workspace, artifact)
@@ -144,6 +146,19 @@ def update_lock(workspace: "Workspace", artifacts: list[Artifact]) -> bool:
         except OSError as error:
             raise FilesystemError.of(error, path, "cannot write the lock file") from None
         return True
+
+
+@contextmanager
+def _mutex(workspace: "Workspace", path: Path) -> Iterator[None]:
+    """The mutex of the lock file's writers; one line naming it where it cannot be had (a
+    read-only cache/ that lacks it), not a traceback."""
+    mutex = workspace.layout.mutex(path.name)
+    with ExitStack() as held:
+        try:
+            held.enter_context(locked(mutex))
+        except OSError as error:
+            raise FilesystemError.of(error, mutex, f"cannot take the mutex of {path.name}'s writers") from None
+        yield
 
 
 def merge_shard_locks(committed: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, Any]:
@@ -172,3 +187,30 @@ def lock_changes(committed: dict[str, Any], current: dict[str, Any]) -> list[str
         return {key: value for key, value in entry.items() if key != "cost"} if isinstance(entry, dict) else entry
 
     return sorted(name for name in set(committed) | set(current) if what(committed.get(name)) != what(current.get(name)))
+
+
+
+def rebuilt_with_other_bytes(before: Any, after: Any) -> list[str]:
+    """The output files of two entries of one artifact that differ only in their bytes --
+    the same fingerprint, built again, wrote other bytes: a build that is not byte for byte
+    reproducible -- else ``[]``."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    keys = {key for key in set(before) | set(after) if key != "cost" and before.get(key) != after.get(key)}
+    if keys != {"outputs"} or not isinstance(before["outputs"], dict) or not isinstance(after.get("outputs"), dict):
+        return []
+    return sorted(file for file in set(before["outputs"]) | set(after["outputs"])
+                  if before["outputs"].get(file) != after["outputs"].get(file))
+
+
+def lock_change_described(committed: dict[str, Any], current: dict[str, Any], name: str) -> str:
+    """``name`` and what differs in its entry between two lock files' artifacts, costs
+    aside, as the lock job's message names it: ``qdq (fingerprint, params)``, ``a (new)``,
+    ``t (same fingerprint 1a2b3c4d5e6f, other bytes of model.bin)``."""
+    before, after = committed.get(name), current.get(name)
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return f"{name} ({'new' if not isinstance(before, dict) else 'no longer in the manifest'})"
+    other_bytes = rebuilt_with_other_bytes(before, after)
+    if other_bytes:
+        return f"{name} (same fingerprint {str(after.get('fingerprint'))[:12]}, other bytes of {', '.join(other_bytes)})"
+    return f"{name} ({', '.join(sorted(key for key in set(before) | set(after) if key != 'cost' and before.get(key) != after.get(key)))})"

@@ -19,7 +19,9 @@ Signing needs the ``sign`` extra (``pip install 'edgebuild[sign]'``).
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -165,5 +167,50 @@ def release_distrust(directory: Path, trusted_keys: list[str]) -> str | None:
              .set_hashing_config(_hashing(model_signing)).verify(str(directory), str(directory / SIGNATURE_FILE)))
             return None
         except Exception as error:  # model-signing raises ValueError and its own kinds
-            reasons.append(f"{Path(key).name}: {str(error).splitlines()[0][:160]}")
+            reasons.append(f"{Path(key).name}: {_verification_failure(error)}")
     return "its signature does not verify with any trusted key (" + "; ".join(reasons) + ")"
+
+
+# Names of files shown in a failure, per kind of difference; the rest are counted.
+FILES_SHOWN = 5
+# A failure model-signing words otherwise is cut at a word, to this many characters.
+FAILURE_CHARS = 160
+
+
+def _verification_failure(error: Exception) -> str:
+    """model-signing's failure as one readable clause: for a signature that does not
+    cover the files, which files were changed, added or are missing (model-signing words
+    it as the repr of a list of messages, with digests, that a cut leaves mid-escape)."""
+    text = str(error).strip()
+    prefix = "Signature mismatch: "
+    if text.startswith(prefix):
+        try:
+            differences = ast.literal_eval(text[len(prefix):])
+        except (ValueError, SyntaxError):
+            differences = None
+        if isinstance(differences, list) and all(isinstance(item, str) for item in differences):
+            return _files_differ(differences)
+    first = text.splitlines()[0] if text else type(error).__name__
+    return first if len(first) <= FAILURE_CHARS else first[:FAILURE_CHARS].rsplit(" ", 1)[0] + " ..."
+
+
+def _files_differ(differences: list[str]) -> str:
+    changed: list[str] = []
+    listed: dict[str, list[str]] = {"not signed": [], "signed but missing": []}
+    for item in differences:
+        mismatch = re.match(r"Hash mismatch for '(.*?)': Expected ", item)
+        if mismatch:
+            changed.append(mismatch.group(1))
+            continue
+        for pattern, said in ((r"Extra files found in model '.*?': ", "not signed"),
+                              (r"Missing files in model '.*?': ", "signed but missing")):
+            found = re.match(pattern, item)
+            if found:
+                listed[said] += item[found.end():].split(", ")
+    parts = [f"{said}: {_named(names)}" for said, names in (("changed since signed", changed), *listed.items()) if names]
+    return "the files are not those it signs (" + "; ".join(parts) + ")" if parts else "the files are not those it signs"
+
+
+def _named(names: list[str]) -> str:
+    shown = ", ".join(names[:FILES_SHOWN])
+    return shown + (f" and {len(names) - FILES_SHOWN} more" if len(names) > FILES_SHOWN else "")

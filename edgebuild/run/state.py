@@ -98,8 +98,22 @@ def report_distrust(workspace: "Workspace", artifact: Artifact, record: BuildRec
     are not the ones verification sealed in the record, or its verdict does not follow
     from its checks' values and limits. ``None`` when it is."""
     problem = record.unsealed_report(artifact.directory, digest=workspace.stat_cache.file_digest) \
-        or verdict_problem(report)
+        or verdict_problem(report) or _withdrawn_signature(workspace, record)
     return f"build/{artifact.name}/report.json is not taken as written: {problem}" if problem else None
+
+
+def _withdrawn_signature(workspace: "Workspace", record: BuildRecord) -> str | None:
+    """Why a report pulled under a key's signature no longer counts: that key is no
+    longer trusted here (``None``: judged here, or its key still trusted)."""
+    from edgebuild.cache.signing import KEY_ID_SHOWN
+
+    vouched = workspace.store.vouched_by(record.fingerprint)
+    if vouched is None or vouched["key"] in workspace.trusted_key_ids:
+        return None
+    key = vouched["key"]
+    shown = key[:KEY_ID_SHOWN] if key.isascii() and key.isalnum() else "(unreadable)"
+    return (f"it was pulled from {vouched['from']} under the signature of key {shown}, which is no longer "
+            "a trusted key here (EDGEBUILD_TRUSTED_KEYS)")
 
 
 def refused_report(workspace: "Workspace", artifact: Artifact) -> str | None:

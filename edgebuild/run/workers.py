@@ -159,6 +159,7 @@ def run_worker_at(
     environment = dict(os.environ) if env is None else env
     if not Settings.from_environ(environment).verbose:
         relay = _without_library_noise(relay)
+    relay = _said_once_per_command(relay)
     reader, writer = os.pipe()
     arguments = [mode, manifest_path, root, name, "--result-fd", RESULT_FD_PLACEHOLDER]
     if expect:
@@ -225,6 +226,18 @@ def _without_library_noise(relay: Relay) -> Relay:
 
     def filtered(stream: str, line: str) -> None:
         if not is_library_noise(line):
+            relay(stream, line)
+
+    return filtered
+
+
+def _said_once_per_command(relay: Relay) -> Relay:
+    """``relay``, minus a line this process said once already (``console.say_once``: the
+    stat cache that cannot be written), which each worker's own stat cache says again."""
+    from edgebuild.core.console import relayed_once
+
+    def filtered(stream: str, line: str) -> None:
+        if stream != "stderr" or relayed_once(line):
             relay(stream, line)
 
     return filtered
@@ -312,8 +325,8 @@ def _left_behind(mode: str, manifest_path: str, root: str, name: str, env: dict[
     except Exception:  # noqa: BLE001 - a manifest broken meanwhile, a disk gone: say where to look
         return f"what it left: `doit status {name}` says"
     if state is VerificationState.VERIFIED:
-        return (f"its report was complete and passed before it ended: {name} is verified (the next `doit verify` "
-                "keeps it in the store and pushes it)")
+        return (f"its report was complete and passed before it ended: {name} is verified, and kept in the store "
+                "and pushed by the run that started it")
     if state is VerificationState.FAILED:
         return f"its report was complete before it ended: {name}'s verification FAILED (see build/{name}/report.md)"
     return "nothing of it counts as verified"

@@ -42,6 +42,7 @@ class Workspace(BuildGraph):
         self.store = Store(self.layout.store_dir)
         self._remote: Any = _UNSET
         self._lock: tuple[tuple[int, ...] | None, dict[str, Any]] | None = None
+        self._trusted_key_ids: frozenset[str] | None = None
         prefer_numba_cache(self.layout.numba_cache_dir)
         if self.settings.frozen:
             self._freeze_at_head()
@@ -65,7 +66,18 @@ class Workspace(BuildGraph):
             self._remote.readonly = self.settings.remote_readonly
         else:
             self._remote = _UNSET
+        self._trusted_key_ids = None
         return self.settings
+
+    @property
+    def trusted_key_ids(self) -> frozenset[str]:
+        """The ids of the keys whose signatures this runner takes as verification (the
+        ``trusted_keys`` setting, and the signing key's own); read once, when first asked."""
+        if self._trusted_key_ids is None:
+            from edgebuild.cache.signing import Trust
+
+            self._trusted_key_ids = frozenset(Trust.from_settings(self.settings).trusted)
+        return self._trusted_key_ids
 
     def worker_environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """The environment a process started for this workspace gets: ``base`` (default:

@@ -142,6 +142,40 @@ def input_specs(info: dict[str, Any]) -> list[TensorSpec]:
             for spec in info["inputs"]]
 
 
+def program_signature(source: Path) -> dict[str, list[dict[str, Any]]]:
+    """What the program in the directory ``source`` takes and gives, in ``consumer.json``'s
+    terms (``programs``): name, dtype (a float input at the program's own ``dtype``), shape,
+    a dynamic axis ``None`` (:func:`dynamic_axes`); from its ``export.json``."""
+    info = program_info(source)
+    dynamic = dynamic_axes(source, info)
+    float_dtype = info.get("dtype", "float32")
+
+    def described(specs: list[dict[str, Any]], open_axes: list[set[int]]) -> list[dict[str, Any]]:
+        return [{"name": spec["name"], "dtype": float_dtype if spec["dtype"].startswith("float") else spec["dtype"],
+                 "shape": [None if axis in axes else dim for axis, dim in enumerate(spec["shape"])]}
+                for spec, axes in zip(specs, open_axes)]
+
+    return {"inputs": described(info["inputs"], dynamic["inputs"]),
+            "outputs": described(info["outputs"], dynamic["outputs"])}
+
+
+def dynamic_axes(source: Path, info: dict[str, Any]) -> dict[str, list[set[int]]]:
+    """The dynamic axes of each input (``export.json``) and each output of the program in
+    ``source``: an output's, from the program's own traced shapes (a symbol where it follows
+    a dynamic input), loaded only for a program with a dynamic input."""
+    inputs = [{int(axis) for axis in spec["dynamic"]} for spec in info["inputs"]]
+    if not any(inputs):
+        return {"inputs": inputs, "outputs": [set() for _ in info["outputs"]]}
+    from torch.export.graph_signature import OutputKind
+
+    program = load_program(program_path(source))
+    nodes = {node.name: node for node in program.graph.nodes}
+    returned = [spec.arg.name for spec in program.graph_signature.output_specs if spec.kind == OutputKind.USER_OUTPUT]
+    outputs = [{axis for axis, dim in enumerate(nodes[name].meta["val"].shape) if not isinstance(dim, int)}
+               for name in returned]
+    return {"inputs": inputs, "outputs": outputs}
+
+
 def output_names(info: dict[str, Any]) -> list[str]:
     return [spec["name"] for spec in info["outputs"]]
 

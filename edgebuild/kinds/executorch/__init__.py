@@ -10,6 +10,9 @@ model's own forward (``vs_float.*``).
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from edgebuild.plugin import Checkpoint, Process, Starter
 from edgebuild.targets.base import ProgramTarget, require_package
 
@@ -53,3 +56,10 @@ class Executorch(ProgramTarget[ExecutorchParams]):
         super().check_parameters(params, checkpoints)
         if params.delegate == "coreml":
             require_package("coremltools", EXTRA, self.name)
+
+    def consumer_programs(self, params: ExecutorchParams, out_dir: Path, sources: dict[str, Path]) -> dict[str, Any]:
+        # In the build module, so that its code is in the fingerprint.
+        from .build import program_signature
+
+        assert params.source is not None
+        return {PROGRAM_FILE: program_signature(out_dir / PROGRAM_FILE, sources[params.source])}

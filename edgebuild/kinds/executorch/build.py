@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from edgebuild.plugin import BuildContext, ExportError, Phases
 from edgebuild.targets.folding import with_constant_scalars_folded
-from edgebuild.targets.program import example_arrays, load_program, program_info, program_path, traced_module
+from edgebuild.targets.program import (dynamic_axes, example_arrays, load_program, program_info, program_path,
+                                       traced_module)
 
 from .lowering import faster_lowering
 from .params import INFO_FILE, INFO_FORMAT, PROGRAM_FILE, ExecutorchParams
@@ -98,3 +100,40 @@ def _fallback_nodes(graph_module: Any) -> list[dict[str, Any]]:
             continue
         found.append({"node": node.name, "op_type": op_type, "module": traced_module(node)})
     return found
+
+
+# ExecuTorch's scalar types (``executorch.exir.scalar_type.ScalarType``) by their NumPy names.
+_NUMPY_NAMES = {
+    "BYTE": "uint8", "CHAR": "int8", "SHORT": "int16", "INT": "int32", "LONG": "int64", "HALF": "float16",
+    "FLOAT": "float32", "DOUBLE": "float64", "COMPLEX64": "complex64", "COMPLEX128": "complex128", "BOOL": "bool",
+    "BFLOAT16": "bfloat16", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+}
+
+
+def program_signature(path: Path, source: Path) -> dict[str, list[dict[str, Any]]]:
+    """What the ``.pte``'s ``forward`` takes and gives (``consumer.json``'s ``programs``), from
+    its method meta: dtype and sizes as the file declares them (a dynamic axis of the program
+    in ``source`` left open: the file holds its largest size), named in the program's order
+    (the runtime takes a tuple, and the file keeps no names)."""
+    from executorch.exir.scalar_type import ScalarType
+    from executorch.runtime import Runtime
+
+    info = program_info(source)
+    open_axes = dynamic_axes(source, info)
+    meta = Runtime.get().load_program(str(path)).metadata("forward")
+    declared = {"inputs": [meta.input_tensor_meta(index) for index in range(meta.num_inputs())],
+                "outputs": [meta.output_tensor_meta(index) for index in range(meta.num_outputs())]}
+    described: dict[str, list[dict[str, Any]]] = {}
+    for side, tensors in declared.items():
+        specs = info[side]
+        if len(specs) != len(tensors):
+            raise ExportError(f"{path.name}: its forward has {len(tensors)} {side}, and the program it was lowered "
+                              f"from {len(specs)}")
+        described[side] = []
+        for spec, tensor, axes in zip(specs, tensors, open_axes[side]):
+            scalar_type = ScalarType(tensor.dtype()).name
+            described[side].append({
+                "name": spec["name"], "dtype": _NUMPY_NAMES.get(scalar_type, scalar_type.lower()),
+                "shape": [None if axis in axes else int(size) for axis, size in enumerate(tensor.sizes())],
+            })
+    return described

@@ -17,7 +17,7 @@ from __future__ import annotations
 from edgebuild.ml.onnx_tools import EXPORT_IMPORTS, EXPORT_WARMUPS
 from edgebuild.models.hf import TRANSFORMERS_IMPORTS
 from edgebuild.models.hf_fixtures import FIXTURES
-from edgebuild.models.inputs import tokenizer_files
+from edgebuild.models.inputs import read_tokenizer_files
 from edgebuild.models.sample_images import starter_samples
 from edgebuild.plugin import ArtifactKind, Checkpoint, ParameterError, Process, Starter, TensorSelection
 from edgebuild.targets.formats import EXPORTED_GRAPH, ONNX_GRAPH
@@ -60,9 +60,9 @@ class HfOnnx(ArtifactKind[HfOnnxParams]):
 
     def tensor_selection(self, params: HfOnnxParams, checkpoint: Checkpoint) -> TensorSelection:
         prefixes = tuple(params.tensor_prefixes) if params.tensor_prefixes is not None else ("",)
-        # Held-out images go through the checkpoint's own image processor, texts through its tokenizer.
-        files = ((PREPROCESSOR_FILE,) if params.held_out.images else ()) + \
-            (tokenizer_files(checkpoint) if params.held_out.texts else ())
+        # Held-out images go through the checkpoint's own image processor, texts through its
+        # tokenizer; a text model's tokenizer goes to its consumers (consumer.json).
+        files = ((PREPROCESSOR_FILE,) if params.held_out.images else ()) + read_tokenizer_files(params, checkpoint)
         return TensorSelection(prefixes=prefixes, config_key=None, files=files)
 
     def check_deeply(self, params: HfOnnxParams, checkpoints: dict[str, Checkpoint]) -> None:

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
+from typing import Any
 
 from edgebuild.plugin import Checkpoint, ParameterError, Process, Starter
 from edgebuild.targets.base import ProgramTarget
@@ -60,3 +62,12 @@ class Litert(ProgramTarget[LitertParams]):
 
             return {"litert-torch": metadata.version("litert-torch")}
         return tool_versions(LITERT_CONVERTER)
+
+    def consumer_programs(self, params: LitertParams, out_dir: Path, sources: dict[str, Path]) -> dict[str, Any]:
+        from edgebuild.targets.program import program_info
+
+        # In the build module, so that its code is in the fingerprint.
+        from .build import program_signature
+
+        assert params.source is not None
+        return {MODEL_FILE: program_signature(out_dir / MODEL_FILE, program_info(sources[params.source]))}

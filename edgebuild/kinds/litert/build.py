@@ -18,6 +18,7 @@ from edgebuild.targets.toolenv import tool_python
 from . import convert as convert_module
 from .environment import LITERT_CONVERTER, converter_here
 from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, LitertParams
+from .signature import in_program_order
 
 
 def build(context: BuildContext[LitertParams]) -> dict[str, Any]:
@@ -65,3 +66,26 @@ def _signature(path: Any) -> dict[str, Any]:
                 for item in details]
 
     return {"inputs": described(interpreter.get_input_details()), "outputs": described(interpreter.get_output_details())}
+
+
+def program_signature(path: Path, info: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """What the ``.tflite`` takes and gives (``consumer.json``'s ``programs``), as the
+    interpreter declares it (ids and masks the program takes as int64 may be int32 here),
+    in the program's order and named as the program names them; ``tensor``: the name the
+    interpreter knows it by (``get_input_details()``)."""
+    import numpy
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    declared = {"inputs": in_program_order(interpreter.get_input_details()),
+                "outputs": in_program_order(interpreter.get_output_details())}
+    described: dict[str, list[dict[str, Any]]] = {}
+    for side, details in declared.items():
+        specs = info[side]
+        if len(specs) != len(details):
+            raise ExportError(f"{path.name}: it has {len(details)} {side}, and the program it was converted from "
+                              f"{len(specs)}")
+        described[side] = [{"name": spec["name"], "dtype": numpy.dtype(detail["dtype"]).name,
+                            "shape": [int(dim) for dim in detail["shape"]], "tensor": detail["name"]}
+                           for spec, detail in zip(specs, details)]
+    return described

@@ -12,6 +12,7 @@ from edgebuild.targets.judging import judge_target
 from edgebuild.targets.program import output_names, program_info
 
 from .params import DEFAULT_LIMITS, INFO_FILE, MODEL_FILE, LitertParams
+from .signature import in_program_order
 
 
 def verify(context: VerifyContext[LitertParams]) -> Verification:
@@ -30,9 +31,8 @@ def runner(context: VerifyContext[LitertParams], threads: int | None = None) -> 
     info = program_info(context.source)
     interpreter = Interpreter(model_path=str(context.out_dir / MODEL_FILE), num_threads=threads)
     interpreter.allocate_tensors()
-    # The converter names them serving_default_args_<i> and ..._output_<i>: in the program's order.
-    inputs = sorted(interpreter.get_input_details(), key=lambda item: _position(item["name"]))
-    outputs = sorted(interpreter.get_output_details(), key=lambda item: _position(item["name"]))
+    inputs = in_program_order(interpreter.get_input_details())
+    outputs = in_program_order(interpreter.get_output_details())
     names = output_names(info)
     specs = [TensorSpec(spec["name"], tuple(spec["shape"]), spec["dtype"]) for spec in info["inputs"]]
 
@@ -64,14 +64,6 @@ def as_declared(value: Any, declared: Any, name: str) -> Any:
     if numpy.issubdtype(value.dtype, numpy.floating) and numpy.issubdtype(wanted, numpy.floating):
         return value.astype(wanted)
     raise NotRunnable(f"input {name}: the converted model declares {wanted}, and the input is {value.dtype}")
-
-
-def _position(name: str) -> int:
-    """The index in ``serving_default_args_3`` or ``StatefulPartitionedCall:3``-like names."""
-    import re
-
-    found = re.findall(r"\d+", name)
-    return int(found[-1]) if found else 0
 
 
 def float_limits(params: LitertParams, output: str) -> OutputLimits:

@@ -4,6 +4,9 @@ checked on OpenVINO's CPU plugin in float32."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from edgebuild.plugin import Checkpoint, ParameterError, Process, Starter, TensorSelection
 from edgebuild.targets.base import ProgramTarget, require_package
 
@@ -50,3 +53,9 @@ class Openvino(ProgramTarget[OpenvinoParams]):
             require_package("nncf", EXTRA, self.name)
             if len(checkpoints) != 1:
                 raise ParameterError(f"expected one checkpoint behind the source, found {len(checkpoints)}", key="source")
+
+    def consumer_programs(self, params: OpenvinoParams, out_dir: Path, sources: dict[str, Path]) -> dict[str, Any]:
+        # In the build module, so that its code is in the fingerprint.
+        from .build import program_signature
+
+        return {MODEL_FILE: program_signature(out_dir / MODEL_FILE)}

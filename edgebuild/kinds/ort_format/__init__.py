@@ -3,6 +3,9 @@ onnxruntime builds on phones (with the operators such a build must register)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from edgebuild.plugin import ArtifactKind, Process, Starter
 from edgebuild.targets.formats import ONNX_GRAPH
 
@@ -30,3 +33,9 @@ class OrtFormat(ArtifactKind[OrtFormatParams]):
     source: clip_64
 """,
     )
+
+    def consumer_programs(self, params: OrtFormatParams, out_dir: Path, sources: dict[str, Path]) -> dict[str, Any]:
+        # In the build module, so that its code is in the fingerprint.
+        from .build import program_signature
+
+        return {MODEL_FILE: program_signature(out_dir / MODEL_FILE)}

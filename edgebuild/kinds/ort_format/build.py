@@ -1,6 +1,7 @@
 """Converting the source's ONNX graph to the ORT format with onnxruntime's own tool
-(``onnxruntime.tools.convert_onnx_models_to_ort``): ``model.ort``, and the operators a
-reduced onnxruntime build must register for it (``required_operators.config``)."""
+(``onnxruntime.tools.convert_onnx_models_to_ort``): ``model.ort`` (its head laid out again
+in one fixed way: ``canonical.py``), and the operators a reduced onnxruntime build must
+register for it (``required_operators.config``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 from edgebuild.core.files import RECORD_BYTES, read_text
 from edgebuild.plugin import BuildContext, ExportError, Phases
 
+from .canonical import UnknownLayout, write_canonical
 from .params import INFO_FILE, INFO_FORMAT, MODEL_FILE, OPERATORS_FILE, SOURCE_MODEL, OrtFormatParams
 
 
@@ -49,7 +51,15 @@ def build(context: BuildContext[OrtFormatParams]) -> dict[str, Any]:
         if len(produced) != 1 or len(operators) != 1:
             found = ", ".join(path.name for path in (work / "out").rglob("*")) or "nothing"
             raise ExportError(f"onnxruntime's converter wrote {found}; expected one .ort model and its operators' config")
-        shutil.move(str(produced[0]), context.out_dir / MODEL_FILE)
+        # The converter's bytes differ from process to process (the order of a hash map's
+        # entries in the file's head, see canonical.py): the same graph is written again
+        # in one fixed layout, so that a build's digest is the same wherever it runs.
+        try:
+            write_canonical(produced[0], context.out_dir / MODEL_FILE)
+        except UnknownLayout as error:
+            raise ExportError(f"onnxruntime {onnxruntime.__version__} wrote an ORT file edgebuild cannot lay out "
+                              f"reproducibly: {error}; expected the head onnxruntime 1.32 writes (install that "
+                              "version for this kind)") from None
         # The tool heads the file with the paths of the models it read ("# - PATH"): in this
         # build's scratch directory, names that differ on every build. The file names each
         # model by its file name instead.
@@ -71,3 +81,28 @@ def _library_info_silenced():
         yield
     finally:
         logging.disable(previous)
+
+
+# onnxruntime's element type names (``NodeArg.type``: ``tensor(float)``) by their NumPy names.
+_NUMPY_NAMES = {"float": "float32", "double": "float64", "float16": "float16", "bfloat16": "bfloat16",
+                "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8",
+                "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "bool": "bool", "string": "str"}
+
+
+def program_signature(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """What the ORT file takes and gives (``consumer.json``'s ``programs``), as onnxruntime
+    reads it: names, element types as NumPy dtype names, each dimension a number, the name
+    of a symbolic one, or ``None``."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    def described(values: Any) -> list[dict[str, Any]]:
+        found = []
+        for value in values:
+            element = value.type.removeprefix("tensor(").removesuffix(")")
+            found.append({"name": value.name, "dtype": _NUMPY_NAMES.get(element, element),
+                          "shape": [dim if isinstance(dim, (int, str)) else None for dim in value.shape]})
+        return found
+
+    return {"inputs": described(session.get_inputs()), "outputs": described(session.get_outputs())}

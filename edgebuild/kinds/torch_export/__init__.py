@@ -13,6 +13,9 @@ forward, the float model of every target's chain.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from edgebuild.models.families import BUILT_IN, family_of, plugin_family
 from edgebuild.models.hf import TRANSFORMERS_IMPORTS
 from edgebuild.models.hf_fixtures import FIXTURES as HF_FIXTURES
@@ -64,6 +67,12 @@ class TorchExport(ArtifactKind[TorchExportParams]):
 
     def check_deeply(self, params: TorchExportParams, checkpoints: dict[str, Checkpoint]) -> None:
         family_of(params).check_deeply(params, checkpoints[params.checkpoint])
+
+    def consumer_programs(self, params: TorchExportParams, out_dir: Path, sources: dict[str, Path]) -> dict[str, Any]:
+        # targets/program.py is in the build module's imports, so in the fingerprint.
+        from edgebuild.targets.program import program_signature
+
+        return {PROGRAM_FILE: program_signature(out_dir)}
 
     def code_roots(self, params: TorchExportParams) -> tuple[str, ...]:
         if params.model_class in BUILT_IN:
