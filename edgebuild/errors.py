@@ -101,6 +101,12 @@ class WorkerError(EdgebuildError):
     kernel's OOM killer) or was interrupted; the message names the artifact."""
 
 
+class WorkerKilled(WorkerError):
+    """A worker process ended by a signal (the OOM killer, a kill) or with the fork
+    server it came from, before handing back its result: what it had written stands,
+    and nothing of it raised."""
+
+
 class ClusterError(EdgebuildError):
     """A cluster cannot run what was asked: its scheduler is unreachable, no worker
     offers the resources an artifact needs, a worker was lost, or the workers have no

@@ -147,7 +147,8 @@ def _ship_tokenizer(out_dir: Path, files: dict[str, Path]) -> bool:
     directory.mkdir()
     try:
         for name, path in files.items():
-            with open_regular(path) as source, open(directory / name, "wb") as copy:
+            # Read through the checked opener; written into the build's own fresh directory.
+            with open_regular(path) as source, (directory / name).open("wb") as copy:
                 shutil.copyfileobj(source, copy)
     except (OSError, UnreadableFile):
         shutil.rmtree(directory)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable
 
 from edgebuild.core.project import Artifact, SourceNotBuilt
 from edgebuild.core.atomic import remove_directory
-from edgebuild.errors import EdgebuildError, SourceNotVerified, VerificationFailed, WorkerError
+from edgebuild.errors import EdgebuildError, SourceNotVerified, VerificationFailed, WorkerKilled
 from edgebuild.run.builder import keep_verified, materialise, refuse_unverified_sources, refused_export, stderr_log
 from edgebuild.run.state import VerificationState, is_built, verification_state
 from edgebuild.run.workers import Relay, run_step
@@ -128,10 +128,11 @@ def verify(workspace: "Workspace", artifact: Artifact, log: Log | None = None, r
         )
     try:
         return str(run_step("verify", workspace, artifact, log, relay)["verify_fingerprint"])
-    except WorkerError as died:
-        # A worker that ended after its passing report was complete (killed between the
-        # report and the store) left a verdict that stands: kept and pushed here, what it
-        # was about to do, so that this run's summary, `doit status` and the store agree.
+    except WorkerKilled as died:
+        # A worker killed after its passing report was complete (between the report and
+        # the store) left a verdict that stands: kept and pushed here, what it was about to
+        # do, so that this run's summary, `doit status` and the store agree. (One that failed
+        # on its own fails the step: a bug is not passed over.)
         if verification_state(workspace, artifact) is not VerificationState.VERIFIED:
             raise
         log(str(died).removeprefix(f"{artifact.name}: "))

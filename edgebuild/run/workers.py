@@ -51,7 +51,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 from edgebuild import errors
 from edgebuild.core.config import Settings
-from edgebuild.errors import EdgebuildError, PlanChanged, WorkerError
+from edgebuild.errors import EdgebuildError, PlanChanged, WorkerError, WorkerKilled
 from edgebuild.run.forkserver import RESULT_FD_PLACEHOLDER, server_for, with_result_fd
 
 if TYPE_CHECKING:
@@ -204,8 +204,11 @@ def run_worker_at(
                         server_lost=getattr(process, "server_lost", False))
     except WorkerCrash as crash:
         # Said only now, from what is on disk: a worker that ended after putting its build
-        # in place, or after writing a passing report, left exactly that behind.
-        raise WorkerError(f"{crash}; {_left_behind(mode, manifest_path, root, name, environment)}") from None
+        # in place, or after writing a passing report, left exactly that behind. Killed (a
+        # signal, its server gone) is told apart from a worker that failed on its own.
+        killed = status < 0 or getattr(process, "server_lost", False)
+        raise (WorkerKilled if killed else WorkerError)(
+            f"{crash}; {_left_behind(mode, manifest_path, root, name, environment)}") from None
 
 
 def _process_environment(env: dict[str, str]) -> dict[str, str]:
