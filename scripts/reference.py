@@ -332,6 +332,8 @@ def formats_page() -> str:
         ("The stat cache", "cache/statcache.sqlite beside the manifest, with its -wal and -shm files", "edgebuild.core.statcache",
          "STAT_CACHE_FORMAT"),
         ("The remote cache", "under the remote's root", "edgebuild.cache.remote", "REMOTE_FORMAT"),
+        ("The divergence", "build/<name>/divergence.json (doit divergence), and cache/divergence/", "edgebuild.run.divergence",
+         "DIVERGENCE_FORMAT"),
         ("A publish destination", "doit publish --to DEST", "edgebuild.run.publish", "PUBLISH_FORMAT"),
     )
     lines = ["# File formats", "",

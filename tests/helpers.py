@@ -107,7 +107,7 @@ class ProjectDir:
         return Workspace.open(self.root / "artifacts.yaml", self.root)
 
 
-EDGEBUILD_COMMANDS = ("build", "cache", "clean", "diff", "gc", "publish", "report", "status", "verify")
+EDGEBUILD_COMMANDS = ("build", "cache", "clean", "diff", "divergence", "gc", "publish", "report", "status", "verify")
 
 
 def require_installed_commands() -> None:

@@ -93,7 +93,7 @@ _SHARD_HELP = "I/N: only shard I of N of the selection (an artifact with its sou
     (("verify", "--frozne", "t"), "doit verify has no option --frozne (did you mean --frozen?); "
                                   "`doit help verify` lists its options"),
     (("clean", "--bogus"), "doit clean has no option --bogus; `doit help clean` lists its options"),
-    (("gc", "--json"), "doit gc has no option --json (it is an option of doit cache and doit diff and doit status); "
+    (("gc", "--json"), "doit gc has no option --json (it is an option of doit cache and doit diff and doit divergence and doit status); "
                        "`doit help gc` lists its options"),
     # A value missing, or given to a switch.
     (("build", "--shard"), f"--shard needs a value: {_SHARD_HELP}"),

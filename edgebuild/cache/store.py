@@ -57,7 +57,7 @@ from edgebuild.core.files import (
 )
 from edgebuild.core.hashing import canonical_json, digest_bytes, file_digest, is_digest
 from edgebuild.errors import RecordError, StoreError
-from edgebuild.core.record import RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
+from edgebuild.core.record import DERIVED_FILES, RECORD_FILE, REPORT_FILES, BuildRecord, parse_record
 from edgebuild.core.report import read_report_file, report_passed
 
 # Beside an entry pulled from a remote cache that no trusted key signed: where it came
@@ -390,7 +390,7 @@ class Store:
                              "directory, and only those are stored") from None
         files = {}
         for relative in listed:
-            if Path(relative).name not in REPORT_FILES:
+            if Path(relative).name not in REPORT_FILES and relative not in DERIVED_FILES:
                 files[relative] = self.add_blob(directory / relative, known.get(relative))
         fault_point("store.before_rename")
         self._write_entry(fingerprint, files)

@@ -437,6 +437,11 @@ class ArtifactKind(Generic[P]):
     # checked in the manifest, before anything is built).
     produces: ClassVar[tuple[Format, ...]] = ()
     consumes: ClassVar[tuple[Format, ...]] = ()
+    # What making one of its artifacts does to a model, in the words ``doit divergence``
+    # names the step of a chain that made an error with: "export" (a model to a graph or
+    # program), "quantization", "compilation" (for a device's own compiler), "conversion"
+    # (to another runtime's format, the values kept).
+    step: ClassVar[str] = "conversion"
     # Deprecated (one release): the kinds a ``source:`` may name, by name. Declare ``consumes``.
     source_kinds: ClassVar[tuple[str, ...]] = ()
     # How the engine runs its steps (imports, in process or in a worker, memory).

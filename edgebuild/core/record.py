@@ -32,6 +32,9 @@ RECORD_FORMAT = 3
 RECORD_FILE = ".edgebuild.json"
 # The files an artifact directory holds beside its outputs: the record and the report.
 REPORT_FILES = ("report.json", "report.md")
+# Files a command writes beside a build that are no part of it (never stored, pushed or
+# published; a new build's directory goes without them): ``doit divergence``'s.
+DERIVED_FILES = ("divergence.json",)
 # The keys of a record that its fingerprint is the digest of.
 FINGERPRINTED_KEYS = ("format", "kind", "params", "inputs", "code", "versions")
 # A config string longer than this is kept by digest in ``config_values``.

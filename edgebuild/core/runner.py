@@ -67,7 +67,10 @@ class Runner:
     device (its time says nothing of the device's: latency is recorded, never gated);
     ``threads``: the threads it runs on, when it says; ``on_threads``: the same model on
     a fixed number of threads (a new runner, closed by its caller), where the runtime
-    lets that be fixed: what latency is timed on (``edgebuild/run/latency.py``)."""
+    lets that be fixed: what latency is timed on (``edgebuild/run/latency.py``);
+    ``module_outputs``: for one feed, the tensor at the end of each module of the model
+    that the runtime shows, by module path, in the order they end (``edgebuild/ml/taps.py``;
+    what ``doit divergence`` compares), ``None`` where the runtime shows none."""
 
     description: str
     inputs: list[TensorSpec]
@@ -77,6 +80,7 @@ class Runner:
     simulated: bool = False
     threads: int | None = None
     on_threads: "Callable[[int], Runner] | None" = None
+    module_outputs: "Callable[[Feed], dict[str, numpy.ndarray]] | None" = None
 
     def run(self, feeds: list[Feed]) -> list[Outputs]:
         return [self.run_one(feed) for feed in feeds]

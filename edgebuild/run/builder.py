@@ -229,6 +229,10 @@ def built_files(name: str, kind: str, scratch: Path) -> list[str]:
         ) from None
 
 
+# The checks that judge an artifact against the float model of its chain.
+FLOAT_CHECKS = ("vs_float.", "dataset.")
+
+
 def verify_artifact(workspace: "Workspace", artifact: "Artifact", log: Log | None = None) -> Report:
     """Judge the built ``artifact`` and write its report; keep a build that passed in the
     store and push it to the remote cache; raise :class:`VerificationFailed` on any
@@ -250,7 +254,11 @@ def verify_artifact(workspace: "Workspace", artifact: "Artifact", log: Log | Non
         except OSError:
             pass  # a read-only or full cache/ loses a diff's old values, not the verdict
         failed = "; ".join(check.describe() for check in report.failed_checks)
-        raise VerificationFailed(f"{artifact.name}: verification failed: {failed}")
+        # Judged against the float model and failed: where it leaves float is one command away.
+        against_float = any(check.name.startswith(FLOAT_CHECKS) for check in report.failed_checks)
+        where = f" (`doit divergence {artifact.name}` says at which module and step it leaves float)" \
+            if against_float else ""
+        raise VerificationFailed(f"{artifact.name}: verification failed: {failed}{where}")
     keep_verified(workspace, artifact, log)
     return report
 

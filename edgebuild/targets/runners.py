@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebuild.core.runner import Feed, Outputs, Runner, TensorSpec
+from edgebuild.ml.taps import onnx_taps, torch_taps
 
 if TYPE_CHECKING:
     import torch
@@ -43,23 +44,26 @@ def onnx_runner(path: Path, threads: int | None = None) -> Runner:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return session_runner(session, f"onnxruntime {onnxruntime.__version__} CPUExecutionProvider ({path.name})",
-                          on_threads=lambda count: onnx_runner(path, count))
+    runner = session_runner(session, f"onnxruntime {onnxruntime.__version__} CPUExecutionProvider ({path.name})",
+                            on_threads=lambda count: onnx_runner(path, count))
+    if path.suffix == ".onnx":
+        # An ONNX graph can be given extra outputs; an ORT file cannot.
+        runner.module_outputs = onnx_taps(path, threads)
+    return runner
 
 
-def torch_runner(forward: Callable[..., Any], inputs: list[TensorSpec], outputs: list[str], description: str) -> Runner:
+def torch_runner(forward: Callable[..., Any], inputs: list[TensorSpec], outputs: list[str], description: str,
+                 model: "torch.nn.Module | None" = None) -> Runner:
     """A runner of ``forward``, called with one tensor per input (in ``inputs``' order)
     under ``torch.no_grad`` and returning one tensor per output (a tuple, or one tensor
-    for one output): floating inputs go in as float32, outputs come out as float32."""
+    for one output): floating inputs go in as float32, outputs come out as float32.
+    ``model``: the module ``forward`` runs, whose modules' ends it shows (``module_outputs``);
+    by default ``forward`` itself where it is a module."""
 
     def run_one(feed: Feed) -> Outputs:
-        import numpy
         import torch
 
-        tensors = []
-        for spec in inputs:
-            tensor = torch.from_numpy(numpy.ascontiguousarray(feed[spec.name]))
-            tensors.append(tensor.float() if tensor.is_floating_point() else tensor)
+        tensors = [_tensor(feed[spec.name]) for spec in inputs]
         with torch.no_grad():
             result = forward(*tensors)
         values = result if isinstance(result, (tuple, list)) else (result,)
@@ -75,7 +79,23 @@ def torch_runner(forward: Callable[..., Any], inputs: list[TensorSpec], outputs:
         return Runner(description, inputs, outputs, run_one, threads=count,
                       close=lambda: torch.set_num_threads(before))
 
-    return Runner(description, inputs, outputs, run_one, threads=torch.get_num_threads(), on_threads=on_threads)
+    tapped = model if model is not None else forward if isinstance(forward, torch.nn.Module) else None
+    taps = None
+    if tapped is not None:
+        def call(feed: Feed) -> Any:
+            return forward(*(_tensor(feed[spec.name]) for spec in inputs))
+
+        taps = torch_taps(tapped, call)
+    return Runner(description, inputs, outputs, run_one, threads=torch.get_num_threads(), on_threads=on_threads,
+                  module_outputs=taps)
+
+
+def _tensor(array: Any) -> "torch.Tensor":
+    import numpy
+    import torch
+
+    tensor = torch.from_numpy(numpy.ascontiguousarray(array))
+    return tensor.float() if tensor.is_floating_point() else tensor
 
 
 def _session_threads(session: Any) -> int | None:

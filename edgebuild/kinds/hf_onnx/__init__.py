@@ -33,6 +33,7 @@ class HfOnnx(ArtifactKind[HfOnnxParams]):
     Params = HfOnnxParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
     produces = (ONNX_GRAPH, EXPORTED_GRAPH)
+    step = "export"
     coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.hf_onnx.build"
     verify_module = "edgebuild.kinds.hf_onnx.verify"

@@ -32,6 +32,7 @@ class OnnxQdq(ArtifactKind[OnnxQdqParams]):
     summary = "float ONNX graph -> static QDQ ONNX (QNN recipe or generic)"
     Params = OnnxQdqParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    step = "quantization"
     consumes = (EXPORTED_GRAPH,)
     produces = (ONNX_GRAPH, QDQ_GRAPH)
     coverage_targets = ("nnapi", "coreml", "directml")

@@ -24,6 +24,7 @@ class QnnContext(ArtifactKind[QnnParams]):
     summary = "QDQ graph -> QNN HTP context binary (EPContext), Snapdragon X by default"
     Params = QnnParams
     outputs = (MODEL_FILE, CONTEXT_BINARY_FILE, INFO_FILE)
+    step = "compilation"
     consumes = (QDQ_GRAPH,)
     produces = (QNN_CONTEXT,)
     coverage_targets = ("qnn_htp",)

@@ -28,6 +28,7 @@ class Qwen3_5VisionTower(ArtifactKind[TowerParams]):
     Params = TowerParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, GEOMETRY_FILE)
     produces = (ONNX_GRAPH, TOWER_GRAPH)
+    step = "export"
     coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.qwen3_5_tower.build"
     verify_module = "edgebuild.kinds.qwen3_5_tower.verify"

@@ -134,7 +134,8 @@ def float_model(context: VerifyContext[TowerParams]) -> Runner:
         return tower(patches, grid).pooler_output
 
     return torch_runner(forward, [TensorSpec("patches", (geometry.patches, geometry.patch_dim), "float32")], ["embeds"],
-                        f"transformers {transformers.__version__} Qwen3_5VisionModel.forward(float32).pooler_output")
+                        f"transformers {transformers.__version__} Qwen3_5VisionModel.forward(float32).pooler_output",
+                        model=tower)
 
 
 def image_feeds(context: VerifyContext[TowerParams], images: list[Any]) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ class Qwen3_5TowerQdq(ArtifactKind[QdqParams]):
     summary = "Qwen3.5 vision tower -> static QDQ ONNX for QNN (A16W8 by default)"
     Params = QdqParams
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
+    step = "quantization"
     consumes = (TOWER_GRAPH,)
     produces = (ONNX_GRAPH, QDQ_GRAPH)
     coverage_targets = ("nnapi", "coreml", "directml")

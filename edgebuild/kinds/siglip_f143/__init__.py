@@ -36,6 +36,7 @@ class SiglipF143(ArtifactKind[SiglipF143Params]):
     summary = "SigLIP vision encoder quantized to F143 (GPTQ) -> SafeTensors"
     Params = SiglipF143Params
     outputs = ("config.json", "preprocessor_config.json", MODEL_FILE, PACKED_FILE, REPORT_FILE)
+    step = "quantization"
     produces = (F143_ENCODER,)
     build_module = "edgebuild.kinds.siglip_f143.build"
     verify_module = "edgebuild.kinds.siglip_f143.verify"

@@ -38,6 +38,7 @@ class SiglipF143Onnx(ArtifactKind[SiglipOnnxParams]):
     outputs = (MODEL_FILE, WEIGHTS_FILE, INFO_FILE)
     consumes = (F143_ENCODER,)
     produces = (ONNX_GRAPH,)
+    step = "export"
     coverage_targets = ("nnapi", "coreml", "directml")
     build_module = "edgebuild.kinds.siglip_f143_onnx.build"
     verify_module = "edgebuild.kinds.siglip_f143_onnx.verify"

@@ -34,6 +34,7 @@ class TorchExport(ArtifactKind[TorchExportParams]):
     Params = TorchExportParams
     outputs = (PROGRAM_FILE, PROGRAM_INFO_FILE)
     produces = (TORCH_PROGRAM,)
+    step = "export"
     build_module = "edgebuild.kinds.torch_export.build"
     verify_module = "edgebuild.kinds.torch_export.verify"
     # The model, its traced program and the program's module beside it.
