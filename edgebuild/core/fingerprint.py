@@ -204,7 +204,10 @@ NEUTRAL_MODULES = frozenset(
     {"edgebuild", "edgebuild.errors", "edgebuild.kinds", "edgebuild.core.registry", "edgebuild.core.timing",
      "edgebuild.cache.references",
      # Where a tool that cannot share edgebuild's environment runs; its versions are in the fingerprint.
-     "edgebuild.targets.toolenv"}
+     "edgebuild.targets.toolenv",
+     # What `doit divergence` reads of a runner (module ends): no build's bytes and no verdict
+     # follow from it; the divergence's own cache key digests it (run/divergence.py).
+     "edgebuild.ml.taps"}
 )
 # Modules that only re-export: ``from edgebuild.plugin import BuildContext`` is followed
 # to the module that defines ``BuildContext``, so what a kind names is digested and
