@@ -115,7 +115,8 @@ def _encoder_runner(model: Any, image_size: int, description: str) -> Runner:
         result = model(pixel_values=pixel_values, interpolate_pos_encoding=pixel_values.shape[-1] != image_size)
         return tuple(result[name] for name in outputs)
 
-    return torch_runner(forward, [TensorSpec("pixel_values", (None, 3, None, None), "float32")], outputs, description)
+    return torch_runner(forward, [TensorSpec("pixel_values", (None, 3, None, None), "float32")], outputs, description,
+                        model=model)
 
 
 def runner(context: VerifyContext) -> Runner:
