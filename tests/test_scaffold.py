@@ -524,7 +524,9 @@ def test_the_ci_jobs_run_as_written_check_shards_lock_and_a_frozen_gather_that_p
 
     (remote / entry_key(built["u_ort"]["fingerprint"])).unlink()
     locks, again = shards("second")
-    assert again["u_ort"] == built["u_ort"]
+    # Costs aside, as the lock job compares (another run costs other seconds).
+    assert {key: value for key, value in again["u_ort"].items() if key != "cost"} == \
+        {key: value for key, value in built["u_ort"].items() if key != "cost"}
     assert step(runner(), "--lock", str(locks)).stdout == "2 shards' lock files merged into artifacts.lock: as committed\n"
 
     gather = step(runner(), "--gather", EDGEBUILD_FROZEN="1", EDGEBUILD_PUBLISH_TO=str(published), **signing)
